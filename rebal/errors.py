@@ -1,0 +1,72 @@
+"""Typed errors. Library code raises these; only the CLI turns them into output and exit codes."""
+
+from __future__ import annotations
+
+
+class RebalError(Exception):
+    """An error a user can act on. `str(err)` is one line fit to print."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class ConfigError(RebalError):
+    """The configuration file is unreadable or invalid. Carries one line per problem."""
+
+    exit_code = 2
+
+    def __init__(self, path: str, problems: list[str]) -> None:
+        self.path = path
+        self.problems = problems
+        super().__init__("\n".join(f"{path}: {p}" for p in problems))
+
+
+class UsageError(RebalError):
+    """Bad input on the command line (a name that is not valid, a value out of range)."""
+
+    exit_code = 2
+
+
+class ToolMissing(RebalError):
+    """A required external program (zpool, zfs, rsync, ssh) is not installed."""
+
+    exit_code = 3
+
+
+class ZfsUnavailable(RebalError):
+    """ZFS is installed but does not answer (zfs-fuse daemon down, no kernel module)."""
+
+    exit_code = 3
+
+
+class PermissionDenied(RebalError):
+    exit_code = 4
+
+
+class NoSuchPool(RebalError):
+    exit_code = 5
+
+
+class CommandFailed(RebalError):
+    """An external command exited non-zero. Keeps argv, exit status and stderr for callers."""
+
+    def __init__(self, argv: tuple[str, ...], returncode: int, stderr: str) -> None:
+        self.argv = argv
+        self.returncode = returncode
+        self.stderr = stderr
+        first = stderr.strip().splitlines()[0] if stderr.strip() else f"exit status {returncode}"
+        super().__init__(f"{argv[0]} {' '.join(argv[1:3])}: {first}")
+
+
+class UnsupportedOption(CommandFailed):
+    """The installed tool does not know an option we tried (an older ZFS): try another way."""
+
+
+class StateError(RebalError):
+    """The SQLite state database cannot be opened or is from a newer rebal."""
+
+    exit_code = 4

@@ -1,0 +1,99 @@
+"""The one gateway for every external command.
+
+Argument tuples only, never a shell. Each call is logged with its exact command line. A call marked
+``readonly=False`` is skipped under dry-run (reads still happen, so a dry run shows real figures).
+Known failure texts become typed errors with a message the admin can act on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import subprocess
+from dataclasses import dataclass
+
+from .errors import CommandFailed, PermissionDenied, ToolMissing, UnsupportedOption, ZfsUnavailable
+
+log = logging.getLogger("rebal.cmd")
+
+DEFAULT_TIMEOUT = 120.0
+
+# Texts that mean "ZFS is there but not answering" (zfs-fuse daemon down, module not loaded).
+_UNAVAILABLE = (
+    "make sure that the zfs-fuse daemon is running",
+    "failed to initialize zfs library",
+    "the zfs modules cannot be auto-loaded",
+    "/dev/zfs and /proc/self/mounts are required",
+)
+_USAGE = ("invalid option", "unrecognized command", "usage:")
+
+
+@dataclass(frozen=True)
+class Result:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    # Parsers read English, C-locale number formats.
+    env["LC_ALL"] = "C"
+    env.pop("LANGUAGE", None)
+    return env
+
+
+def run(
+    argv: list[str] | tuple[str, ...],
+    *,
+    readonly: bool = True,
+    dry_run: bool = False,
+    timeout: float | None = DEFAULT_TIMEOUT,
+    check: bool = True,
+    input: str | None = None,
+) -> Result:
+    """Run one command. Raises a typed error on failure unless ``check`` is False."""
+    argv = tuple(str(a) for a in argv)
+    line = shlex.join(argv)
+    if dry_run and not readonly:
+        log.info("dry-run, not running: %s", line)
+        return Result(argv, 0, "", "")
+    log.debug("run: %s", line)
+    try:
+        proc = subprocess.run(
+            argv,
+            input=input,
+            capture_output=True,
+            text=True,
+            errors="surrogateescape",
+            timeout=timeout,
+            env=_env(),
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )
+    except FileNotFoundError:
+        raise ToolMissing(f"{argv[0]} is not installed (or not on PATH); install ZFS first") from None
+    except PermissionError:
+        raise PermissionDenied(f"not allowed to run {argv[0]}") from None
+    except subprocess.TimeoutExpired:
+        raise CommandFailed(argv, -1, f"timed out after {timeout:.0f} s") from None
+    res = Result(argv, proc.returncode, proc.stdout, proc.stderr)
+    if proc.returncode != 0:
+        log.debug("exit %d: %s: %s", proc.returncode, line, proc.stderr.strip()[:500])
+        if check:
+            raise classify(res)
+    return res
+
+
+def classify(res: Result) -> Exception:
+    """Turn a failed result into the most specific error."""
+    err = res.stderr.lower()
+    if any(t in err for t in _UNAVAILABLE):
+        hint = "start it with: zfs-fuse" if "zfs-fuse" in err else "is the zfs kernel module loaded?"
+        return ZfsUnavailable(f"ZFS is not answering ({hint})")
+    if "permission denied" in err or "must be root" in err or "insufficient privileges" in err:
+        return PermissionDenied(f"{res.argv[0]}: permission denied; run rebal as root")
+    if res.returncode == 2 and any(t in err for t in _USAGE):
+        return UnsupportedOption(res.argv, res.returncode, res.stderr)
+    return CommandFailed(res.argv, res.returncode, res.stderr)

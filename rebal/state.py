@@ -1,0 +1,190 @@
+"""SQLite state: one file, WAL mode, schema migrations by PRAGMA user_version.
+
+Every write happens inside `atomic()`. Query functions are small and take the connection first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import StateError
+from .zfs.model import Pool
+
+# Each entry moves the schema from version i to i+1. Never edit a released entry; append.
+MIGRATIONS: list[str] = [
+    # 1: runs and fill samples
+    """
+    CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        kind TEXT NOT NULL,              -- status, rebalance, replicate, health, ...
+        job TEXT,                        -- replication job name or rebalance target
+        pool TEXT,
+        started REAL NOT NULL,
+        ended REAL,
+        outcome TEXT,                    -- NULL while running; ok, warning, failed, interrupted
+        error TEXT,
+        details TEXT                     -- JSON: figures of the run
+    );
+    CREATE TABLE samples (
+        id INTEGER PRIMARY KEY,
+        ts REAL NOT NULL,
+        pool TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        alloc INTEGER NOT NULL,
+        free INTEGER NOT NULL,
+        spread REAL NOT NULL
+    );
+    CREATE TABLE sample_vdevs (
+        sample_id INTEGER NOT NULL REFERENCES samples(id) ON DELETE CASCADE,
+        vdev TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        alloc INTEGER NOT NULL,
+        free INTEGER NOT NULL,
+        PRIMARY KEY (sample_id, vdev)
+    );
+    """,
+    # 2: the vdev's type and class in samples, lookups by pool and time, a key/value table
+    """
+    ALTER TABLE sample_vdevs ADD COLUMN type TEXT NOT NULL DEFAULT '';
+    CREATE INDEX samples_pool_ts ON samples(pool, ts);
+    CREATE INDEX runs_kind_started ON runs(kind, started);
+    CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    """,
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _create_private(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    os.close(fd)
+
+
+def connect(path: str | os.PathLike, *, migrate_to: int = SCHEMA_VERSION) -> sqlite3.Connection:
+    """Open (creating with mode 0600) and migrate the state database."""
+    p = Path(path)
+    try:
+        if str(path) != ":memory:" and not p.exists():
+            _create_private(p)
+        conn = sqlite3.connect(str(p), timeout=30, isolation_level=None, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA foreign_keys = ON")
+        if str(path) != ":memory:":
+            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        migrate(conn, migrate_to)
+    except PermissionError:
+        raise StateError(f"cannot open state database {path}: permission denied (run as root, or set state_db)") from None
+    except (OSError, sqlite3.Error) as e:
+        raise StateError(f"cannot open state database {path}: {e}") from None
+    return conn
+
+
+def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
+    current = conn.execute("PRAGMA user_version").fetchone()[0]
+    if current > SCHEMA_VERSION:
+        raise StateError(f"state database has schema {current}, newer than this rebal knows ({SCHEMA_VERSION}); upgrade rebal")
+    for version in range(current, target):
+        with atomic(conn):
+            for stmt in _statements(MIGRATIONS[version]):
+                conn.execute(stmt)
+            conn.execute(f"PRAGMA user_version = {version + 1}")
+    return target
+
+
+def _statements(script: str) -> list[str]:
+    out, buf = [], []
+    for line in script.splitlines():
+        line = line.split("--", 1)[0]
+        buf.append(line)
+        if line.rstrip().endswith(";"):
+            stmt = "\n".join(buf).strip()
+            if stmt.strip(";").strip():
+                out.append(stmt)
+            buf = []
+    rest = "\n".join(buf).strip()
+    if rest:
+        out.append(rest)
+    return out
+
+
+@contextlib.contextmanager
+def atomic(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One write transaction (BEGIN IMMEDIATE); rolled back if the block raises."""
+    if conn.in_transaction:
+        yield conn
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+# -- fill samples -----------------------------------------------------------------------------
+
+
+def record_sample(conn: sqlite3.Connection, pool: Pool, ts: float | None = None) -> int:
+    ts = time.time() if ts is None else ts
+    with atomic(conn):
+        cur = conn.execute(
+            "INSERT INTO samples (ts, pool, size, alloc, free, spread) VALUES (?, ?, ?, ?, ?, ?)",
+            (ts, pool.name, pool.size, pool.alloc, pool.free, pool.spread),
+        )
+        sid = cur.lastrowid
+        conn.executemany(
+            "INSERT INTO sample_vdevs (sample_id, vdev, type, size, alloc, free) VALUES (?, ?, ?, ?, ?, ?)",
+            [(sid, v.name, v.type, v.size, v.alloc, v.free) for v in pool.data_vdevs],
+        )
+    return sid
+
+
+@dataclass(frozen=True)
+class SampleRow:
+    ts: float
+    spread: float
+    vdevs: dict[str, tuple[int, int]]  # name -> (size, alloc)
+
+
+def samples(conn: sqlite3.Connection, pool: str, since: float | None = None, limit: int = 10000) -> list[SampleRow]:
+    """Samples of one pool, oldest first (the newest ``limit`` of them)."""
+    rows = conn.execute(
+        "SELECT id, ts, spread FROM samples WHERE pool = ? AND ts >= ? ORDER BY ts DESC, id DESC LIMIT ?",
+        (pool, since or 0.0, limit),
+    ).fetchall()
+    rows.reverse()
+    if not rows:
+        return []
+    by_id: dict[int, dict[str, tuple[int, int]]] = {r["id"]: {} for r in rows}
+    q = "SELECT sample_id, vdev, size, alloc FROM sample_vdevs WHERE sample_id BETWEEN ? AND ?"
+    for r in conn.execute(q, (rows[0]["id"], rows[-1]["id"])):
+        if r["sample_id"] in by_id:
+            by_id[r["sample_id"]][r["vdev"]] = (r["size"], r["alloc"])
+    return [SampleRow(r["ts"], r["spread"], by_id[r["id"]]) for r in rows]
+
+
+# -- runs -------------------------------------------------------------------------------------
+
+
+def start_run(conn: sqlite3.Connection, kind: str, *, job: str | None = None, pool: str | None = None) -> int:
+    with atomic(conn):
+        cur = conn.execute("INSERT INTO runs (kind, job, pool, started) VALUES (?, ?, ?, ?)", (kind, job, pool, time.time()))
+    return cur.lastrowid
+
+
+def end_run(conn: sqlite3.Connection, run_id: int, outcome: str, *, error: str | None = None, details: dict | None = None) -> None:
+    with atomic(conn):
+        conn.execute(
+            "UPDATE runs SET ended = ?, outcome = ?, error = ?, details = ? WHERE id = ?",
+            (time.time(), outcome, error, json.dumps(details) if details is not None else None, run_id),
+        )

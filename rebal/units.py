@@ -1,0 +1,31 @@
+"""Byte figures for people and from people."""
+
+from __future__ import annotations
+
+import re
+
+from .errors import UsageError
+
+_SUFFIX = "KMGTPE"
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTPE]?)(?:i?B)?\s*$", re.IGNORECASE)
+
+
+def human(n: int | float) -> str:
+    """Bytes in powers of 1024, three significant digits, like zpool: 1.36G, 960M, 108K."""
+    n = float(n)
+    if abs(n) < 1024:
+        return f"{n:.0f}B"
+    for i, s in enumerate(_SUFFIX, 1):
+        v = n / 1024**i
+        if abs(v) < 1024 or s == "E":
+            return f"{v:.2f}{s}" if v < 10 else f"{v:.1f}{s}" if v < 100 else f"{v:.0f}{s}"
+    raise AssertionError("unreachable")
+
+
+def parse_size(text: str) -> int:
+    """'10G', '512M', '1.5T', '4096' -> bytes (powers of 1024)."""
+    m = _SIZE.match(text)
+    if not m:
+        raise UsageError(f"not a size: {text!r} (give a number with an optional K, M, G, T suffix)")
+    exp = _SUFFIX.index(m.group(2).upper()) + 1 if m.group(2) else 0
+    return int(float(m.group(1)) * 1024**exp)

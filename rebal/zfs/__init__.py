@@ -1,0 +1,1 @@
+"""Everything that talks to ZFS: models, pure parsers, and the command backend."""
