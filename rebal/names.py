@@ -24,7 +24,7 @@ MAX_NAME = 255
 
 
 def pool_problem(name: str) -> str | None:
-    if not _POOL.match(name):
+    if not _POOL.fullmatch(name):
         return "a pool name starts with a letter and holds only letters, digits and _ - . :"
     if any(name == r or (name.startswith(r) and name[len(r):].isdigit()) for r in _RESERVED_POOLS):
         return f"{name!r} is a reserved word in ZFS, not a pool name"
@@ -36,7 +36,7 @@ def pool_problem(name: str) -> str | None:
 def dataset_problem(name: str) -> str | None:
     if len(name) > MAX_NAME:
         return "a dataset name is at most 255 characters"
-    if not _DATASET.match(name) or "//" in name or name.endswith("/"):
+    if not _DATASET.fullmatch(name) or "//" in name or name.endswith("/"):
         return "a dataset name is pool/path with letters, digits and _ - . : in each part"
     if any(part in (".", "..") for part in name.split("/")):
         return "'.' and '..' are not dataset name parts"
@@ -47,7 +47,7 @@ def snapshot_problem(name: str) -> str | None:
     ds, sep, snap = name.partition("@")
     if not sep:
         return "a snapshot name is dataset@name"
-    return dataset_problem(ds) or (None if _SNAPNAME.match(snap) else "a snapshot name after @ has letters, digits and _ - . :")
+    return dataset_problem(ds) or (None if _SNAPNAME.fullmatch(snap) else "a snapshot name after @ has letters, digits and _ - . :")
 
 
 def host_problem(name: str) -> str | None:
@@ -56,11 +56,11 @@ def host_problem(name: str) -> str | None:
         return None
     except ValueError:
         pass
-    return None if _HOST.match(name) else "a host is a DNS name or an IP address"
+    return None if _HOST.fullmatch(name) else "a host is a DNS name or an IP address"
 
 
 def user_problem(name: str) -> str | None:
-    return None if _USER.match(name) else "a user name has lower-case letters, digits, _ - . and starts with a letter or _"
+    return None if _USER.fullmatch(name) else "a user name has lower-case letters, digits, _ - . and starts with a letter or _"
 
 
 def _check(kind: str, problem: str | None, name: str) -> str:

@@ -89,11 +89,11 @@ def run(
 def classify(res: Result) -> Exception:
     """Turn a failed result into the most specific error."""
     err = res.stderr.lower()
+    if "permission denied" in err or "must be root" in err or "insufficient privileges" in err:
+        return PermissionDenied(f"{res.argv[0]}: permission denied; run rebal as root")
     if any(t in err for t in _UNAVAILABLE):
         hint = "start it with: zfs-fuse" if "zfs-fuse" in err else "is the zfs kernel module loaded?"
         return ZfsUnavailable(f"ZFS is not answering ({hint})")
-    if "permission denied" in err or "must be root" in err or "insufficient privileges" in err:
-        return PermissionDenied(f"{res.argv[0]}: permission denied; run rebal as root")
     if res.returncode == 2 and any(t in err for t in _USAGE):
         return UnsupportedOption(res.argv, res.returncode, res.stderr)
     return CommandFailed(res.argv, res.returncode, res.stderr)

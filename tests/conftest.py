@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from zfsenv import create_pool, zfs_problem  # noqa: E402
+
+FIXTURES = Path(__file__).parent / "fixtures"
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def fixture_text(name: str) -> str:
+    for sub in ("openzfs", "zfs-fuse"):  # noqa: B007
+        p = FIXTURES / sub / name
+        if p.exists():
+            return p.read_text()
+    raise FileNotFoundError(name)
+
+
+@pytest.fixture(scope="session")
+def zfs_ready() -> None:
+    """Real ZFS is required. Skips where there is none; in CI a missing ZFS fails the test instead."""
+    problem = zfs_problem()
+    if problem:
+        if IN_CI:
+            pytest.fail(f"real-ZFS test cannot run in CI: {problem}")
+        pytest.skip(f"needs real ZFS: {problem}")
+
+
+@pytest.fixture
+def make_pool(zfs_ready, tmp_path):
+    made = []
+
+    def make(layout, size="256M"):
+        p = create_pool(tmp_path, layout, size)
+        made.append(p)
+        return p
+
+    yield make
+    for p in made:
+        p.destroy()
+
+
+@pytest.fixture
+def cfg_file(tmp_path) -> Path:
+    p = tmp_path / "config.toml"
+    p.write_text(f'state_db = "{tmp_path / "state.db"}"\n')
+    return p
+
+
+def rebal(*args: str, config: Path | None = None, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the real command line in a subprocess (exit codes, stderr lines, no tracebacks)."""
+    argv = [sys.executable, "-m", "rebal"]
+    if config is not None:
+        argv += ["--config", str(config)]
+    e = dict(os.environ)
+    e.pop("REBAL_CONFIG", None)
+    e.update(env or {})
+    r = subprocess.run(argv + list(args), capture_output=True, text=True, env=e)
+    assert "Traceback" not in r.stderr, r.stderr
+    if check and r.returncode != 0:
+        raise AssertionError(f"rebal {' '.join(args)} exited {r.returncode}: {r.stderr}")
+    return r
+
+
+def rebal_json(*args: str, config: Path | None = None) -> dict:
+    return json.loads(rebal(*args, "--json", config=config).stdout)

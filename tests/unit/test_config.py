@@ -1,0 +1,113 @@
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import rebal
+
+from rebal import config
+from rebal.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_example_config_is_valid_and_documents_every_key():
+    cfg = config.load(str(ROOT / "config.example.toml"), check_cron=True)
+    assert cfg.replicate and cfg.replicate[0].name == "nightly"
+    text = (ROOT / "config.example.toml").read_text()
+    # every key of every model appears in the example with a comment line somewhere above it
+    def keys(model, prefix=""):
+        for name, field in model.model_fields.items():
+            yield field.alias or name
+
+    for model in (config.Config, config.Rebalance, config.Schedule, config.Health, config.Notify,
+                  config.Email, config.Webhook, config.Replicate, config.Retention):
+        for k in keys(model):
+            assert f"{k} =" in text or f"[{k}]" in text or f"[[{k}]]" in text or f".{k}]" in text, (model.__name__, k)
+
+
+def test_only_state_db_is_valid(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text('state_db = "/some/path.db"\n')
+    cfg = config.load(str(p), check_cron=True)
+    assert cfg.state_db == "/some/path.db" and cfg.pools == [] and cfg.replicate == []
+    assert cfg.rebalance.target_spread == 10.0 and cfg.rebalance.reserve_percent == 10.0
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("bogus = 1\n", "bogus: unknown key"),
+        ("[rebalance]\ntarget_spread = \"ten\"\n", "rebalance.target_spread: Input should be a valid number"),
+        ("pools = [\"tank\", \"-o\"]\n", "pools[1]: a pool name starts with a letter"),
+        ("[schedule]\nfill = \"61 * * * *\"\n", "schedule.fill: '61 * * * *' is not a valid cron expression"),
+        ("[schedule]\nhealth = \"every day\"\n", "schedule.health: 'every day' is not a cron expression of 5 fields"),
+        (
+            "[[replicate]]\nname='n'\nsource='tank/-x'\ntarget_host='h'\ntarget='b/c'\n",
+            "replicate[0].source: a dataset name is pool/path",
+        ),
+        (
+            "[[replicate]]\nname='n'\nsource='tank/x'\ntarget_host='h;rm'\ntarget='b/c'\n",
+            "replicate[0].target_host: a host is a DNS name",
+        ),
+        ("state_db = [\n", "not valid TOML"),
+    ],
+)
+def test_config_check_one_line_naming_key_and_file(tmp_path, text, expected):
+    p = tmp_path / "bad.toml"
+    p.write_text(text)
+    r = rebal("config", "check", str(p), check=False)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"rebal: error: {p}: ")
+    assert expected in lines[0]
+
+
+def test_config_check_ok(tmp_path):
+    r = rebal("config", "check", str(ROOT / "config.example.toml"))
+    assert "OK" in r.stdout
+
+
+def test_named_missing_config_is_an_error_default_missing_is_not(tmp_path):
+    with pytest.raises(ConfigError, match="no such file"):
+        config.load(str(tmp_path / "nope.toml"))
+    env = {"REBAL_CONFIG": str(tmp_path / "nope2.toml")}
+    r = rebal("config", "check", check=False, env=env)
+    assert r.returncode == 2 and "nope2.toml: no such file" in r.stderr
+
+
+def test_unreadable_config(tmp_path):
+    p = tmp_path / "dir.toml"
+    p.mkdir()
+    r = rebal("--config", str(p), "status", check=False)
+    assert r.returncode == 2 and "cannot read" in r.stderr
+
+
+def test_every_command_has_help():
+    from typer.main import get_command
+
+    from rebal.cli import app
+
+    root = get_command(app)
+
+    def walk(cmd, path):
+        yield path, cmd
+        for name, sub in getattr(cmd, "commands", {}).items():
+            yield from walk(sub, path + [name])
+
+    seen = 0
+    for path, cmd in walk(root, []):
+        assert (cmd.help or "").strip(), f"rebal {' '.join(path)} has no help"
+        r = subprocess.run([sys.executable, "-m", "rebal", *path, "--help"], capture_output=True, text=True)
+        assert r.returncode == 0 and "Usage:" in r.stdout
+        seen += 1
+    assert seen >= 4
+
+
+def test_version():
+    from rebal import __version__
+
+    assert rebal("--version").stdout.strip() == f"rebal {__version__}"

@@ -1,0 +1,82 @@
+import os
+import sqlite3
+import stat
+
+import pytest
+
+from rebal import state
+from rebal.errors import StateError
+from rebal.zfs.model import Pool, Vdev
+
+
+def pool(alloc0, alloc1, name="tank"):
+    vd = (Vdev("a", "disk", 1000, alloc0, 1000 - alloc0), Vdev("b", "disk", 1000, alloc1, 1000 - alloc1),
+          Vdev("l", "disk", 100, 0, 100, vclass="log"))
+    return Pool(name, 2000, alloc0 + alloc1, 2000 - alloc0 - alloc1, "ONLINE", vd)
+
+
+def test_new_database_is_private_wal_and_current(tmp_path):
+    path = tmp_path / "sub" / "state.db"
+    conn = state.connect(path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == state.SCHEMA_VERSION
+
+
+def test_upgrade_from_version_1_keeps_data(tmp_path):
+    path = tmp_path / "old.db"
+    old = state.connect(path, migrate_to=1)
+    assert old.execute("PRAGMA user_version").fetchone()[0] == 1
+    old.execute("INSERT INTO samples (ts, pool, size, alloc, free, spread) VALUES (1, 'tank', 2, 1, 1, 5.5)")
+    old.execute("INSERT INTO sample_vdevs (sample_id, vdev, size, alloc, free) VALUES (1, 'a', 2, 1, 1)")
+    old.close()
+    conn = state.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == state.SCHEMA_VERSION
+    rows = state.samples(conn, "tank")
+    assert len(rows) == 1 and rows[0].spread == 5.5 and rows[0].vdevs == {"a": (2, 1)}
+    assert conn.execute("SELECT type FROM sample_vdevs").fetchone()[0] == ""  # column added by v2
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "new.db"
+    c = sqlite3.connect(path)
+    c.execute(f"PRAGMA user_version = {state.SCHEMA_VERSION + 1}")
+    c.close()
+    with pytest.raises(StateError, match="newer than this rebal"):
+        state.connect(path)
+
+
+def test_unwritable_location_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(StateError, match="cannot open state database"):
+        state.connect(blocker / "state.db")
+
+
+def test_samples_record_data_vdevs_only_and_since(tmp_path):
+    conn = state.connect(tmp_path / "s.db")
+    state.record_sample(conn, pool(800, 100), ts=100)
+    state.record_sample(conn, pool(500, 400), ts=200)
+    state.record_sample(conn, pool(1, 1, name="other"), ts=300)
+    rows = state.samples(conn, "tank")
+    assert [r.ts for r in rows] == [100, 200]
+    assert rows[0].vdevs == {"a": (1000, 800), "b": (1000, 100)}
+    assert rows[0].spread == pytest.approx(70.0)
+    assert [r.ts for r in state.samples(conn, "tank", since=150)] == [200]
+
+
+def test_atomic_rolls_back(tmp_path):
+    conn = state.connect(tmp_path / "s.db")
+    with pytest.raises(RuntimeError):
+        with state.atomic(conn):
+            conn.execute("INSERT INTO kv VALUES ('a', 'b')")
+            raise RuntimeError
+    assert conn.execute("SELECT count(*) FROM kv").fetchone()[0] == 0
+
+
+def test_runs(tmp_path):
+    conn = state.connect(tmp_path / "s.db")
+    rid = state.start_run(conn, "rebalance", pool="tank")
+    state.end_run(conn, rid, "ok", details={"bytes": 5})
+    row = conn.execute("SELECT * FROM runs").fetchone()
+    assert row["outcome"] == "ok" and row["details"] == '{"bytes": 5}' and row["ended"] >= row["started"]

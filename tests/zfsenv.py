@@ -1,0 +1,73 @@
+"""Helpers for tests on real ZFS (zfs-fuse here): availability, and throw-away pools on sparse files."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+_counter = itertools.count()
+
+
+def zfs_problem() -> str | None:
+    """Why real-ZFS tests cannot run here, or None when they can."""
+    if os.geteuid() != 0:
+        return "not root"
+    if not shutil.which("zpool"):
+        return "zpool is not installed (bash scripts/setup.sh installs zfs-fuse)"
+    r = subprocess.run(["zpool", "list"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"zpool does not answer: {r.stderr.strip() or r.stdout.strip()} (start zfs-fuse)"
+    return None
+
+
+def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run(list(argv), capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{' '.join(argv)} failed ({r.returncode}): {r.stderr.strip()}")
+    return r
+
+
+@dataclass
+class TestPool:
+    name: str
+    dir: Path
+    mountpoint: Path
+    disks: list[Path]
+
+    def disk(self, size: str = "256M") -> Path:
+        """A new sparse file to use as a vdev."""
+        p = self.dir / f"d{len(self.disks)}"
+        sh("truncate", "-s", size, str(p))
+        self.disks.append(p)
+        return p
+
+    def add(self, *spec: str) -> None:
+        sh("zpool", "add", "-f", self.name, *spec)
+
+    def destroy(self) -> None:
+        if sh("zpool", "list", self.name, check=False).returncode == 0:
+            sh("zpool", "destroy", "-f", self.name)
+
+
+def create_pool(tmp: Path, layout: list[list[str]], size: str = "256M", prefix: str = "rbt") -> TestPool:
+    """Create a pool; ``layout`` is a list of vdevs, each [] (one disk) or ["mirror", n] / ["raidz1", n]."""
+    name = f"{prefix}{os.getpid()}x{next(_counter)}"
+    d = tmp / name
+    d.mkdir(parents=True)
+    pool = TestPool(name, d, d / "mnt", [])
+    spec: list[str] = []
+    for vdev in layout:
+        spec += vdev_spec(pool, vdev, size)
+    sh("zpool", "create", "-f", "-m", str(pool.mountpoint), name, *spec)
+    return pool
+
+
+def vdev_spec(pool: TestPool, vdev: list, size: str = "256M") -> list[str]:
+    if not vdev:
+        return [str(pool.disk(size))]
+    kind, n = vdev
+    return [kind] + [str(pool.disk(size)) for _ in range(int(n))]
