@@ -209,6 +209,424 @@ def _render_history(pool, rows) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# plan / rebalance / runs
+
+TargetsArg = Annotated[list[str], typer.Argument(help="Datasets (tank/data) or directories inside mounted datasets.")]
+SpreadOpt = Annotated[Optional[float], typer.Option("--target-spread", help="Stop under this spread, in points [default: config].")]
+ExcludeOpt = Annotated[Optional[list[str]], typer.Option("--exclude", help="Glob of files or directories to leave alone (repeatable).")]
+MinAgeOpt = Annotated[Optional[float], typer.Option("--min-age", help="Only files not modified for this many days.")]
+MinSizeOpt = Annotated[Optional[str], typer.Option("--min-size", help="Only files at least this big (e.g. 1M).")]
+MaxSizeOpt = Annotated[Optional[str], typer.Option("--max-size", help="Only files at most this big (e.g. 10G).")]
+MaxBytesOpt = Annotated[Optional[str], typer.Option("--max-bytes", help="Rewrite at most this much (e.g. 500G).")]
+
+
+def _options(cfg, targets, target_spread, exclude, min_age, min_size, max_size, max_bytes, **kw):
+    from .rebalance.engine import Options
+    from .rebalance.scan import Filters
+    from .units import parse_size
+
+    rb = cfg.rebalance
+    spread = rb.target_spread if target_spread is None else target_spread
+    if not 0 < spread <= 100:
+        from .errors import UsageError
+
+        raise UsageError("--target-spread must be more than 0 and at most 100")
+    filters = Filters(
+        exclude=tuple(rb.exclude) + tuple(exclude or ()),
+        min_age_days=rb.min_age_days if min_age is None else min_age,
+        min_size=parse_size(min_size) if min_size else 0,
+        max_size=parse_size(max_size) if max_size else None,
+    )
+    return Options(
+        targets=list(targets),
+        target_spread=spread,
+        max_bytes=parse_size(max_bytes) if max_bytes else None,
+        reserve_percent=rb.reserve_percent,
+        filters=filters,
+        **kw,
+    )
+
+
+def _plan_json(prep) -> dict:
+    from .fill import iso  # noqa: F401  (keeps the import cheap path shared)
+
+    plan = prep.plan
+    after = {v.name: v for v in plan.after}
+    return {
+        "pool": prep.pool.name,
+        "targets": [{"dataset": t.dataset, "path": os.fsdecode(t.root)} for t in prep.targets],
+        "method": prep.method + (" -P" if prep.physical else ""),
+        "jobs": prep.jobs,
+        "target_spread": plan.target,
+        "spread_now": round(plan.spread_before, 2),
+        "spread_predicted": round(plan.spread_after, 2),
+        "bytes_needed": plan.needed_bytes,
+        "bytes_planned": plan.bytes,
+        "files_planned": plan.files,
+        "bytes_eligible": plan.candidate_bytes,
+        "files_eligible": prep.scan.files,
+        "pinned_bytes": prep.scan.pinned_bytes,
+        "vdevs": [
+            {"name": v.name, "size": v.size, "alloc": v.alloc, "cap": round(v.cap, 2),
+             "predicted_alloc": after[v.name].alloc, "predicted_cap": round(after[v.name].cap, 2)}
+            for v in plan.before
+        ],
+        "dirs": [{"path": os.fsdecode(d.path), "files": d.files, "bytes": d.bytes} for d in plan.dirs],
+        "skipped": {
+            k: {"count": n, "bytes": prep.scan.skips.bytes.get(k, 0), "examples": prep.scan.skips.examples.get(k, [])}
+            for k, n in prep.scan.skips.counts.items()
+        },
+        "warnings": prep.warnings,
+        "notes": prep.notes,
+        "resumes_run": prep.resume_run,
+    }
+
+
+def _render_plan(prep, max_dirs: int = 30) -> None:
+    from rich.table import Table
+
+    from . import fill
+    from .units import human
+
+    con = _console()
+    plan = prep.plan
+    short = fill.short_names([v.name for v in plan.before])
+    con.print(f"[bold]{prep.pool.name}[/]: spread now [bold]{plan.spread_before:.1f}[/] points, target {plan.target:g}; "
+              f"method: {prep.method}{' -P' if prep.physical else ''}, {prep.jobs} files at once")
+    t = Table(box=None, pad_edge=False)
+    for col in ("VDEV", "SIZE", "ALLOC", "CAP NOW", "CAP AFTER (predicted)"):
+        t.add_column(col, justify="left" if col == "VDEV" else "right")
+    after = {v.name: v for v in plan.after}
+    for v in plan.before:
+        t.add_row(short[v.name], human(v.size), human(v.alloc), f"{v.cap:.1f}%", f"{after[v.name].cap:.1f}%")
+    con.print(t)
+    if plan.needed_bytes == 0:
+        con.print("[green]the spread is already within the target: nothing to do[/]")
+    elif plan.needed_bytes is None:
+        con.print(f"predicted spread after rewriting everything eligible: [bold]{plan.spread_after:.1f}[/] points "
+                  "(the target is not reachable with these directories)")
+    else:
+        con.print(f"predicted spread after: [bold]{plan.spread_after:.1f}[/] points, after rewriting about "
+                  f"{human(plan.needed_bytes)} (of {human(plan.candidate_bytes)} eligible in {prep.scan.files} files)")
+    if plan.dirs:
+        con.print(f"\ndirectories to rewrite, in order ({len(plan.dirs)}; the rebalance goes on past them "
+                  "if the measured spread is still over the target):")
+        d = Table(box=None, pad_edge=False)
+        d.add_column("BYTES", justify="right")
+        d.add_column("FILES", justify="right")
+        d.add_column("DIRECTORY", overflow="fold")
+        for e in plan.dirs[:max_dirs]:
+            d.add_row(human(e.bytes), str(e.files), os.fsdecode(e.path))
+        if len(plan.dirs) > max_dirs:
+            d.add_row("", "", f"... and {len(plan.dirs) - max_dirs} more (--json lists all)")
+        con.print(d)
+    skips = prep.scan.skips
+    if skips.counts:
+        con.print("\nleft alone:")
+        for k, n in skips.counts.items():
+            b = skips.bytes.get(k, 0)
+            con.print(f"  {n} {k}" + (f", {human(b)}" if b else "") + f"  (e.g. {skips.examples[k][0]})")
+    for w in prep.warnings:
+        con.print(f"[yellow]warning:[/] {w}")
+    for n in prep.notes:
+        con.print(f"note: {n}")
+    if prep.resume_run is not None:
+        con.print(f"note: continues unfinished run {prep.resume_run} ({len(prep.done_dirs)} directories already done)")
+
+
+@app.command()
+def plan(
+    targets: TargetsArg,
+    target_spread: SpreadOpt = None,
+    exclude: ExcludeOpt = None,
+    min_age: MinAgeOpt = None,
+    min_size: MinSizeOpt = None,
+    max_size: MaxSizeOpt = None,
+    max_bytes: MaxBytesOpt = None,
+    method: Annotated[str, typer.Option(help="auto, copy or rewrite.")] = "auto",
+    as_json: JsonOpt = False,
+) -> None:
+    """Dry run: what a rebalance would rewrite, and the predicted CAP per vdev after. Changes nothing."""
+    from .rebalance.engine import prepare
+    from .zfs.cli import Zfs, Zpool
+
+    cfg = _config()
+    opts = _options(cfg, targets, target_spread, exclude, min_age, min_size, max_size, max_bytes,
+                    method=_choice("--method", method, ("auto", "copy", "rewrite")))
+    conn = _state_or_none(cfg)
+    prep = prepare(opts, Zpool(), Zfs(), conn)
+    if as_json:
+        _out(_plan_json(prep))
+    else:
+        _render_plan(prep)
+
+
+def _choice(opt: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        from .errors import UsageError
+
+        raise UsageError(f"{opt} must be one of: {', '.join(allowed)}")
+    return value
+
+
+def _state_or_none(cfg):
+    try:
+        return _state(cfg)
+    except RebalError as e:
+        _warn(f"{e} (the plan cannot see unfinished runs)")
+        return None
+
+
+@app.command()
+def rebalance(
+    targets: TargetsArg,
+    target_spread: SpreadOpt = None,
+    max_bytes: MaxBytesOpt = None,
+    until: Annotated[Optional[str], typer.Option(help="Stop cleanly at this time of day (HH:MM).")] = None,
+    max_rate: Annotated[Optional[str], typer.Option(help="Rewrite at most this many bytes per second (e.g. 200M).")] = None,
+    verify: Annotated[Optional[str], typer.Option(help="hash, size or none [default: config].")] = None,
+    method: Annotated[Optional[str], typer.Option(help="auto, copy or rewrite [default: config].")] = None,
+    jobs: Annotated[Optional[int], typer.Option(help="Files rewritten at once [default: from vdevs and cores].")] = None,
+    exclude: ExcludeOpt = None,
+    min_age: MinAgeOpt = None,
+    min_size: MinSizeOpt = None,
+    max_size: MaxSizeOpt = None,
+    allow_snapshots: Annotated[bool, typer.Option("--allow-snapshots", help="Rewrite data that snapshots pin (grows the pool).")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan and change nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON line per directory done, and one at the end.")] = False,
+) -> None:
+    """Rewrite files so ZFS spreads them over every vdev, until the spread is under the target."""
+    import signal
+    import threading
+
+    from .errors import UsageError
+    from .rebalance import engine
+    from .units import parse_size
+    from .zfs.cli import Zfs, Zpool
+
+    cfg = _config()
+    rb = cfg.rebalance
+    if jobs is not None and not 1 <= jobs <= 64:
+        raise UsageError("--jobs must be between 1 and 64")
+    opts = _options(
+        cfg, targets, target_spread, exclude, min_age, min_size, max_size, max_bytes,
+        until=engine.until_epoch(until) if until else None,
+        max_rate=parse_size(max_rate) if max_rate else (parse_size(rb.max_rate) if rb.max_rate else None),
+        verify=_choice("--verify", verify or rb.verify, ("hash", "size", "none")),
+        method=_choice("--method", method or rb.method, ("auto", "copy", "rewrite")),
+        jobs=jobs or rb.jobs,
+        allow_snapshots=allow_snapshots or rb.allow_snapshots,
+    )
+    zpool, zfs = Zpool(), Zfs()
+    if dry_run:
+        conn = _state_or_none(cfg)
+        prep = engine.prepare(opts, zpool, zfs, conn)
+        if as_json:
+            _out(_plan_json(prep) | {"dry_run": True})
+        else:
+            _render_plan(prep)
+            print("dry run: nothing was changed")
+        return
+    if os.geteuid() != 0:
+        raise engine.RefusedError("rebal rebalance runs as root: it must keep every file's owner")
+    conn = _state(cfg)
+    prep = engine.prepare(opts, zpool, zfs, conn)
+    if prep.scan.pinned_bytes and not opts.allow_snapshots:
+        from .units import human
+
+        raise engine.RefusedError(
+            f"{human(prep.scan.pinned_bytes)} of the data to rewrite is held by snapshots of "
+            f"{', '.join(sorted({t.dataset for t in prep.targets}))}: rewriting it would grow the pool by that much "
+            "and move nothing. Destroy or expire the snapshots first, or pass --allow-snapshots to accept the cost."
+        )
+    stop = threading.Event()
+    got: list[int] = []
+
+    def on_signal(signum, _frame):
+        got.append(signum)
+        stop.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        events = _JsonEvents() if as_json else _ProgressEvents(prep)
+        if not as_json:
+            for w in prep.warnings:
+                _console(stderr=True).print(f"[yellow]warning:[/] {w}")
+        with events:
+            report = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, events, stop)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    if got:
+        report.outcome, report.reason = "interrupted", f"stopped by signal {signal.Signals(got[0]).name}"
+        conn.execute("UPDATE runs SET outcome = 'interrupted' WHERE id = ?", (report.run_id,))
+    if as_json:
+        print(json.dumps({"event": "done"} | report.as_dict()), flush=True)
+    else:
+        _render_report(report)
+    if report.outcome == "interrupted":
+        raise typer.Exit(130 if got and got[0] == signal.SIGINT else 0)
+
+
+class _JsonEvents:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def start(self, prep, total_files, total_bytes):
+        print(json.dumps({"event": "start", "pool": prep.pool.name, "method": prep.method, "jobs": prep.jobs,
+                          "files": total_files, "bytes": total_bytes,
+                          "spread": round(prep.pool.spread, 2)}), flush=True)
+
+    def file_done(self, ref, result):
+        pass
+
+    def dir_done(self, rep):
+        print(json.dumps({"event": "dir", "path": os.fsdecode(rep.path), "files": rep.files, "bytes": rep.bytes,
+                          "skipped": rep.skipped, "spread": None if rep.spread is None else round(rep.spread, 2)}),
+              flush=True)
+
+    def measured(self, spread):
+        pass
+
+    def note(self, text):
+        print(json.dumps({"event": "note", "text": text}), flush=True)
+
+
+class _ProgressEvents:
+    """A rich progress bar on a terminal; a line per directory otherwise (logs, journald)."""
+
+    def __init__(self, prep):
+        self.prep = prep
+        self.con = _console()
+        self.tty = self.con.is_terminal
+        self.progress = None
+        self.spread = prep.pool.spread
+        self.task_files = self.task_bytes = None
+
+    def __enter__(self):
+        if self.tty:
+            from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
+                                       TimeRemainingColumn, TransferSpeedColumn)
+
+            self.progress = Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("files"),
+                DownloadColumn(binary_units=True), TransferSpeedColumn(), TimeRemainingColumn(),
+                TextColumn("spread {task.fields[spread]}"), console=self.con,
+            )
+            self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.progress:
+            self.progress.__exit__(*exc)
+        return False
+
+    def start(self, prep, total_files, total_bytes):
+        if self.progress:
+            self.task = self.progress.add_task("rebalance", total=total_files, spread=f"{self.spread:.1f}")
+            self.task_bytes_total = total_bytes
+            self.bytes_done = 0
+            self.progress.update(self.task, total=total_files)
+        else:
+            from .units import human
+
+            print(f"rebalance {prep.pool.name}: {total_files} files, {human(total_bytes)} eligible, "
+                  f"spread {self.spread:.1f}, method {prep.method}, {prep.jobs} at once", flush=True)
+
+    def file_done(self, ref, result):
+        if self.progress:
+            self.progress.advance(self.task, 1)
+
+    def dir_done(self, rep):
+        from .units import human
+
+        if rep.spread is not None:
+            self.spread = rep.spread
+        if self.progress:
+            self.progress.update(self.task, spread=f"{self.spread:.1f}")
+        else:
+            sk = ", ".join(f"{n} {k}" for k, n in rep.skipped.items())
+            print(f"{os.fsdecode(rep.path)}: {rep.files} files, {human(rep.bytes)}"
+                  + (f", skipped {sk}" if sk else "") + f"; spread {self.spread:.1f}", flush=True)
+
+    def measured(self, spread):
+        self.spread = spread
+
+    def note(self, text):
+        (self.progress.console if self.progress else self.con).print(f"note: {text}")
+
+
+def _render_report(rep) -> None:
+    from .units import human
+
+    con = _console()
+    rate = rep.bytes / rep.seconds if rep.seconds else 0
+    con.print(f"[bold]{rep.outcome}[/]: {rep.reason}")
+    con.print(f"rewrote {rep.files} files, {human(rep.bytes)} in {rep.dirs} directories, {rep.seconds:.1f} s "
+              f"({human(rate)}/s); spread {rep.spread_before:.1f} -> {rep.spread_after:.1f} points "
+              f"(predicted {rep.predicted_after:.1f}); run {rep.run_id}")
+    if rep.skipped:
+        con.print("skipped: " + ", ".join(f"{n} {k}" for k, n in rep.skipped.items()))
+
+
+@app.command()
+def runs(
+    kind: Annotated[Optional[str], typer.Option(help="Only runs of this kind (rebalance, replicate, ...).")] = None,
+    job: Annotated[Optional[str], typer.Option(help="Only runs of this replication job.")] = None,
+    limit: Annotated[int, typer.Option(help="How many of the newest runs.")] = 20,
+    as_json: JsonOpt = False,
+) -> None:
+    """Runs recorded in the state database: what, when, how much, spread before and after, outcome."""
+    from .fill import iso
+
+    cfg = _config()
+    conn = _state(cfg)
+    q = "SELECT * FROM runs WHERE 1=1"
+    args: list = []
+    if kind:
+        q += " AND kind = ?"
+        args.append(kind)
+    if job:
+        q += " AND job = ?"
+        args.append(job)
+    q += " ORDER BY id DESC LIMIT ?"
+    args.append(max(1, limit))
+    rows = conn.execute(q, args).fetchall()
+    out = []
+    for r in rows:
+        d = json.loads(r["details"]) if r["details"] else {}
+        out.append({
+            "id": r["id"], "kind": r["kind"], "job": r["job"], "pool": r["pool"],
+            "started": iso(r["started"]), "ended": iso(r["ended"]) if r["ended"] else None,
+            "seconds": round(r["ended"] - r["started"], 1) if r["ended"] else None,
+            "outcome": r["outcome"] or "running or crashed", "error": r["error"], "details": d,
+        })
+    if as_json:
+        _out({"runs": out})
+        return
+    if not out:
+        print("no runs recorded yet")
+        return
+    from rich.table import Table
+
+    from .units import human
+
+    t = Table(box=None, pad_edge=False)
+    for col in ("ID", "KIND", "POOL/JOB", "STARTED (UTC)", "SECONDS", "FILES", "BYTES", "SPREAD", "OUTCOME"):
+        t.add_column(col, justify="right" if col in ("ID", "SECONDS", "FILES", "BYTES") else "left", no_wrap=True)
+    for r in out:
+        d = r["details"]
+        spread = f"{d['spread_before']:.1f} -> {d['spread_after']:.1f}" if "spread_before" in d else ""
+        t.add_row(str(r["id"]), r["kind"], r["job"] or r["pool"] or "", r["started"][:16].replace("T", " "),
+                  "" if r["seconds"] is None else f"{r['seconds']:.0f}",
+                  str(d.get("files", "")), human(d["bytes"]) if "bytes" in d else "", spread, r["outcome"])
+    _console().print(t)
+
+
+# ---------------------------------------------------------------------------------------------
 # config check
 
 

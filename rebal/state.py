@@ -57,6 +57,35 @@ MIGRATIONS: list[str] = [
     CREATE INDEX runs_kind_started ON runs(kind, started);
     CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
     """,
+    # 3: the rebalance journal. Paths are BLOBs: file names are bytes, not always UTF-8.
+    """
+    ALTER TABLE runs ADD COLUMN key TEXT;  -- what a run works on, to find the run to resume
+    CREATE TABLE rebalance_dirs (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        path BLOB NOT NULL,
+        state TEXT NOT NULL,             -- done
+        files INTEGER NOT NULL DEFAULT 0,
+        bytes INTEGER NOT NULL DEFAULT 0,
+        ended REAL,
+        PRIMARY KEY (run_id, path)
+    );
+    CREATE TABLE journal (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        dir BLOB NOT NULL,
+        name BLOB NOT NULL,
+        tmp BLOB NOT NULL,               -- temp name in the same directory
+        orig_ino INTEGER NOT NULL,
+        copy_ino INTEGER,
+        size INTEGER NOT NULL,
+        mtime_ns INTEGER NOT NULL,
+        ctime_ns INTEGER NOT NULL,
+        state TEXT NOT NULL,             -- copying, verified, swapped, skipped, failed, changed, recovered
+        reason TEXT
+    );
+    CREATE INDEX journal_open ON journal(state) WHERE state IN ('copying', 'verified');
+    CREATE INDEX runs_key ON runs(key, started);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -176,9 +205,13 @@ def samples(conn: sqlite3.Connection, pool: str, since: float | None = None, lim
 # -- runs -------------------------------------------------------------------------------------
 
 
-def start_run(conn: sqlite3.Connection, kind: str, *, job: str | None = None, pool: str | None = None) -> int:
+def start_run(
+    conn: sqlite3.Connection, kind: str, *, job: str | None = None, pool: str | None = None, key: str | None = None
+) -> int:
     with atomic(conn):
-        cur = conn.execute("INSERT INTO runs (kind, job, pool, started) VALUES (?, ?, ?, ?)", (kind, job, pool, time.time()))
+        cur = conn.execute(
+            "INSERT INTO runs (kind, job, pool, started, key) VALUES (?, ?, ?, ?, ?)", (kind, job, pool, time.time(), key)
+        )
     return cur.lastrowid
 
 

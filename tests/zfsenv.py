@@ -6,6 +6,7 @@ import itertools
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,8 +50,17 @@ class TestPool:
         sh("zpool", "add", "-f", self.name, *spec)
 
     def destroy(self) -> None:
-        if sh("zpool", "list", self.name, check=False).returncode == 0:
-            sh("zpool", "destroy", "-f", self.name)
+        """Destroy the pool. zfs-fuse answers "pool is busy" for a moment after files were open."""
+        for attempt in range(50):
+            if sh("zpool", "list", self.name, check=False).returncode != 0:
+                return
+            r = sh("zpool", "destroy", "-f", self.name, check=False)
+            if r.returncode == 0:
+                return
+            if "busy" not in r.stderr:
+                raise AssertionError(f"zpool destroy {self.name}: {r.stderr.strip()}")
+            time.sleep(0.1 * min(attempt + 1, 5))  # bounded retry of a cleanup, not a synchronisation
+        raise AssertionError(f"zpool destroy {self.name}: still busy")
 
 
 def create_pool(tmp: Path, layout: list[list[str]], size: str = "256M", prefix: str = "rbt") -> TestPool:

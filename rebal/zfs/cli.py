@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from .. import names
-from ..errors import CommandFailed, NoSuchPool, UnsupportedOption
+from ..errors import CommandFailed, NoSuchPool, UnsupportedOption, UsageError
 from ..runner import Result, run
 from . import parse
 from .model import Pool, PoolStatus
@@ -46,6 +46,35 @@ class Zpool:
             names.pool(n)
         res = self._zpool(["status", *pool_names])
         return parse.parse_zpool_status(res.stdout)
+
+    def settle(self, pool: str, timeout: float = 30.0) -> None:
+        """Wait until frees of deleted data show in the figures.
+
+        OpenZFS: `zpool sync`, then the `freeing` property back to 0. Old ZFS (zfs-fuse) has neither
+        and syncs an idle pool's transaction groups late: setting and clearing a user property of
+        the pool's root dataset are two sync tasks, each of which waits for a transaction group to
+        be written; nothing is left behind.
+        """
+        import time
+
+        names.pool(pool)
+        try:
+            self._zpool(["sync", pool])
+        except UnsupportedOption:
+            self._run(["zfs", "set", "rebal:settle=1", pool], readonly=False)
+            self._run(["zfs", "inherit", "rebal:settle", pool], readonly=False)
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            res = self._run(["zpool", "get", "-Hp", "-o", "value", "freeing", pool], check=False)
+            if res.returncode != 0 or res.stdout.strip() in ("0", "-", ""):
+                return
+            time.sleep(0.2)
+
+    def feature(self, pool: str, feature: str) -> str:
+        """'enabled', 'active', 'disabled', or '' where the pool has no such feature."""
+        res = self._run(["zpool", "get", "-H", "-o", "value", f"feature@{feature}", pool], check=False)
+        return res.stdout.strip() if res.returncode == 0 else ""
 
     def pool_names(self) -> list[str]:
         res = self._zpool(["list", "-H", "-o", "name"])
@@ -88,3 +117,88 @@ class Zpool:
             return self.pool_names()
         except Exception:  # only used to decorate an error message
             return []
+
+
+class Zfs:
+    """Datasets, properties, snapshots, and what this `zfs` can do."""
+
+    def __init__(self, runner: Runner = run) -> None:
+        self._run = runner
+        self._rewrite: tuple[bool, bool] | None = None
+
+    def mounted_filesystems(self) -> list[tuple[str, str]]:
+        res = self._run(["zfs", "list", "-H", "-o", "name,mountpoint", "-t", "filesystem"])
+        out = []
+        for line in res.stdout.splitlines():
+            name, _, mp = line.partition("\t")
+            if mp.startswith("/"):
+                out.append((name, mp))
+        return out
+
+    def dataset_for_path(self, path: str) -> tuple[str, str]:
+        """(dataset, mountpoint) of the mounted ZFS file system that holds ``path``."""
+        import os
+
+        try:
+            dev = os.stat(path).st_dev
+        except OSError as e:
+            raise UsageError(f"{path}: {e.strerror}") from None
+        best: tuple[str, str] | None = None
+        for name, mp in self.mounted_filesystems():
+            try:
+                if os.stat(mp).st_dev != dev:
+                    continue
+            except OSError:
+                continue
+            if best is None or len(mp) > len(best[1]):
+                best = (name, mp)
+        if best is None:
+            raise UsageError(f"{path} is not on a mounted ZFS file system")
+        return best
+
+    def mountpoint(self, dataset: str) -> str:
+        names.dataset(dataset)
+        props = self.get(dataset, ["mountpoint", "mounted"])
+        if props.get("mounted") != "yes" or not props.get("mountpoint", "").startswith("/"):
+            raise UsageError(f"dataset {dataset} is not mounted")
+        return props["mountpoint"]
+
+    def get(self, dataset: str, props: list[str]) -> dict[str, str]:
+        try:
+            res = self._run(["zfs", "get", "-Hp", "-o", "property,value", ",".join(props), dataset])
+        except CommandFailed as e:
+            if "dataset does not exist" in e.stderr:
+                raise UsageError(f"no such dataset: {dataset}") from None
+            raise
+        out = {}
+        for line in res.stdout.splitlines():
+            k, _, v = line.partition("\t")
+            out[k] = v
+        return out
+
+    def snapshots(self, dataset: str) -> list[tuple[str, int]]:
+        """(name, creation time) of the snapshots of ``dataset`` itself, oldest first."""
+        res = self._run(["zfs", "get", "-Hp", "-r", "-o", "name,value", "creation", dataset])
+        out = []
+        for line in res.stdout.splitlines():
+            name, _, value = line.partition("\t")
+            if name.startswith(dataset + "@") and value.isdigit():
+                out.append((name, int(value)))
+        return sorted(out, key=lambda s: s[1])
+
+    def rewrite_support(self) -> tuple[bool, bool]:
+        """(zfs has `rewrite`, `rewrite` has -P), from the usage text `zfs rewrite` prints."""
+        if self._rewrite is None:
+            res = self._run(["zfs", "rewrite"], check=False)
+            self._rewrite = parse_rewrite_usage(res.stdout + res.stderr)
+        return self._rewrite
+
+
+def parse_rewrite_usage(text: str) -> tuple[bool, bool]:
+    """From `zfs rewrite` (no arguments) output: is there a rewrite command, and does it take -P."""
+    import re
+
+    m = re.search(r"^\s*rewrite\s+\[-([A-Za-z]+)\]", text, re.M)
+    if not m:
+        return (False, False)
+    return (True, "P" in m.group(1))

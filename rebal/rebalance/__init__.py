@@ -1,0 +1,1 @@
+"""The rebalance engine: scan and plan, copy-verify-swap, journal, zfs rewrite."""

@@ -1,0 +1,378 @@
+"""Copy-verify-swap of one regular file, so that ZFS writes its blocks anew.
+
+At every instant the file's name holds a complete file:
+1. the original is opened (O_NOFOLLOW, O_NOATIME) and checked against what the scan saw; a read lease
+   is taken where the platform allows, so a file open for writing is skipped and a writer that opens
+   it meanwhile breaks the lease, which makes the copy be dropped;
+2. the data is copied by plain read(2)/write(2) into a hidden temp file in the same directory (never
+   copy_file_range, sendfile or a reflink: block cloning would move nothing); holes are kept; a hash
+   of what was read is kept;
+3. owner, mode, xattrs (POSIX ACLs included) and atime/mtime in ns are restored, the copy is fsynced
+   and verified against the hash by reading it back (or by size and samples, as configured);
+4. the original is checked unchanged (inode, size, mtime_ns, ctime_ns, the lease) and the copy is
+   renamed over it. The original keeps a second hidden name until a last lease check after the
+   rename: if a writer opened the original in that instant, the original is put back.
+
+The temp names are short (from the inode number), so a 255-byte file name works. Recovery after a
+crash only ever removes a temp name: see `journal.recover`.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import fcntl
+import os
+import stat
+import threading
+import time
+from dataclasses import dataclass
+
+import xxhash
+
+CHUNK = 1 << 20
+ZERO = bytes(CHUNK)
+SEEK_DATA = getattr(os, "SEEK_DATA", 3)
+SEEK_HOLE = getattr(os, "SEEK_HOLE", 4)
+F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
+F_GETLEASE = getattr(fcntl, "F_GETLEASE", 1025)
+LEASE_CHECK_BYTES = 16 << 20
+
+
+def tmp_name(ino: int) -> bytes:
+    """Hidden name of the new copy: short, whatever the length of the original's name."""
+    return b".rebal-%x.tmp" % ino
+
+
+def old_name(ino: int) -> bytes:
+    """Hidden second name the original keeps for the instant of the swap."""
+    return b".rebal-%x.old" % ino
+
+
+def is_temp_name(name: bytes) -> bool:
+    return name.startswith(b".rebal-") and (name.endswith(b".tmp") or name.endswith(b".old"))
+
+
+class Outcome(str, enum.Enum):
+    SWAPPED = "swapped"
+    CHANGED = "changed"  # modified or replaced meanwhile: copy dropped, retry later
+    IN_USE = "in-use"  # open for writing (lease refused or broken)
+    GONE = "gone"  # deleted meanwhile
+    NOSPACE = "nospace"  # ENOSPC / EDQUOT while copying: copy dropped
+    ABORTED = "aborted"  # stop requested mid-copy: copy dropped
+    FAILED = "failed"  # any other I/O error: copy dropped, original untouched
+    VERIFY = "verify-failed"  # the copy read back differs: copy dropped
+
+
+@dataclass(frozen=True)
+class FileRef:
+    """A file as the scan saw it."""
+
+    dir: bytes
+    name: bytes
+    ino: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def from_stat(cls, d: bytes, name: bytes, st: os.stat_result) -> FileRef:
+        return cls(d, name, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    @property
+    def path(self) -> bytes:
+        return os.path.join(self.dir, self.name)
+
+
+@dataclass
+class Result:
+    outcome: Outcome
+    written: int = 0
+    reason: str = ""
+    copy_ino: int | None = None
+
+
+class Throttle:
+    """A shared byte-rate limit (token bucket, 1 s burst) for all workers."""
+
+    def __init__(self, rate: float | None) -> None:
+        self.rate = rate
+        self._lock = threading.Lock()
+        self._next = time.monotonic()
+
+    def consume(self, n: int, stop: threading.Event) -> None:
+        if not self.rate:
+            return
+        with self._lock:
+            now = time.monotonic()
+            self._next = max(self._next, now - 1.0) + n / self.rate
+            wait = self._next - now
+        if wait > 0:
+            stop.wait(wait)
+
+
+class _Abort(Exception):
+    def __init__(self, outcome: Outcome, reason: str = "") -> None:
+        super().__init__(reason)
+        self.outcome = outcome
+        self.reason = reason
+
+
+def _link_noreplace(dfd: int, src: bytes, dst: bytes) -> None:
+    os.link(src, dst, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+
+
+def _same(st: os.stat_result, ref: FileRef) -> bool:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) == (ref.ino, ref.size, ref.mtime_ns, ref.ctime_ns)
+
+
+class Copier:
+    def __init__(
+        self,
+        verify: str = "hash",
+        stop: threading.Event | None = None,
+        throttle: Throttle | None = None,
+        use_lease: bool = True,
+    ) -> None:
+        if verify not in ("hash", "size", "none"):
+            raise ValueError(verify)
+        self.verify = verify
+        self.stop = stop or threading.Event()
+        self.throttle = throttle or Throttle(None)
+        self.use_lease = use_lease
+
+    # -- the whole file -----------------------------------------------------------------------
+
+    def copy(self, dfd: int, ref: FileRef, on_created=None) -> Result:
+        """Rewrite one file. Never raises for a per-file problem: the outcome says what happened.
+
+        ``on_created(copy_ino)`` is called once the temp file exists (for the journal).
+        """
+        src = tmp = -1
+        tmp_made = old_made = False
+        tname, oname = tmp_name(ref.ino), old_name(ref.ino)
+        written = 0
+        try:
+            try:
+                # O_NONBLOCK: a file swapped for a FIFO since the scan must not hang the open
+                src = _open_noatime(ref.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dfd)
+            except FileNotFoundError:
+                return Result(Outcome.GONE, reason="deleted before the copy")
+            st = os.fstat(src)
+            if not stat.S_ISREG(st.st_mode):
+                return Result(Outcome.CHANGED, reason="no longer a regular file")
+            if not _same(st, ref):
+                return Result(Outcome.CHANGED, reason="changed since the scan")
+            leased = self._lease(src)
+            try:
+                tmp = _open_noatime(
+                    tname, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, dfd, 0o600
+                )
+            except FileExistsError:
+                return Result(Outcome.FAILED, reason=f"temp name {tname.decode()} exists (left by someone else?)")
+            tmp_made = True
+            copy_ino = os.fstat(tmp).st_ino
+            if on_created:
+                on_created(copy_ino)
+            digest, written = self._copy_data(src, tmp, ref.size, leased)
+            self._copy_metadata(src, tmp, st)
+            os.fsync(tmp)
+            self._verify(src, tmp, ref.size, digest)
+            self._check_unchanged(dfd, src, ref, leased)
+            # Swap. The original first gets a second hidden name, so that it can be put back.
+            _link_noreplace(dfd, ref.name, oname)
+            old_made = True
+            os.rename(tname, ref.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            tmp_made = False
+            if leased and not self._lease_held(src):
+                # A writer opened the original in the instant of the swap: give it back its file.
+                os.rename(oname, ref.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                old_made = False
+                return Result(Outcome.IN_USE, written, "opened for writing during the swap", copy_ino)
+            os.unlink(oname, dir_fd=dfd)
+            old_made = False
+            return Result(Outcome.SWAPPED, written, copy_ino=copy_ino)
+        except _Abort as a:
+            return Result(a.outcome, written, a.reason)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                return Result(Outcome.NOSPACE, written, "no space left for the copy")
+            return Result(Outcome.FAILED, written, f"{os.strerror(e.errno or 0) or e}")
+        finally:
+            if tmp >= 0:
+                os.close(tmp)
+            if tmp_made:
+                _unlink_quiet(dfd, tname)
+            if old_made:
+                _unlink_quiet(dfd, oname)
+            if src >= 0:
+                os.close(src)  # releases the lease
+
+    # -- steps --------------------------------------------------------------------------------
+
+    def _lease(self, fd: int) -> bool:
+        if not self.use_lease:
+            return False
+        try:
+            fcntl.fcntl(fd, F_SETLEASE, fcntl.F_RDLCK)
+            return True
+        except OSError as e:
+            if e.errno in (errno.EAGAIN, errno.EBUSY):
+                raise _Abort(Outcome.IN_USE, "open for writing by another process") from None
+            return False  # no lease support here (EINVAL, ENOLCK, EPERM): rely on the unchanged-check
+
+    @staticmethod
+    def _lease_held(fd: int) -> bool:
+        try:
+            return fcntl.fcntl(fd, F_GETLEASE) == fcntl.F_RDLCK
+        except OSError:
+            return False
+
+    def _copy_data(self, src: int, dst: int, size: int, leased: bool) -> tuple[bytes, int]:
+        """Copy ``size`` bytes, keeping holes; return the xxh3-128 of the content and bytes written."""
+        h = xxhash.xxh3_128()
+        buf = bytearray(CHUNK)
+        mv = memoryview(buf)
+        zmv = memoryview(ZERO)
+        off = 0
+        written = 0
+        since_check = 0
+        while off < size:
+            if self.stop.is_set():
+                raise _Abort(Outcome.ABORTED, "stop requested")
+            data_at = _next_data(src, off, size)
+            if data_at > off:  # a hole: leave it unwritten in the copy, hash it as zeros
+                _hash_zeros(h, data_at - off)
+                off = data_at
+                continue
+            want = min(CHUNK, size - off)
+            n = os.preadv(src, [mv[:want]], off)
+            if n <= 0:
+                raise _Abort(Outcome.CHANGED, "file shrank while being copied")
+            chunk = mv[:n]
+            h.update(chunk)
+            if chunk != zmv[:n]:
+                pos = 0
+                while pos < n:
+                    pos += os.pwritev(dst, [chunk[pos:]], off + pos)
+                written += n
+                self.throttle.consume(n, self.stop)
+            off += n
+            since_check += n
+            if leased and since_check >= LEASE_CHECK_BYTES:
+                since_check = 0
+                if not self._lease_held(src):
+                    raise _Abort(Outcome.IN_USE, "opened for writing during the copy")
+        os.ftruncate(dst, size)
+        return h.digest(), written
+
+    @staticmethod
+    def _copy_metadata(src: int, dst: int, st: os.stat_result) -> None:
+        os.fchown(dst, st.st_uid, st.st_gid)  # before chmod: chown clears set-id bits
+        os.fchmod(dst, stat.S_IMODE(st.st_mode))
+        for name in _listxattr(src):
+            try:
+                value = os.getxattr(src, name)
+            except OSError as e:
+                if e.errno in (errno.ENODATA, errno.ENOTSUP):
+                    continue
+                raise
+            os.setxattr(dst, name, value)
+        if stat.S_IMODE(os.fstat(dst).st_mode) != stat.S_IMODE(st.st_mode):
+            os.fchmod(dst, stat.S_IMODE(st.st_mode))  # an ACL's mask may have changed group bits
+        os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    def _verify(self, src: int, dst: int, size: int, digest: bytes) -> None:
+        if os.fstat(dst).st_size != size:
+            raise _Abort(Outcome.VERIFY, "copy has the wrong size")
+        if self.verify == "none":
+            return
+        try:
+            os.posix_fadvise(dst, 0, 0, os.POSIX_FADV_DONTNEED)  # read back from the file system
+        except OSError:
+            pass
+        if self.verify == "hash":
+            h = xxhash.xxh3_128()
+            buf = bytearray(CHUNK)
+            mv = memoryview(buf)
+            off = 0
+            while off < size:
+                if self.stop.is_set():
+                    raise _Abort(Outcome.ABORTED, "stop requested")
+                n = os.preadv(dst, [mv[: min(CHUNK, size - off)]], off)
+                if n <= 0:
+                    raise _Abort(Outcome.VERIFY, "copy is short")
+                h.update(mv[:n])
+                off += n
+            if h.digest() != digest:
+                raise _Abort(Outcome.VERIFY, "copy read back differs from the original (hash)")
+            return
+        # size: compare samples of both files
+        for off in _sample_offsets(size):
+            a = os.pread(src, 65536, off)
+            b = os.pread(dst, 65536, off)
+            if a != b:
+                raise _Abort(Outcome.VERIFY, f"copy differs from the original at offset {off}")
+
+    def _check_unchanged(self, dfd: int, src: int, ref: FileRef, leased: bool) -> None:
+        if not _same(os.fstat(src), ref):
+            raise _Abort(Outcome.CHANGED, "modified while being copied")
+        try:
+            now = os.stat(ref.name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            raise _Abort(Outcome.GONE, "deleted while being copied") from None
+        if now.st_ino != ref.ino:
+            raise _Abort(Outcome.CHANGED, "replaced while being copied")
+        if leased and not self._lease_held(src):
+            raise _Abort(Outcome.IN_USE, "opened for writing during the copy")
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _open_noatime(name: bytes, flags: int, dfd: int, mode: int = 0o600) -> int:
+    try:
+        return os.open(name, flags | os.O_NOATIME, mode, dir_fd=dfd)
+    except PermissionError:  # O_NOATIME needs ownership or CAP_FOWNER
+        return os.open(name, flags, mode, dir_fd=dfd)
+
+
+def _unlink_quiet(dfd: int, name: bytes) -> None:
+    try:
+        os.unlink(name, dir_fd=dfd)
+    except FileNotFoundError:
+        pass
+
+
+def _listxattr(fd: int) -> list[str]:
+    try:
+        return os.listxattr(fd)
+    except OSError as e:
+        if e.errno in (errno.ENOTSUP, errno.ENOSYS):
+            return []  # a file system without xattrs: nothing to copy
+        raise
+
+
+def _next_data(fd: int, off: int, size: int) -> int:
+    """Offset of the next data at or after ``off`` (``size`` if only a hole is left)."""
+    try:
+        return min(os.lseek(fd, off, SEEK_DATA), size)
+    except OSError as e:
+        if e.errno == errno.ENXIO:
+            return size  # a hole up to the end
+        return off  # SEEK_DATA not supported: treat everything as data
+
+
+def _hash_zeros(h, n: int) -> None:
+    zmv = memoryview(ZERO)
+    while n > 0:
+        k = min(n, CHUNK)
+        h.update(zmv[:k])
+        n -= k
+
+
+def _sample_offsets(size: int) -> list[int]:
+    if size <= 4 * 65536:
+        return list(range(0, size, 65536)) or [0]
+    step = size // 5
+    return [0, step, 2 * step, 3 * step, 4 * step, max(0, size - 65536)]

@@ -1,0 +1,138 @@
+"""The crash-safe rebalance journal in SQLite, and recovery after a crash.
+
+Before any file of a batch is touched, one transaction records for each: directory, name, the temp
+name its copy will get, and what the original looked like (inode, size, mtime, ctime), in state
+`copying`. Outcomes are committed per batch. Directories are marked done as they finish.
+
+Recovery never needs to know how far a file got, because at every instant the file's own name holds
+a complete file (the original until the rename, the verified copy after): it only removes the temp
+names rebal made, identified by their inode, and leaves anything it cannot identify alone (and says
+so).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ..state import atomic
+from .copier import FileRef, old_name, tmp_name
+
+OPEN = "copying"
+
+
+def begin_batch(conn: sqlite3.Connection, run_id: int, refs: Iterable[FileRef]) -> list[int]:
+    """Record that these files are about to be copied; returns the journal ids (same order)."""
+    ids = []
+    with atomic(conn):
+        for r in refs:
+            cur = conn.execute(
+                "INSERT INTO journal (run_id, dir, name, tmp, orig_ino, size, mtime_ns, ctime_ns, state)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, r.dir, r.name, tmp_name(r.ino), r.ino, r.size, r.mtime_ns, r.ctime_ns, OPEN),
+            )
+            ids.append(cur.lastrowid)
+    return ids
+
+
+def finish_batch(conn: sqlite3.Connection, outcomes: Iterable[tuple[int, str, str, int | None]]) -> None:
+    """(journal id, state, reason, copy inode) for each file of a batch. Swapped rows are dropped:
+    the file is done and the run's totals keep the figures; the others stay for the report."""
+    with atomic(conn):
+        for jid, state, reason, copy_ino in outcomes:
+            if state == "swapped":
+                conn.execute("DELETE FROM journal WHERE id = ?", (jid,))
+            else:
+                conn.execute(
+                    "UPDATE journal SET state = ?, reason = ?, copy_ino = ? WHERE id = ?", (state, reason, copy_ino, jid)
+                )
+
+
+def mark_dir_done(conn: sqlite3.Connection, run_id: int, path: bytes, files: int, nbytes: int) -> None:
+    with atomic(conn):
+        conn.execute(
+            "INSERT OR REPLACE INTO rebalance_dirs (run_id, path, state, files, bytes, ended) VALUES (?, ?, 'done', ?, ?, ?)",
+            (run_id, path, files, nbytes, time.time()),
+        )
+
+
+def done_dirs(conn: sqlite3.Connection, run_id: int) -> set[bytes]:
+    return {bytes(r[0]) for r in conn.execute("SELECT path FROM rebalance_dirs WHERE run_id = ?", (run_id,))}
+
+
+def skipped(conn: sqlite3.Connection, run_id: int) -> list[tuple[bytes, str, str]]:
+    rows = conn.execute(
+        "SELECT dir, name, state, reason FROM journal WHERE run_id = ? AND state != ? ORDER BY id", (run_id, OPEN)
+    )
+    return [(os.path.join(bytes(r[0]), bytes(r[1])), r[2], r[3] or "") for r in rows]
+
+
+@dataclass
+class Recovery:
+    removed: list[str] = field(default_factory=list)  # temp names removed
+    left: list[str] = field(default_factory=list)  # temp names not recognised: left alone
+    rows: int = 0
+
+
+def recover(conn: sqlite3.Connection) -> Recovery:
+    """Clean up after a crash: every journal row still `copying` belongs to a run that died."""
+    rec = Recovery()
+    rows = conn.execute("SELECT id, dir, name, tmp, orig_ino FROM journal WHERE state = ?", (OPEN,)).fetchall()
+    done: list[tuple[int, str]] = []
+    for jid, d, name, tmp, orig_ino in rows:
+        d, name, tmp = bytes(d), bytes(name), bytes(tmp)
+        note = _recover_one(d, name, tmp, orig_ino, rec)
+        done.append((jid, note))
+    if done:
+        with atomic(conn):
+            conn.executemany("UPDATE journal SET state = 'recovered', reason = ? WHERE id = ?", [(n, j) for j, n in done])
+    rec.rows = len(done)
+    return rec
+
+
+def _lstat(path: bytes) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+
+
+def _recover_one(d: bytes, name: bytes, tmp: bytes, orig_ino: int, rec: Recovery) -> str:
+    path = os.path.join(d, name)
+    tpath = os.path.join(d, tmp)
+    opath = os.path.join(d, old_name(orig_ino))
+    cur = _lstat(path)
+    t = _lstat(tpath)
+    o = _lstat(opath)
+    notes = []
+    # The copy under its temp name: incomplete, or complete but never renamed. The name still holds
+    # the original (or the user deleted or replaced the file meanwhile): the copy is not needed.
+    if t is not None:
+        if stat.S_ISREG(t.st_mode) and t.st_ino != orig_ino:
+            os.unlink(tpath)
+            rec.removed.append(os.fsdecode(tpath))
+            notes.append("unfinished copy removed")
+        else:
+            rec.left.append(os.fsdecode(tpath))
+            notes.append("temp name holds an unknown file: left alone")
+    # The original's second name, made for the instant of the swap. Remove the name only: the
+    # inode is either still the file (the swap did not happen) or was replaced by the verified copy.
+    if o is not None:
+        if stat.S_ISREG(o.st_mode) and o.st_ino == orig_ino:
+            os.unlink(opath)
+            rec.removed.append(os.fsdecode(opath))
+            notes.append("second name of the original removed")
+        else:
+            rec.left.append(os.fsdecode(opath))
+            notes.append("old name holds an unknown file: left alone")
+    if cur is None:
+        notes.append("file no longer exists")
+    elif cur.st_ino == orig_ino:
+        notes.append("original in place (not rewritten)")
+    else:
+        notes.append("rewritten copy in place")
+    return "; ".join(notes)

@@ -1,0 +1,145 @@
+"""What to rewrite, and what the pool will look like after. Pure functions: data in, data out.
+
+The model of ZFS (DESIGN.md, fact 1): new writes are spread over the data vdevs weighted by their
+free space; rewriting a file frees its old blocks where they lived. Where the old blocks of the files
+to rewrite live is not known without zdb, so they are taken to lie like the pool's allocated space at
+the start (old data is what made the old vdevs full). Blocks pinned by snapshots are written again
+but not freed. The rewrite is simulated in small steps because the weights change as it goes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+STEPS = 200
+
+
+@dataclass(frozen=True)
+class VdevFill:
+    name: str
+    size: int
+    alloc: int
+
+    @property
+    def cap(self) -> float:
+        return 100.0 * self.alloc / self.size if self.size else 0.0
+
+
+def spread(vdevs: list[VdevFill]) -> float:
+    caps = [v.cap for v in vdevs if v.size]
+    return max(caps) - min(caps) if len(caps) >= 2 else 0.0
+
+
+def simulate(vdevs: list[VdevFill], rewrite: int, pinned_fraction: float = 0.0, steps: int = STEPS) -> list[VdevFill]:
+    """Per-vdev fill after rewriting ``rewrite`` bytes of old data."""
+    if rewrite <= 0 or not vdevs:
+        return list(vdevs)
+    total_alloc = sum(v.alloc for v in vdevs) or 1
+    source = [v.alloc / total_alloc for v in vdevs]  # where the old data lies
+    alloc = [float(v.alloc) for v in vdevs]
+    size = [float(v.size) for v in vdevs]
+    step = rewrite / steps
+    for _ in range(steps):
+        free = [max(s - a, 0.0) for s, a in zip(size, alloc)]
+        total_free = sum(free)
+        if total_free <= step:
+            break  # the pool is full: the model stops where ZFS would fail
+        for i in range(len(alloc)):
+            alloc[i] += step * free[i] / total_free  # the new copy
+        for i in range(len(alloc)):
+            alloc[i] = max(0.0, alloc[i] - step * (1.0 - pinned_fraction) * source[i])  # the old copy
+    return [VdevFill(v.name, v.size, round(a)) for v, a in zip(vdevs, alloc)]
+
+
+def bytes_to_target(
+    vdevs: list[VdevFill], target: float, available: int, pinned_fraction: float = 0.0
+) -> int | None:
+    """Fewest bytes of old data to rewrite for the spread to fall under ``target`` (None: not
+    reachable by rewriting ``available`` bytes)."""
+    if spread(vdevs) <= target:
+        return 0
+    if available <= 0 or spread(simulate(vdevs, available, pinned_fraction)) > target:
+        return None
+    lo, hi = 0, available
+    while hi - lo > max(available // 1000, 1 << 20):
+        mid = (lo + hi) // 2
+        if spread(simulate(vdevs, mid, pinned_fraction)) <= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+@dataclass(frozen=True)
+class DirEntry:
+    path: bytes
+    files: int
+    bytes: int
+
+
+@dataclass
+class Plan:
+    before: list[VdevFill]
+    after: list[VdevFill]  # predicted, after rewriting the chosen directories
+    dirs: list[DirEntry]  # chosen, in the order they will be rewritten
+    candidate_bytes: int  # all eligible data under the targets
+    needed_bytes: int | None  # to reach the target; None if not reachable
+    target: float
+    pinned_fraction: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def spread_before(self) -> float:
+        return spread(self.before)
+
+    @property
+    def spread_after(self) -> float:
+        return spread(self.after)
+
+    @property
+    def bytes(self) -> int:
+        return sum(d.bytes for d in self.dirs)
+
+    @property
+    def files(self) -> int:
+        return sum(d.files for d in self.dirs)
+
+
+def order_dirs(dirs: list[DirEntry]) -> list[DirEntry]:
+    """Largest directories first (the most data moved per re-measurement), then by path."""
+    return sorted((d for d in dirs if d.files), key=lambda d: (-d.bytes, d.path))
+
+
+def make_plan(
+    vdevs: list[VdevFill],
+    dirs: list[DirEntry],
+    target: float,
+    *,
+    max_bytes: int | None = None,
+    pinned_fraction: float = 0.0,
+) -> Plan:
+    ordered = order_dirs(dirs)
+    candidate = sum(d.bytes for d in ordered)
+    budget = candidate if max_bytes is None else min(candidate, max_bytes)
+    needed = bytes_to_target(vdevs, target, budget, pinned_fraction)
+    chosen: list[DirEntry] = []
+    total = 0
+    limit = needed if needed is not None else budget
+    for d in ordered:
+        if total >= limit and limit > 0:
+            break
+        if needed == 0:
+            break
+        if max_bytes is not None and total + d.bytes > max_bytes and chosen:
+            break
+        chosen.append(d)
+        total += d.bytes
+    return Plan(
+        before=list(vdevs),
+        after=simulate(vdevs, total, pinned_fraction),
+        dirs=chosen,
+        candidate_bytes=candidate,
+        needed_bytes=needed,
+        target=target,
+        pinned_fraction=pinned_fraction,
+    )

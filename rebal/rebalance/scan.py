@@ -1,0 +1,186 @@
+"""Walk the targets: which files can be rewritten, which are skipped and why.
+
+Streams: memory grows with the number of directories, never with the number of files. Never follows
+symlinks, never leaves the file system of the target (st_dev), never enters `.zfs`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import stat
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from .copier import is_temp_name
+from .planner import DirEntry
+
+EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class Filters:
+    exclude: tuple[str, ...] = ()
+    min_age_days: float = 0.0
+    min_size: int = 0
+    max_size: int | None = None
+    now: float = field(default_factory=time.time)
+
+    def excluded(self, rel: bytes) -> bool:
+        if not self.exclude:
+            return False
+        text = os.fsdecode(rel)
+        base = text.rsplit("/", 1)[-1]
+        return any(fnmatch.fnmatchcase(text, p) or fnmatch.fnmatchcase(base, p) for p in self.exclude)
+
+    def wants(self, st: os.stat_result) -> bool:
+        if st.st_size < self.min_size:
+            return False
+        if self.max_size is not None and st.st_size > self.max_size:
+            return False
+        if self.min_age_days and st.st_mtime > self.now - self.min_age_days * 86400:
+            return False
+        return True
+
+
+@dataclass
+class Skips:
+    """What the scan leaves alone, with counts, bytes and a few examples each."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    bytes: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, kind: str, path: bytes, size: int = 0) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        self.bytes[kind] = self.bytes.get(kind, 0) + size
+        ex = self.examples.setdefault(kind, [])
+        if len(ex) < EXAMPLES:
+            ex.append(os.fsdecode(path))
+
+    def merge(self, other: Skips) -> None:
+        for k, n in other.counts.items():
+            self.counts[k] = self.counts.get(k, 0) + n
+            self.bytes[k] = self.bytes.get(k, 0) + other.bytes.get(k, 0)
+            ex = self.examples.setdefault(k, [])
+            ex.extend(other.examples.get(k, [])[: EXAMPLES - len(ex)])
+
+
+@dataclass
+class ScanResult:
+    dirs: list[DirEntry]
+    files: int = 0
+    bytes: int = 0
+    largest: int = 0
+    pinned_bytes: int = 0  # bytes of files older than the newest snapshot
+    skips: Skips = field(default_factory=Skips)
+
+
+def candidates(
+    dirpath: bytes, root: bytes, dev: int, filters: Filters, skips: Skips | None = None, hardlinks_ok: bool = False
+) -> Iterator[tuple[bytes, os.stat_result]]:
+    """(name, lstat) of the files of one directory (not below it) that may be rewritten.
+
+    Hardlinked files are skipped unless ``hardlinks_ok`` (an in-place rewrite keeps the links)."""
+    try:
+        it = os.scandir(dirpath)
+    except OSError as e:
+        if skips is not None:
+            skips.add(f"unreadable directory ({e.strerror})", dirpath)
+        return
+    with it:
+        for entry in it:
+            name = entry.name
+            path = entry.path
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            mode = st.st_mode
+            if stat.S_ISDIR(mode):
+                continue
+            rel = os.path.relpath(path, root)
+            if filters.excluded(rel):
+                if skips is not None:
+                    skips.add("excluded", path, st.st_size)
+                continue
+            if stat.S_ISLNK(mode):
+                if skips is not None:
+                    skips.add("symlink (left as it is)", path)
+                continue
+            if not stat.S_ISREG(mode):
+                if skips is not None:
+                    skips.add("special file (socket, fifo or device)", path)
+                continue
+            if is_temp_name(name):
+                if skips is not None:
+                    skips.add("rebal temp file", path, st.st_size)
+                continue
+            if st.st_dev != dev:
+                continue
+            if st.st_nlink > 1 and not hardlinks_ok:
+                if skips is not None:
+                    skips.add("hardlinked", path, st.st_size)
+                continue
+            if not filters.wants(st):
+                if skips is not None:
+                    skips.add("filtered (age or size)", path, st.st_size)
+                continue
+            yield name, st
+
+
+def subdirs(dirpath: bytes, root: bytes, dev: int, filters: Filters, skips: Skips) -> list[bytes]:
+    out = []
+    try:
+        it = os.scandir(dirpath)
+    except OSError:
+        return out
+    with it:
+        for entry in it:
+            try:
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if entry.name == b".zfs" and dirpath == root:
+                continue
+            if st.st_dev != dev:
+                skips.add("other file system (not entered)", entry.path)
+                continue
+            if filters.excluded(os.path.relpath(entry.path, root)):
+                skips.add("excluded", entry.path)
+                continue
+            out.append(entry.path)
+    return sorted(out)
+
+
+def walk_dirs(root: bytes, dev: int, filters: Filters, skips: Skips) -> Iterator[bytes]:
+    """Every directory under ``root`` (itself first), depth first, in name order."""
+    stack = [root]
+    while stack:
+        d = stack.pop()
+        yield d
+        stack.extend(reversed(subdirs(d, root, dev, filters, skips)))
+
+
+def scan(
+    roots: list[bytes], filters: Filters, newest_snapshot: float | None = None, hardlinks_ok: bool = False
+) -> ScanResult:
+    res = ScanResult(dirs=[])
+    for root in roots:
+        dev = os.lstat(root).st_dev
+        for d in walk_dirs(root, dev, filters, res.skips):
+            files = nbytes = 0
+            for _name, st in candidates(d, root, dev, filters, res.skips, hardlinks_ok):
+                files += 1
+                nbytes += st.st_size
+                res.largest = max(res.largest, st.st_size)
+                if newest_snapshot is not None and st.st_mtime < newest_snapshot:
+                    res.pinned_bytes += st.st_size
+            if files:
+                res.dirs.append(DirEntry(d, files, nbytes))
+                res.files += files
+                res.bytes += nbytes
+    return res
