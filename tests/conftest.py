@@ -71,3 +71,18 @@ def rebal(*args: str, config: Path | None = None, check: bool = True, env: dict 
 
 def rebal_json(*args: str, config: Path | None = None) -> dict:
     return json.loads(rebal(*args, "--json", config=config).stdout)
+
+
+@pytest.fixture
+def richfs(tmp_path):
+    """A fresh tmpfs (xattrs, POSIX ACLs, ns times, holes) mounted for one test."""
+    from fsenv import mount_tmpfs, umount
+
+    if os.geteuid() != 0:
+        if IN_CI:
+            pytest.fail("the metadata tests need root (to mount a tmpfs) in CI")
+        pytest.skip("needs root to mount a tmpfs")
+    where = tmp_path / "fs"
+    mount_tmpfs(where)
+    yield where
+    umount(where)

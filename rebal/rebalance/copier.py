@@ -211,7 +211,7 @@ class Copier:
     # -- steps --------------------------------------------------------------------------------
 
     def _lease(self, fd: int) -> bool:
-        if not self.use_lease:
+        if not self.use_lease or not _sigio_harmless():
             return False
         try:
             fcntl.fcntl(fd, F_SETLEASE, fcntl.F_RDLCK)
@@ -237,15 +237,18 @@ class Copier:
         off = 0
         written = 0
         since_check = 0
+        seg_end = 0  # end of the data segment that ``off`` lies in
         while off < size:
             if self.stop.is_set():
                 raise _Abort(Outcome.ABORTED, "stop requested")
-            data_at = _next_data(src, off, size)
-            if data_at > off:  # a hole: leave it unwritten in the copy, hash it as zeros
-                _hash_zeros(h, data_at - off)
-                off = data_at
-                continue
-            want = min(CHUNK, size - off)
+            if off >= seg_end:
+                data_at = _next_data(src, off, size)
+                if data_at > off:  # a hole: leave it unwritten in the copy, hash it as zeros
+                    _hash_zeros(h, data_at - off)
+                    off = data_at
+                    continue
+                seg_end = _next_hole(src, off, size)
+            want = min(CHUNK, seg_end - off)
             n = os.preadv(src, [mv[:want]], off)
             if n <= 0:
                 raise _Abort(Outcome.CHANGED, "file shrank while being copied")
@@ -315,19 +318,32 @@ class Copier:
                 raise _Abort(Outcome.VERIFY, f"copy differs from the original at offset {off}")
 
     def _check_unchanged(self, dfd: int, src: int, ref: FileRef, leased: bool) -> None:
-        if not _same(os.fstat(src), ref):
-            raise _Abort(Outcome.CHANGED, "modified while being copied")
         try:
             now = os.stat(ref.name, dir_fd=dfd, follow_symlinks=False)
         except FileNotFoundError:
             raise _Abort(Outcome.GONE, "deleted while being copied") from None
         if now.st_ino != ref.ino:
             raise _Abort(Outcome.CHANGED, "replaced while being copied")
+        if not _same(os.fstat(src), ref):
+            raise _Abort(Outcome.CHANGED, "modified while being copied")
         if leased and not self._lease_held(src):
             raise _Abort(Outcome.IN_USE, "opened for writing during the copy")
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+def _sigio_harmless() -> bool:
+    """A broken lease is announced with SIGIO, whose default action ends the process. Ignore it
+    (the lease state is polled with F_GETLEASE); where that cannot be arranged, take no lease."""
+    import signal
+
+    if signal.getsignal(signal.SIGIO) not in (signal.SIG_DFL, None):
+        return True
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    signal.signal(signal.SIGIO, signal.SIG_IGN)
+    return True
 
 
 def _open_noatime(name: bytes, flags: int, dfd: int, mode: int = 0o600) -> int:
@@ -361,6 +377,14 @@ def _next_data(fd: int, off: int, size: int) -> int:
         if e.errno == errno.ENXIO:
             return size  # a hole up to the end
         return off  # SEEK_DATA not supported: treat everything as data
+
+
+def _next_hole(fd: int, off: int, size: int) -> int:
+    """End of the data at ``off`` (``size`` where holes are not reported)."""
+    try:
+        return max(off + 1, min(os.lseek(fd, off, SEEK_HOLE), size))
+    except OSError:
+        return size
 
 
 def _hash_zeros(h, n: int) -> None:

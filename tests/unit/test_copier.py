@@ -1,0 +1,229 @@
+"""The copier on a real tmpfs: content, holes, owner, mode, ns times, xattrs and POSIX ACLs survive;
+changed, deleted and in-use files are never replaced."""
+
+import errno
+import os
+import stat
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+from fsenv import manifest, temp_leftovers
+
+from rebal.rebalance.copier import Copier, FileRef, Outcome, Throttle, old_name, tmp_name
+
+
+def ref_of(path: Path) -> FileRef:
+    st = os.lstat(path)
+    return FileRef.from_stat(os.fsencode(path.parent), os.fsencode(path.name), st)
+
+
+def copy(path: Path, **kw) -> tuple:
+    c = Copier(**kw)
+    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return c.copy(dfd, ref_of(path))
+    finally:
+        os.close(dfd)
+
+
+def test_rewrites_with_a_new_inode_and_keeps_everything(richfs):
+    f = richfs / "data.bin"
+    f.write_bytes(os.urandom(3 * 2**20 + 12345))
+    os.chown(f, 1234, 5678)
+    os.chmod(f, 0o4751)  # setuid survives the chown of the copy
+    os.setxattr(f, "user.note", b"hello\x00world")
+    os.setxattr(f, "trusted.t", b"x" * 300)
+    subprocess.run(["setfacl", "-m", "u:nobody:rw,g:daemon:r", str(f)], check=True)
+    before = manifest(richfs)  # reads the content, which moves atime: set the times after
+    os.utime(f, ns=(1_600_000_000_123_456_789, 1_500_000_000_987_654_321))
+    before[b"data.bin"]["mtime_ns"] = 1_500_000_000_987_654_321
+    ino = os.lstat(f).st_ino
+    res = copy(f)
+    assert res.outcome is Outcome.SWAPPED, res
+    st = os.lstat(f)
+    assert st.st_ino != ino, "the file must be a new inode (new blocks)"
+    assert st.st_atime_ns == 1_600_000_000_123_456_789
+    assert stat.S_IMODE(st.st_mode) == before[b"data.bin"]["mode"] and (st.st_uid, st.st_gid) == (1234, 5678)
+    assert st.st_mode & stat.S_ISUID
+    after = manifest(richfs)
+    assert after == before
+    assert "system.posix_acl_access" in after[b"data.bin"]["xattrs"]
+    assert temp_leftovers(richfs) == []
+
+
+def test_holes_are_kept(richfs):
+    f = richfs / "sparse"
+    with open(f, "wb") as fh:
+        fh.write(b"a" * 4096)
+        fh.seek(64 * 2**20)
+        fh.write(b"b" * 4096)
+        fh.seek(200 * 2**20)
+        fh.truncate()  # a hole up to the end too
+    before = manifest(richfs)
+    blocks = os.lstat(f).st_blocks
+    assert copy(f).outcome is Outcome.SWAPPED
+    assert manifest(richfs) == before
+    assert os.lstat(f).st_blocks <= blocks  # still sparse: a few KiB, not 200 MiB
+    assert os.lstat(f).st_blocks * 512 < 1 * 2**20
+
+
+def test_empty_file_and_long_name(richfs):
+    name = "n" * 250 + ".dat"  # 255 bytes
+    f = richfs / name
+    f.write_bytes(b"")
+    g = richfs / ("x" * 255)
+    g.write_bytes(b"payload")
+    before = manifest(richfs)
+    assert copy(f).outcome is Outcome.SWAPPED
+    assert copy(g).outcome is Outcome.SWAPPED
+    assert manifest(richfs) == before
+
+
+@pytest.mark.parametrize("verify", ["hash", "size", "none"])
+def test_verify_modes(richfs, verify):
+    f = richfs / "v"
+    f.write_bytes(os.urandom(700_000))
+    before = manifest(richfs)
+    assert copy(f, verify=verify).outcome is Outcome.SWAPPED
+    assert manifest(richfs) == before
+
+
+def test_changed_since_scan_is_not_replaced(richfs):
+    f = richfs / "c"
+    f.write_bytes(b"one")
+    r = ref_of(f)
+    f.write_bytes(b"two, longer")
+    dfd = os.open(richfs, os.O_RDONLY)
+    res = Copier().copy(dfd, r)
+    os.close(dfd)
+    assert res.outcome is Outcome.CHANGED
+    assert f.read_bytes() == b"two, longer"
+    assert temp_leftovers(richfs) == []
+
+
+def test_deleted_file_is_not_resurrected(richfs):
+    f = richfs / "gone"
+    f.write_bytes(b"x")
+    r = ref_of(f)
+    f.unlink()
+    dfd = os.open(richfs, os.O_RDONLY)
+    res = Copier().copy(dfd, r)
+    os.close(dfd)
+    assert res.outcome is Outcome.GONE
+    assert not f.exists() and temp_leftovers(richfs) == []
+
+
+class _Hook(Copier):
+    """A copier that runs ``action`` once the temp copy exists (as a concurrent process would)."""
+
+    def __init__(self, action, **kw):
+        super().__init__(**kw)
+        self.action = action
+
+    def _copy_metadata(self, src, dst, st):
+        self.action()
+        super()._copy_metadata(src, dst, st)
+
+
+def run_hooked(path: Path, action, **kw):
+    c = _Hook(action, **kw)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        return c.copy(dfd, ref_of(path))
+    finally:
+        os.close(dfd)
+
+
+@pytest.mark.parametrize("lease", [True, False])
+def test_file_appended_during_copy_is_not_replaced(richfs, lease):
+    f = richfs / "grow"
+    f.write_bytes(b"a" * 100_000)
+    # with a lease, the writer's open blocks until rebal lets go: let it append in a thread
+    def append():
+        with open(f, "ab") as fh:
+            fh.write(b"tail")
+
+    if lease:
+        t = threading.Thread(target=append)
+        res = run_hooked(f, t.start, use_lease=True)
+        t.join()
+    else:
+        res = run_hooked(f, append, use_lease=False)
+    assert res.outcome in (Outcome.CHANGED, Outcome.IN_USE)
+    assert f.read_bytes() == b"a" * 100_000 + b"tail"
+    assert temp_leftovers(richfs) == []
+
+
+def test_file_deleted_during_copy_is_not_resurrected(richfs):
+    f = richfs / "del"
+    f.write_bytes(b"z" * 5000)
+    res = run_hooked(f, f.unlink)
+    assert res.outcome is Outcome.GONE
+    assert not f.exists() and temp_leftovers(richfs) == []
+
+
+def test_file_open_for_writing_is_skipped(richfs):
+    f = richfs / "busy"
+    f.write_bytes(b"q" * 10)
+    with open(f, "ab"):
+        res = copy(f)
+    assert res.outcome is Outcome.IN_USE
+    assert f.read_bytes() == b"q" * 10
+
+
+def test_temp_name_taken_by_someone_else_is_left_alone(richfs):
+    f = richfs / "t"
+    f.write_bytes(b"data")
+    other = richfs / tmp_name(os.lstat(f).st_ino).decode()
+    other.write_bytes(b"not ours")
+    res = copy(f)
+    assert res.outcome is Outcome.FAILED and "exists" in res.reason
+    assert other.read_bytes() == b"not ours" and f.read_bytes() == b"data"
+
+
+def test_stop_aborts_and_cleans_up(richfs):
+    f = richfs / "big"
+    f.write_bytes(os.urandom(4 * 2**20))
+    stop = threading.Event()
+    stop.set()
+    res = copy(f, stop=stop)
+    assert res.outcome is Outcome.ABORTED
+    assert temp_leftovers(richfs) == []
+
+
+def test_enospc_keeps_the_original(tmp_path):
+    import subprocess
+
+    from fsenv import umount
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a tmpfs")
+    where = tmp_path / "small"
+    where.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "rebal-small", str(where)], check=True)
+    try:
+        f = where / "f"
+        f.write_bytes(os.urandom(5 * 2**20))  # a copy of 5 MiB cannot fit beside it in 8 MiB
+        data = f.read_bytes()
+        res = copy(f)
+        assert res.outcome is Outcome.NOSPACE
+        assert f.read_bytes() == data and temp_leftovers(where) == []
+    finally:
+        umount(where)
+
+
+def test_throttle_limits_rate():
+    import time
+
+    t = Throttle(100 * 2**20)
+    stop = threading.Event()
+    t0 = time.monotonic()
+    for _ in range(30):
+        t.consume(10 * 2**20, stop)  # 300 MiB at 100 MiB/s: ~2 s beyond the 1 s burst
+    assert time.monotonic() - t0 >= 1.5
+
+
+def test_names():
+    assert tmp_name(255) == b".rebal-ff.tmp" and old_name(255) == b".rebal-ff.old"

@@ -1,0 +1,117 @@
+"""Recovery from every state a crash can leave a file in (made by hand on a real tmpfs)."""
+
+import os
+
+import pytest
+from fsenv import temp_leftovers
+
+from rebal import state
+from rebal.rebalance import journal
+from rebal.rebalance.copier import FileRef, old_name, tmp_name
+
+
+class Conn:
+    def __init__(self, path):
+        self.db = state.connect(path)
+        self.run_id = state.start_run(self.db, "rebalance", pool="p")
+
+    def __getattr__(self, name):
+        return getattr(self.db, name)
+
+
+@pytest.fixture
+def conn(tmp_path):
+    return Conn(tmp_path / "s.db")
+
+
+def setup_file(d, name=b"f", data=b"original"):
+    p = os.path.join(os.fsencode(d), name)
+    with open(p, "wb") as f:
+        f.write(data)
+    st = os.lstat(p)
+    return p, FileRef.from_stat(os.fsencode(d), name, st)
+
+
+def begin(conn, ref):
+    [jid] = journal.begin_batch(conn.db, conn.run_id, [ref])
+    return jid
+
+
+def test_crash_before_the_copy_exists(richfs, conn):
+    p, ref = setup_file(richfs)
+    begin(conn, ref)
+    rec = journal.recover(conn.db)
+    assert rec.rows == 1 and rec.removed == [] and open(p, "rb").read() == b"original"
+
+
+def test_crash_with_a_partial_copy(richfs, conn):
+    p, ref = setup_file(richfs)
+    begin(conn, ref)
+    with open(os.path.join(os.fsencode(richfs), tmp_name(ref.ino)), "wb") as f:
+        f.write(b"orig")  # half written
+    rec = journal.recover(conn.db)
+    assert len(rec.removed) == 1 and temp_leftovers(richfs) == []
+    assert open(p, "rb").read() == b"original" and os.lstat(p).st_ino == ref.ino
+
+
+def test_crash_after_the_second_name_before_the_rename(richfs, conn):
+    p, ref = setup_file(richfs)
+    begin(conn, ref)
+    d = os.fsencode(richfs)
+    with open(os.path.join(d, tmp_name(ref.ino)), "wb") as f:
+        f.write(b"original")
+    os.link(p, os.path.join(d, old_name(ref.ino)))
+    rec = journal.recover(conn.db)
+    assert len(rec.removed) == 2 and temp_leftovers(richfs) == []
+    assert os.lstat(p).st_ino == ref.ino and os.lstat(p).st_nlink == 1
+
+
+def test_crash_after_the_rename(richfs, conn):
+    p, ref = setup_file(richfs)
+    begin(conn, ref)
+    d = os.fsencode(richfs)
+    t = os.path.join(d, tmp_name(ref.ino))
+    with open(t, "wb") as f:
+        f.write(b"original")
+    os.link(p, os.path.join(d, old_name(ref.ino)))
+    os.rename(t, p)  # the copy is in place; the original still has its second name
+    new_ino = os.lstat(p).st_ino
+    rec = journal.recover(conn.db)
+    assert len(rec.removed) == 1 and temp_leftovers(richfs) == []
+    assert os.lstat(p).st_ino == new_ino and open(p, "rb").read() == b"original"
+    note = conn.execute("SELECT reason FROM journal").fetchone()[0]
+    assert "rewritten copy in place" in note
+
+
+def test_file_deleted_by_the_user_is_not_resurrected(richfs, conn):
+    p, ref = setup_file(richfs)
+    begin(conn, ref)
+    d = os.fsencode(richfs)
+    with open(os.path.join(d, tmp_name(ref.ino)), "wb") as f:
+        f.write(b"original")
+    os.unlink(p)
+    journal.recover(conn.db)
+    assert not os.path.exists(p) and temp_leftovers(richfs) == []
+
+
+def test_unknown_file_under_the_old_name_is_left_alone(richfs, conn):
+    p, ref = setup_file(richfs)
+    begin(conn, ref)
+    other = os.path.join(os.fsencode(richfs), old_name(ref.ino))
+    with open(other, "wb") as f:
+        f.write(b"someone else's")
+    rec = journal.recover(conn.db)
+    assert rec.left == [os.fsdecode(other)] and open(other, "rb").read() == b"someone else's"
+
+
+def test_finished_rows_are_not_recovered_twice(richfs, conn):
+    p, ref = setup_file(richfs)
+    jid = begin(conn, ref)
+    journal.finish_batch(conn.db, [(jid, "swapped", "", 99)])
+    assert journal.recover(conn.db).rows == 0
+    assert conn.execute("SELECT count(*) FROM journal").fetchone()[0] == 0  # swapped rows are dropped
+
+
+def test_done_dirs(conn):
+    journal.mark_dir_done(conn.db, conn.run_id, b"/x/\xff", 3, 300)
+    assert journal.done_dirs(conn.db, conn.run_id) == {b"/x/\xff"}

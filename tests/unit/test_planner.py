@@ -1,0 +1,59 @@
+"""The prediction model, checked against real OpenZFS 2.4.4 figures: `zfs rewrite` of all data of an
+imbalanced pool (tests/fixtures/openzfs: tank-rewrite-before/after)."""
+
+import pytest
+from conftest import fixture_text
+
+from rebal.rebalance.planner import DirEntry, VdevFill, bytes_to_target, make_plan, order_dirs, simulate, spread
+from rebal.zfs import parse
+
+M = 2**20
+
+
+def fills(name):
+    [p] = parse.parse_zpool_list_hp(fixture_text(name))
+    return [VdevFill(v.name, v.size, v.alloc) for v in p.data_vdevs]
+
+
+def test_model_matches_a_real_full_rewrite():
+    before = fills("tank-rewrite-before_zpool-list-v-Hp.txt")
+    after = fills("tank-rewrite-after_zpool-list-v-Hp.txt")
+    total = sum(v.alloc for v in before)
+    predicted = simulate(before, total)
+    for p, a in zip(predicted, after):
+        assert abs(p.cap - a.cap) < 5, (p, a)
+    assert abs(spread(predicted) - spread(after)) < 6
+
+
+def test_rewriting_nothing_changes_nothing():
+    v = [VdevFill("a", 100 * M, 60 * M), VdevFill("b", 100 * M, 0)]
+    assert simulate(v, 0) == v
+
+
+def test_bytes_to_target_is_minimal_and_reaches_it():
+    v = [VdevFill("a", 500 * M, 300 * M), VdevFill("b", 500 * M, 300 * M), VdevFill("c", 500 * M, 0), VdevFill("d", 500 * M, 0)]
+    need = bytes_to_target(v, 10, 600 * M)
+    assert need is not None and 300 * M < need < 500 * M
+    assert spread(simulate(v, need)) <= 10
+    assert spread(simulate(v, need - 8 * M)) > 10
+    assert bytes_to_target(v, 10, 100 * M) is None  # not enough data to move
+    assert bytes_to_target([VdevFill("a", 1, 0), VdevFill("b", 1, 0)], 10, 5) == 0
+
+
+def test_snapshot_pinned_data_moves_less():
+    v = [VdevFill("a", 500 * M, 300 * M), VdevFill("b", 500 * M, 0)]
+    free = simulate(v, 200 * M)
+    pinned = simulate(v, 200 * M, pinned_fraction=1.0)
+    assert spread(pinned) > spread(free)
+    assert sum(x.alloc for x in pinned) == pytest.approx(sum(x.alloc for x in v) + 200 * M, rel=0.01)
+
+
+def test_plan_orders_largest_first_and_stops_at_target():
+    v = [VdevFill("a", 500 * M, 300 * M), VdevFill("b", 500 * M, 300 * M), VdevFill("c", 500 * M, 0), VdevFill("d", 500 * M, 0)]
+    dirs = [DirEntry(b"/t/%d" % i, 10, (i + 1) * 10 * M) for i in range(10)] + [DirEntry(b"/t/empty", 0, 0)]
+    plan = make_plan(v, dirs, 10)
+    assert [d.path for d in plan.dirs][:2] == [b"/t/9", b"/t/8"]
+    assert plan.bytes >= plan.needed_bytes and plan.spread_after <= 10
+    assert b"/t/empty" not in [d.path for d in order_dirs(dirs)]
+    capped = make_plan(v, dirs, 10, max_bytes=150 * M)
+    assert capped.bytes <= 150 * M and capped.needed_bytes is None

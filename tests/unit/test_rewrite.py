@@ -1,0 +1,59 @@
+"""`zfs rewrite` detection and command lines, against the usage text real OpenZFS 2.4.4 printed."""
+
+import pytest
+from conftest import fixture_text
+
+from rebal.rebalance import rewrite
+from rebal.runner import Result
+from rebal.zfs.cli import Zfs, parse_rewrite_usage
+
+
+def test_usage_of_openzfs_2_4_has_rewrite_with_P():
+    assert parse_rewrite_usage(fixture_text("zfs-rewrite-noargs.txt.stderr")) == (True, True)
+
+
+def test_zfs_fuse_has_no_rewrite():
+    assert parse_rewrite_usage("unrecognized command 'rewrite'\nusage: zfs command args ...\n") == (False, False)
+
+
+def test_usage_without_P():
+    assert parse_rewrite_usage("usage:\n\trewrite [-rvx] [-o <offset>] [-l <length>] <directory|file ...>\n") == (True, False)
+
+
+class Replay:
+    """Answers zfs/zpool calls with recorded OpenZFS output; records the command lines."""
+
+    def __init__(self, feature="enabled"):
+        self.calls = []
+        self.feature = feature
+
+    def __call__(self, argv, **kw):
+        argv = tuple(argv)
+        self.calls.append(argv)
+        if argv == ("zfs", "rewrite"):
+            return Result(argv, 2, "", fixture_text("zfs-rewrite-noargs.txt.stderr"))
+        if argv[:2] == ("zpool", "get"):
+            return Result(argv, 0, self.feature + "\n", "")
+        return Result(argv, 0, "", "")
+
+
+@pytest.mark.parametrize("feature, physical", [("enabled", True), ("active", True), ("disabled", False), ("", False)])
+def test_detect_uses_P_only_with_the_pool_feature(feature, physical):
+    from rebal.zfs.cli import Zpool
+
+    r = Replay(feature)
+    sup = rewrite.detect(Zfs(r), Zpool(r), "tank")
+    assert sup.available and sup.physical is physical
+    assert ("zpool", "get", "-H", "-o", "value", "feature@physical_rewrite", "tank") in r.calls
+
+
+def test_argv_batches():
+    paths = [b"/tank/data/f%05d" % i for i in range(600)] + [b"/tank/data/-dash name"]
+    batches = rewrite.argv_batches(paths, physical=True)
+    assert all(b[:3] == ["zfs", "rewrite", "-P"] for b in batches)
+    assert sum(len(b) - 3 for b in batches) == 601
+    assert max(len(b) for b in batches) <= rewrite.MAX_ARGS + 3
+    assert batches[-1][-1] == "/tank/data/-dash name"
+    assert rewrite.argv_batches([b"/a"], physical=False) == [["zfs", "rewrite", "/a"]]
+    with pytest.raises(ValueError):
+        rewrite.argv_batches([b"relative"], physical=False)
