@@ -63,7 +63,10 @@ MIGRATIONS: list[str] = [
     CREATE TABLE rebalance_dirs (
         run_id INTEGER NOT NULL REFERENCES runs(id),
         path BLOB NOT NULL,
-        state TEXT NOT NULL,             -- done
+        state TEXT NOT NULL,             -- started, done, interrupted
+        ino INTEGER,                     -- the directory's inode and times when it was started,
+        atime_ns INTEGER,                -- restored by recovery if the run dies inside it
+        mtime_ns INTEGER,
         files INTEGER NOT NULL DEFAULT 0,
         bytes INTEGER NOT NULL DEFAULT 0,
         ended REAL,

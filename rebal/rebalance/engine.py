@@ -348,6 +348,7 @@ class _Run:
             return rep
         try:
             dst = os.fstat(dfd)
+            journal.start_dir(self.conn, self.report.run_id, d.path, dst)
             todo = [FileRef.from_stat(d.path, n, st) for n, st in candidates(d.path, root, dev, self.opts.filters)]
             for attempt in range(RETRIES + 1):
                 retry: list[FileRef] = []
@@ -427,9 +428,9 @@ class _Run:
 
     def rewrite_dir(self, d: DirEntry, root: bytes, dev: int) -> DirReport:
         from ..errors import CommandFailed
-        from ..runner import run
 
         rep = DirReport(d.path)
+        journal.start_dir(self.conn, self.report.run_id, d.path, os.lstat(d.path))
         files = [(n, st) for n, st in candidates(d.path, root, dev, self.opts.filters, hardlinks_ok=True)]
         paths = [os.path.join(d.path, n) for n, _ in files]
         sizes = {os.path.join(d.path, n): st.st_size for n, st in files}
@@ -437,7 +438,7 @@ class _Run:
             if self.limit_hit():
                 break
             try:
-                run(argv, readonly=False, timeout=None)
+                self.zfs.run_rewrite(argv)
             except CommandFailed as e:
                 rep.skipped["zfs rewrite failed"] = rep.skipped.get("zfs rewrite failed", 0) + len(argv) - 2
                 self.events.note(str(e))
@@ -528,9 +529,9 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
             root = next(rt for rt in sorted(roots, key=len, reverse=True) if d.path == rt or d.path.startswith(rt.rstrip(b"/") + b"/"))
             dev = roots[root]
             rep = r.rewrite_dir(d, root, dev) if prep.method == "rewrite" else r.copy_dir(pool, d, root, dev)
-            if not r.stop.is_set():
-                journal.mark_dir_done(r.conn, r.report.run_id, d.path, rep.files, rep.bytes)
-                r.report.dirs += 1
+            finished = not r.stop.is_set()
+            journal.end_dir(r.conn, r.report.run_id, d.path, rep.files, rep.bytes, finished)
+            r.report.dirs += finished
             reached = r.target_reached()
             rep.spread = r.spread_now
             for k, n in rep.skipped.items():

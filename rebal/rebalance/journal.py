@@ -52,16 +52,27 @@ def finish_batch(conn: sqlite3.Connection, outcomes: Iterable[tuple[int, str, st
                 )
 
 
-def mark_dir_done(conn: sqlite3.Connection, run_id: int, path: bytes, files: int, nbytes: int) -> None:
+def start_dir(conn: sqlite3.Connection, run_id: int, path: bytes, st: os.stat_result) -> None:
+    """Record a directory's times before its entries change (renames move its mtime)."""
     with atomic(conn):
         conn.execute(
-            "INSERT OR REPLACE INTO rebalance_dirs (run_id, path, state, files, bytes, ended) VALUES (?, ?, 'done', ?, ?, ?)",
-            (run_id, path, files, nbytes, time.time()),
+            "INSERT OR REPLACE INTO rebalance_dirs (run_id, path, state, ino, atime_ns, mtime_ns)"
+            " VALUES (?, ?, 'started', ?, ?, ?)",
+            (run_id, path, st.st_ino, st.st_atime_ns, st.st_mtime_ns),
+        )
+
+
+def end_dir(conn: sqlite3.Connection, run_id: int, path: bytes, files: int, nbytes: int, done: bool) -> None:
+    with atomic(conn):
+        conn.execute(
+            "UPDATE rebalance_dirs SET state = ?, files = ?, bytes = ?, ended = ? WHERE run_id = ? AND path = ?",
+            ("done" if done else "interrupted", files, nbytes, time.time(), run_id, path),
         )
 
 
 def done_dirs(conn: sqlite3.Connection, run_id: int) -> set[bytes]:
-    return {bytes(r[0]) for r in conn.execute("SELECT path FROM rebalance_dirs WHERE run_id = ?", (run_id,))}
+    rows = conn.execute("SELECT path FROM rebalance_dirs WHERE run_id = ? AND state = 'done'", (run_id,))
+    return {bytes(r[0]) for r in rows}
 
 
 def skipped(conn: sqlite3.Connection, run_id: int) -> list[tuple[bytes, str, str]]:
@@ -76,6 +87,7 @@ class Recovery:
     removed: list[str] = field(default_factory=list)  # temp names removed
     left: list[str] = field(default_factory=list)  # temp names not recognised: left alone
     rows: int = 0
+    dirs: int = 0  # directories whose times were restored
 
 
 def recover(conn: sqlite3.Connection) -> Recovery:
@@ -91,6 +103,16 @@ def recover(conn: sqlite3.Connection) -> Recovery:
         with atomic(conn):
             conn.executemany("UPDATE journal SET state = 'recovered', reason = ? WHERE id = ?", [(n, j) for j, n in done])
     rec.rows = len(done)
+    # directories a dead run was inside: give them back the times they had
+    dirs = conn.execute("SELECT run_id, path, ino, atime_ns, mtime_ns FROM rebalance_dirs WHERE state = 'started'").fetchall()
+    for run_id, path, ino, atime_ns, mtime_ns in dirs:
+        st = _lstat(bytes(path))
+        if st is not None and stat.S_ISDIR(st.st_mode) and st.st_ino == ino:
+            os.utime(bytes(path), ns=(atime_ns, mtime_ns), follow_symlinks=False)
+            rec.dirs += 1
+    if dirs:
+        with atomic(conn):
+            conn.execute("UPDATE rebalance_dirs SET state = 'interrupted' WHERE state = 'started'")
     return rec
 
 

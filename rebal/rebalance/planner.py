@@ -55,26 +55,43 @@ def bytes_to_target(
     vdevs: list[VdevFill], target: float, available: int, pinned_fraction: float = 0.0
 ) -> int | None:
     """Fewest bytes of old data to rewrite for the spread to fall under ``target`` (None: not
-    reachable by rewriting ``available`` bytes)."""
+    reachable by rewriting ``available`` bytes).
+
+    The spread first falls, then may rise again (rewriting everything can overshoot: the new vdevs
+    end up fuller than the old), so the trajectory is walked rather than only its end looked at.
+    """
     if spread(vdevs) <= target:
         return 0
-    if available <= 0 or spread(simulate(vdevs, available, pinned_fraction)) > target:
+    if available <= 0:
         return None
-    lo, hi = 0, available
-    while hi - lo > max(available // 1000, 1 << 20):
-        mid = (lo + hi) // 2
-        if spread(simulate(vdevs, mid, pinned_fraction)) <= target:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    n = 100
+    prev = 0
+    for i in range(1, n + 1):
+        b = available * i // n
+        if spread(simulate(vdevs, b, pinned_fraction)) <= target:
+            lo, hi = prev, b  # the spread falls through the target inside this step
+            while hi - lo > max(available // 10000, 1 << 20):
+                mid = (lo + hi) // 2
+                if spread(simulate(vdevs, mid, pinned_fraction)) <= target:
+                    hi = mid
+                else:
+                    lo = mid
+            return hi
+        prev = b
+    return None
 
 
 @dataclass(frozen=True)
 class DirEntry:
     path: bytes
     files: int
-    bytes: int
+    bytes: int  # apparent size of its files
+    alloc: int = -1  # space its files take (holes and compression left out); -1: as ``bytes``
+
+    @property
+    def moves(self) -> int:
+        """Bytes a rewrite of this directory moves, for the model."""
+        return self.bytes if self.alloc < 0 else self.alloc
 
 
 @dataclass
@@ -120,23 +137,22 @@ def make_plan(
 ) -> Plan:
     ordered = order_dirs(dirs)
     candidate = sum(d.bytes for d in ordered)
-    budget = candidate if max_bytes is None else min(candidate, max_bytes)
+    movable = sum(d.moves for d in ordered)
+    budget = movable if max_bytes is None else min(movable, max_bytes)
     needed = bytes_to_target(vdevs, target, budget, pinned_fraction)
     chosen: list[DirEntry] = []
-    total = 0
+    moved = 0
     limit = needed if needed is not None else budget
     for d in ordered:
-        if total >= limit and limit > 0:
+        if needed == 0 or (moved >= limit and limit > 0):
             break
-        if needed == 0:
-            break
-        if max_bytes is not None and total + d.bytes > max_bytes and chosen:
+        if max_bytes is not None and moved + d.moves > max_bytes and chosen:
             break
         chosen.append(d)
-        total += d.bytes
+        moved += d.moves
     return Plan(
         before=list(vdevs),
-        after=simulate(vdevs, total, pinned_fraction),
+        after=simulate(vdevs, moved, pinned_fraction),
         dirs=chosen,
         candidate_bytes=candidate,
         needed_bytes=needed,

@@ -172,15 +172,17 @@ def scan(
     for root in roots:
         dev = os.lstat(root).st_dev
         for d in walk_dirs(root, dev, filters, res.skips):
-            files = nbytes = 0
+            files = nbytes = alloc = 0
             for _name, st in candidates(d, root, dev, filters, res.skips, hardlinks_ok):
                 files += 1
                 nbytes += st.st_size
+                used = st.st_blocks * 512
+                alloc += min(st.st_size, used) if used else st.st_size
                 res.largest = max(res.largest, st.st_size)
                 if newest_snapshot is not None and st.st_mtime < newest_snapshot:
                     res.pinned_bytes += st.st_size
             if files:
-                res.dirs.append(DirEntry(d, files, nbytes))
+                res.dirs.append(DirEntry(d, files, nbytes, alloc))
                 res.files += files
                 res.bytes += nbytes
     return res

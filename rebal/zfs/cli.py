@@ -186,6 +186,12 @@ class Zfs:
                 out.append((name, int(value)))
         return sorted(out, key=lambda s: s[1])
 
+    def run_rewrite(self, argv: list[str]) -> None:
+        """Run one `zfs rewrite` command line (from `rebalance.rewrite.argv_batches`)."""
+        if argv[:2] != ["zfs", "rewrite"]:
+            raise ValueError(argv)
+        self._run(argv, readonly=False, timeout=None)
+
     def rewrite_support(self) -> tuple[bool, bool]:
         """(zfs has `rewrite`, `rewrite` has -P), from the usage text `zfs rewrite` prints."""
         if self._rewrite is None:

@@ -112,6 +112,17 @@ def test_finished_rows_are_not_recovered_twice(richfs, conn):
     assert conn.execute("SELECT count(*) FROM journal").fetchone()[0] == 0  # swapped rows are dropped
 
 
-def test_done_dirs(conn):
-    journal.mark_dir_done(conn.db, conn.run_id, b"/x/\xff", 3, 300)
-    assert journal.done_dirs(conn.db, conn.run_id) == {b"/x/\xff"}
+def test_done_dirs(richfs, conn):
+    d = os.fsencode(richfs)
+    a, b = os.path.join(d, b"a\xff"), os.path.join(d, b"b")
+    os.mkdir(a)
+    os.mkdir(b)
+    os.utime(a, ns=(1_000_000_000_111, 2_000_000_000_222))
+    journal.start_dir(conn.db, conn.run_id, a, os.lstat(a))
+    journal.start_dir(conn.db, conn.run_id, b, os.lstat(b))
+    journal.end_dir(conn.db, conn.run_id, b, 3, 300, done=True)
+    assert journal.done_dirs(conn.db, conn.run_id) == {b}
+    os.utime(a, ns=(5, 5))  # the dead run's renames moved the times
+    rec = journal.recover(conn.db)
+    assert rec.dirs == 1 and os.lstat(a).st_mtime_ns == 2_000_000_000_222
+    assert journal.done_dirs(conn.db, conn.run_id) == {b}

@@ -1,0 +1,197 @@
+"""The rebalance on real zfs-fuse pools: the spread closes, nothing is lost or changed."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import rebal, rebal_json
+from fsenv import manifest, temp_leftovers
+from treegen import mixed_tree
+from zfsenv import sh
+
+pytestmark = pytest.mark.zfs
+
+
+def write_cfg(tmp_path, **rebalance):
+    p = tmp_path / "config.toml"
+    lines = [f'state_db = "{tmp_path / "state.db"}"', "[rebalance]"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in rebalance.items()]
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def grown_pool(make_pool, tmp_path, size="256M", tree=None):
+    """2 file vdevs filled to about 60%, then 2 empty ones added: the imbalance after `zpool add`."""
+    pool = make_pool([[], []], size=size)
+    sh("zfs", "create", f"{pool.name}/data")
+    data = pool.mountpoint / "data"
+    (tree or (lambda root: mixed_tree(root, small=2500, large=16, large_mib=(14, 20))))(data)
+    pool.add(str(pool.disk(size)), str(pool.disk(size)))
+    return pool, data
+
+
+def test_mixed_tree_rebalance_closes_the_spread_and_keeps_everything(make_pool, tmp_path):
+    pool, data = grown_pool(make_pool, tmp_path)
+    cfg = write_cfg(tmp_path)
+    before_status = rebal_json("status", pool.name, config=cfg)["pools"][0]
+    assert before_status["spread"] > 40, before_status
+    before = manifest(data)
+    plan = rebal_json("plan", f"{pool.name}/data", "--target-spread", "10", config=cfg)
+    assert plan["method"] == "copy" and plan["spread_predicted"] <= 10
+    assert plan["skipped"]["hardlinked"]["count"] == 3
+    assert plan["skipped"]["special file (socket, fifo or device)"]["count"] == 1
+    assert any("hardlinked" in w for w in plan["warnings"])
+    assert manifest(data) == before, "plan changed something"
+
+    r = rebal("rebalance", f"{pool.name}/data", "--target-spread", "10", "--json", config=cfg)
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    done = lines[-1]
+    assert done["event"] == "done" and done["outcome"] == "ok", done
+    assert any(x["event"] == "dir" for x in lines)
+    after_status = rebal_json("status", pool.name, config=cfg)["pools"][0]
+    assert after_status["spread"] <= 10, after_status
+    assert abs(plan["spread_predicted"] - after_status["spread"]) <= 10
+    assert manifest(data) == before
+    assert temp_leftovers(data) == []
+    runs = rebal_json("runs", config=cfg)["runs"]
+    assert runs[0]["kind"] == "rebalance" and runs[0]["outcome"] == "ok"
+    assert runs[0]["details"]["spread_after"] <= 10 < runs[0]["details"]["spread_before"]
+
+
+def test_crash_at_random_moments_then_rerun(make_pool, tmp_path):
+    """SIGKILL the rebalance at 25 random moments; after each a rerun finishes, and the tree is the
+    same, with no temp file left."""
+    seed = int(os.environ.get("REBAL_CRASH_SEED", "20261122"))
+    rng = random.Random(seed)
+    pool, data = grown_pool(
+        make_pool, tmp_path, size="128M",
+        tree=lambda root: mixed_tree(root, small=400, large=4, large_mib=(4, 8), seed=3),
+    )
+    cfg = write_cfg(tmp_path)
+    before = manifest(data)
+    # a spread target that is never reached keeps every run rewriting the whole tree
+    argv = [sys.executable, "-m", "rebal", "--config", str(cfg), "rebalance", f"{pool.name}/data",
+            "--target-spread", "0.01", "--json"]
+    kills = 0
+    for i in range(25):
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # kill once the run has started copying, after a random number of directories
+        want = rng.randint(0, 8)
+        seen = 0
+        for line in proc.stdout:
+            ev = json.loads(line)
+            if ev["event"] == "dir":
+                seen += 1
+            if (ev["event"] == "start" and want == 0) or seen >= want:
+                break
+        time.sleep(rng.random() * 0.05)  # a random instant inside the next file, not a synchronisation
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+        kills += proc.returncode == -signal.SIGKILL
+        r = rebal("rebalance", f"{pool.name}/data", "--target-spread", "0.01", "--json", config=cfg)
+        done = json.loads(r.stdout.splitlines()[-1])
+        assert done["outcome"] in ("incomplete", "ok"), (seed, i, done)
+        assert temp_leftovers(data) == [], (seed, i)
+        assert manifest(data) == before, (seed, i)
+    assert kills >= 20, f"only {kills} of 25 runs were killed mid-way (seed {seed})"
+
+
+def test_second_run_on_the_same_pool_is_refused(make_pool, tmp_path):
+    from rebal.rebalance.engine import PoolLock
+
+    pool, data = grown_pool(make_pool, tmp_path, size="128M",
+                            tree=lambda root: mixed_tree(root, small=50, large=1, large_mib=(2, 3)))
+    cfg = write_cfg(tmp_path)
+    with PoolLock(str(tmp_path / "state.db"), pool.name):
+        r = rebal("rebalance", f"{pool.name}/data", config=cfg, check=False)
+    assert r.returncode == 4
+    assert f"another rebalance of pool {pool.name} is running (pid {os.getpid()})" in r.stderr
+
+
+def test_file_larger_than_the_free_space_is_skipped(make_pool, tmp_path):
+    pool = make_pool([[]], size="256M")
+    sh("zfs", "create", f"{pool.name}/data")
+    data = pool.mountpoint / "data"
+    with open(data / "big.bin", "wb") as f:
+        for _ in range(170):
+            f.write(os.urandom(2**20))
+    (data / "small.bin").write_bytes(os.urandom(300_000))
+    pool.add(str(pool.disk("64M")))
+    before = manifest(data)
+    cfg = write_cfg(tmp_path, reserve_percent=0.0)
+    plan = rebal_json("plan", f"{pool.name}/data", config=cfg)
+    assert any("not enough free space for the largest file" in w for w in plan["warnings"])
+    r = rebal("rebalance", f"{pool.name}/data", "--json", config=cfg)
+    done = json.loads(r.stdout.splitlines()[-1])
+    assert done["skipped"] == {"too large for the space above the reserve": 1}, done
+    assert done["files"] == 1 and done["outcome"] == "incomplete"
+    assert manifest(data) == before and temp_leftovers(data) == []
+
+
+def test_real_enospc_during_a_copy_keeps_the_original(make_pool):
+    """zfs-fuse really runs out of space while the copy is written (a filler takes the rest)."""
+    from rebal.rebalance.copier import Copier, FileRef, Outcome
+
+    pool = make_pool([[]], size="128M")
+    f = pool.mountpoint / "victim.bin"
+    f.write_bytes(os.urandom(40 * 2**20))
+    original = f.read_bytes()
+    filler = pool.mountpoint / "filler"
+
+    class FillThenCopy(Copier):
+        def _copy_data(self, src, dst, size, leased):
+            with open(filler, "wb") as fh:  # take every free byte, the way another writer would
+                try:
+                    while True:
+                        fh.write(os.urandom(2**20))
+                except OSError as e:
+                    assert e.errno == 28  # ENOSPC
+            return super()._copy_data(src, dst, size, leased)
+
+    st = os.lstat(f)
+    dfd = os.open(pool.mountpoint, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        res = FillThenCopy().copy(dfd, FileRef.from_stat(os.fsencode(pool.mountpoint), b"victim.bin", st))
+    finally:
+        os.close(dfd)
+    assert res.outcome is Outcome.NOSPACE, res
+    assert f.read_bytes() == original and os.lstat(f).st_ino == st.st_ino
+    assert temp_leftovers(pool.mountpoint) == []
+
+
+def test_snapshots_refused_unless_allowed(make_pool, tmp_path):
+    pool, data = grown_pool(make_pool, tmp_path, size="128M",
+                            tree=lambda root: mixed_tree(root, small=30, large=1, large_mib=(8, 9)))
+    sh("zfs", "snapshot", f"{pool.name}/data@keep")
+    cfg = write_cfg(tmp_path)
+    plan = rebal_json("plan", f"{pool.name}/data", config=cfg)
+    assert plan["pinned_bytes"] > 8 * 2**20
+    assert any("snapshot" in w for w in plan["warnings"])
+    r = rebal("rebalance", f"{pool.name}/data", config=cfg, check=False)
+    assert r.returncode == 2 and "held by snapshots" in r.stderr and "--allow-snapshots" in r.stderr
+    r = rebal("rebalance", f"{pool.name}/data", "--allow-snapshots", "--max-bytes", "4M", "--json", config=cfg)
+    assert json.loads(r.stdout.splitlines()[-1])["outcome"] in ("stopped", "ok")
+
+
+def test_dry_run_changes_nothing(make_pool, tmp_path):
+    pool, data = grown_pool(make_pool, tmp_path, size="128M",
+                            tree=lambda root: mixed_tree(root, small=30, large=1, large_mib=(8, 9)))
+    cfg = write_cfg(tmp_path)
+    before = manifest(data)
+    out = rebal("rebalance", f"{pool.name}/data", "--dry-run", config=cfg).stdout
+    assert "dry run: nothing was changed" in out
+    assert manifest(data) == before
+    assert rebal_json("runs", config=cfg)["runs"] == []
+
+
+def test_bad_targets(make_pool, tmp_path):
+    cfg = write_cfg(tmp_path)
+    r = rebal("plan", "nopool/-x", config=cfg, check=False)
+    assert r.returncode == 2 and "bad dataset name" in r.stderr
+    r = rebal("plan", str(tmp_path), config=cfg, check=False)
+    assert r.returncode == 2 and "not on a mounted ZFS file system" in r.stderr
