@@ -392,6 +392,7 @@ def rebalance(
     min_size: MinSizeOpt = None,
     max_size: MaxSizeOpt = None,
     allow_snapshots: Annotated[bool, typer.Option("--allow-snapshots", help="Rewrite data that snapshots pin (grows the pool).")] = False,
+    rewrite_all: Annotated[bool, typer.Option("--all", help="Rewrite every eligible file, whatever the spread (e.g. after a RAIDZ expansion).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan and change nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON line per directory done, and one at the end.")] = False,
 ) -> None:
@@ -416,6 +417,7 @@ def rebalance(
         method=_choice("--method", method or rb.method, ("auto", "copy", "rewrite")),
         jobs=jobs or rb.jobs,
         allow_snapshots=allow_snapshots or rb.allow_snapshots,
+        rewrite_all=rewrite_all,
     )
     zpool, zfs = Zpool(), Zfs()
     if dry_run:

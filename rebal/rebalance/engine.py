@@ -24,12 +24,12 @@ from ..units import human
 from ..zfs.model import Pool
 from . import journal, rewrite
 from .copier import Copier, FileRef, Outcome, Result, Throttle
-from .planner import DirEntry, Plan, VdevFill, make_plan, order_dirs, spread
+from .planner import DirEntry, Plan, VdevFill, make_plan, order_dirs, simulate, spread
 from .scan import Filters, ScanResult, candidates, scan
 
 BATCH_FILES = 64
 BATCH_BYTES = 256 << 20
-SETTLE_EVERY = 2.0  # seconds: at most this often between directories
+SETTLE_EVERY = 10.0  # seconds: settle at least this often between directories
 RETRIES = 2  # a file that changed while copied is tried again this often in the same run
 
 
@@ -52,6 +52,7 @@ class Options:
     method: str = "auto"
     jobs: int = 0
     allow_snapshots: bool = False
+    rewrite_all: bool = False  # every eligible file, whatever the spread (after a RAIDZ expansion, say)
     reserve_percent: float = 10.0
     filters: Filters = field(default_factory=Filters)
 
@@ -305,7 +306,7 @@ class _Run:
         self.copier = Copier(opts.verify, stop, Throttle(opts.max_rate))
         self.report: Report
         self.stop_reason = ""
-        self.last_settle = 0.0
+        self.last_settle = time.monotonic()
         self.spread_now = prep.pool.spread
 
     # measuring
@@ -320,9 +321,16 @@ class _Run:
         return pool.spread
 
     def target_reached(self) -> bool:
+        """Measure after a directory. Frees show late (ZFS frees blocks asynchronously), so the
+        figures right after a directory make the spread look worse than it is: the pool is settled
+        first whenever the raw figures, or the model given the bytes rewritten so far, say the
+        target may be reached, and otherwise at most every SETTLE_EVERY seconds."""
         target = self.opts.target_spread
         raw = self.measure(settle=False)
-        if raw <= target or time.monotonic() - self.last_settle >= SETTLE_EVERY:
+        if self.opts.rewrite_all:
+            return False
+        predicted = spread(simulate(fills(self.prep.pool), self.report.bytes, self.prep.plan.pinned_fraction))
+        if raw <= target or predicted <= target or time.monotonic() - self.last_settle >= SETTLE_EVERY:
             return self.measure(settle=True) <= target
         return False
 
@@ -518,7 +526,7 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
 
 def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
     prep, opts = r.prep, r.opts
-    if r.spread_now <= opts.target_spread:
+    if r.spread_now <= opts.target_spread and not opts.rewrite_all:
         return "ok", f"spread {r.spread_now:.1f} is within the target {opts.target_spread:g}"
     roots = {t.root: os.lstat(t.root).st_dev for t in prep.targets}
     with ThreadPoolExecutor(max_workers=prep.jobs, thread_name_prefix="rebal-copy") as pool:
@@ -532,7 +540,7 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
             finished = not r.stop.is_set()
             journal.end_dir(r.conn, r.report.run_id, d.path, rep.files, rep.bytes, finished)
             r.report.dirs += finished
-            reached = r.target_reached()
+            reached = r.target_reached() and not opts.rewrite_all
             rep.spread = r.spread_now
             for k, n in rep.skipped.items():
                 r.report.skipped[k] = r.report.skipped.get(k, 0) + n
@@ -542,6 +550,8 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
     why = r.limit_hit()
     if why:
         return ("interrupted" if why == "interrupted" else "stopped"), why
+    if opts.rewrite_all:
+        return "ok", f"every eligible file was rewritten (--all); the spread is {r.spread_now:.1f}"
     return "incomplete", (f"every eligible directory was rewritten; the spread is {r.spread_now:.1f}, "
                           f"above the target {opts.target_spread:g}")
 

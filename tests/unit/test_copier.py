@@ -122,9 +122,9 @@ class _Hook(Copier):
         super().__init__(**kw)
         self.action = action
 
-    def _copy_metadata(self, src, dst, st):
+    def _copy_metadata(self, *args):
         self.action()
-        super()._copy_metadata(src, dst, st)
+        super()._copy_metadata(*args)
 
 
 def run_hooked(path: Path, action, **kw):
