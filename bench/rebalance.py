@@ -4,10 +4,10 @@ file system (a zfs-fuse pool of 2 sparse-file vdevs made for the run and destroy
   small files: 20,000 files of 4-64 KiB
       rebal (hash verify, the default)  vs  a shell loop per file:
       cp -a f f.tmp && cmp f f.tmp && rm f && mv f.tmp f          target: >= 5x its files/s
-  large files: a few files of 256 MiB
+  large files: 4 files of 256 MiB
       rebal (hash verify)  vs  a raw copy: cat f > g              target: >= 0.8x its MB/s
 
-Run as root:  python3 bench/rebalance.py [--small 20000] [--large 2] [--large-mib 256]
+Run as root:  python3 bench/rebalance.py [--small 20000] [--large 4] [--large-mib 256]
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--small", type=int, default=20000)
     ap.add_argument("--baseline-sample", type=int, default=2000, help="files the shell loop rewrites (it is slow)")
-    ap.add_argument("--large", type=int, default=2)
+    ap.add_argument("--large", type=int, default=4)
     ap.add_argument("--large-mib", type=int, default=256)
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--dir", default="/var/tmp/rebal-bench")

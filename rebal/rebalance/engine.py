@@ -175,8 +175,11 @@ def resolve_targets(zfs, specs: list[str]) -> list[Target]:
 
 def default_jobs(n_data_vdevs: int) -> int:
     """Enough files in flight to keep every data vdev busy, bounded by the cores."""
+    # Measured on zfs-fuse, 2 cores, 2 vdevs, 6,000 files of 4-64 KiB (bench/rebalance.py):
+    # 1 job 3.3x the baseline's files/s, 2 jobs 5.0x, 4 jobs 5.5x, 8 jobs 5.6x. Small files wait
+    # on fsync and metadata round trips, so more files in flight than cores pays.
     cores = os.cpu_count() or 2
-    return max(2, min(8, max(n_data_vdevs, 2), 2 * cores))
+    return max(4, min(16, 2 * n_data_vdevs, 4 * cores))
 
 
 def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
