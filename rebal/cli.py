@@ -617,13 +617,12 @@ def runs(
     from .units import human
 
     t = Table(box=None, pad_edge=False)
-    for col in ("ID", "KIND", "POOL/JOB", "STARTED (UTC)", "SECONDS", "FILES", "BYTES", "SPREAD", "OUTCOME"):
-        t.add_column(col, justify="right" if col in ("ID", "SECONDS", "FILES", "BYTES") else "left", no_wrap=True)
+    for col in ("ID", "KIND", "POOL/JOB", "STARTED UTC", "FILES", "BYTES", "SPREAD", "OUTCOME"):
+        t.add_column(col, justify="right" if col in ("ID", "FILES", "BYTES") else "left", no_wrap=True)
     for r in out:
         d = r["details"]
-        spread = f"{d['spread_before']:.1f} -> {d['spread_after']:.1f}" if "spread_before" in d else ""
-        t.add_row(str(r["id"]), r["kind"], r["job"] or r["pool"] or "", r["started"][:16].replace("T", " "),
-                  "" if r["seconds"] is None else f"{r['seconds']:.0f}",
+        spread = f"{d['spread_before']:.1f}->{d['spread_after']:.1f}" if "spread_before" in d else ""
+        t.add_row(str(r["id"]), r["kind"], r["job"] or r["pool"] or "", r["started"][5:16].replace("T", " "),
                   str(d.get("files", "")), human(d["bytes"]) if "bytes" in d else "", spread, r["outcome"])
     _console().print(t)
 

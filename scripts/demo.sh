@@ -55,6 +55,13 @@ step "zpool add $POOL $DIR/d3 $DIR/d4 (two new, empty vdevs): old data stays on 
 zpool add "$POOL" "$DIR/d3" "$DIR/d4" 2>/dev/null
 rebal status
 rebal status --json | python3 -c 'import json,sys; p=json.load(sys.stdin)["pools"][0]; print("spread (JSON):", p["spread"], "points")'
-step "history of the samples taken so far"
+step "rebal plan: what a rebalance would rewrite, and the predicted CAP per vdev (changes nothing)"
+rebal plan "$POOL/data"
+step "rebal rebalance: copy-verify-swap, directory by directory, until the spread is under 10 points"
+rebal rebalance "$POOL/data"
+step "rebal status: the spread has closed"
+rebal status
+step "history of the samples taken so far, and the runs"
 rebal history "$POOL"
+rebal runs
 printf '\nThe demo pool stays for you to explore (config: %s).\nRemove it with: bash scripts/demo.sh --clean\n' "$REBAL_CONFIG"
