@@ -344,6 +344,7 @@ def plan(
     max_size: MaxSizeOpt = None,
     max_bytes: MaxBytesOpt = None,
     method: Annotated[str, typer.Option(help="auto, copy or rewrite.")] = "auto",
+    hardlinks: Annotated[bool, typer.Option("--hardlinks", help="Plan to re-create hardlink groups inside the targets.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Dry run: what a rebalance would rewrite, and the predicted CAP per vdev after. Changes nothing."""
@@ -352,7 +353,8 @@ def plan(
 
     cfg = _config()
     opts = _options(cfg, targets, target_spread, exclude, min_age, min_size, max_size, max_bytes,
-                    method=_choice("--method", method, ("auto", "copy", "rewrite")))
+                    method=_choice("--method", method, ("auto", "copy", "rewrite")),
+                    hardlinks=hardlinks or cfg.rebalance.hardlinks)
     conn = _state_or_none(cfg)
     prep = prepare(opts, Zpool(), Zfs(), conn)
     if as_json:
@@ -392,6 +394,7 @@ def rebalance(
     min_size: MinSizeOpt = None,
     max_size: MaxSizeOpt = None,
     allow_snapshots: Annotated[bool, typer.Option("--allow-snapshots", help="Rewrite data that snapshots pin (grows the pool).")] = False,
+    hardlinks: Annotated[bool, typer.Option("--hardlinks", help="Re-create hardlink groups that lie wholly in the targets [default: config].")] = False,
     rewrite_all: Annotated[bool, typer.Option("--all", help="Rewrite every eligible file, whatever the spread (e.g. after a RAIDZ expansion).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan and change nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON line per directory done, and one at the end.")] = False,
@@ -418,6 +421,7 @@ def rebalance(
         jobs=jobs or rb.jobs,
         allow_snapshots=allow_snapshots or rb.allow_snapshots,
         rewrite_all=rewrite_all,
+        hardlinks=hardlinks or rb.hardlinks,
     )
     zpool, zfs = Zpool(), Zfs()
     if dry_run:

@@ -83,10 +83,17 @@ MIGRATIONS: list[str] = [
         size INTEGER NOT NULL,
         mtime_ns INTEGER NOT NULL,
         ctime_ns INTEGER NOT NULL,
-        state TEXT NOT NULL,             -- copying, verified, swapped, skipped, failed, changed, recovered
+        state TEXT NOT NULL,             -- copying, linking (a group's copy is done), swapped, or an outcome
         reason TEXT
     );
-    CREATE INDEX journal_open ON journal(state) WHERE state IN ('copying', 'verified');
+    CREATE TABLE journal_links (         -- the names of a hardlink group rewritten as one
+        journal_id INTEGER NOT NULL REFERENCES journal(id) ON DELETE CASCADE,
+        idx INTEGER NOT NULL,
+        dir BLOB NOT NULL,
+        name BLOB NOT NULL,
+        PRIMARY KEY (journal_id, idx)
+    );
+    CREATE INDEX journal_open ON journal(state) WHERE state IN ('copying', 'linking');
     CREATE INDEX runs_key ON runs(key, started);
     """,
 ]

@@ -49,6 +49,11 @@ def old_name(ino: int) -> bytes:
     return b".rebal-%x.old" % ino
 
 
+def group_tmp_name(ino: int, k: int) -> bytes:
+    """Hidden name of the copy beside the k-th name (k >= 1) of a hardlink group."""
+    return b".rebal-%x-%d.tmp" % (ino, k)
+
+
 def is_temp_name(name: bytes) -> bool:
     return name.startswith(b".rebal-") and (name.endswith(b".tmp") or name.endswith(b".old"))
 
@@ -211,6 +216,94 @@ class Copier:
                 _unlink_quiet(dfd, oname)
             if src >= 0:
                 os.close(src)  # releases the lease
+
+    # -- a hardlink group ---------------------------------------------------------------------
+
+    def copy_group(self, names: list[tuple[int, FileRef]], on_copy=None) -> Result:
+        """Rewrite a hardlink group as one: one new inode, linked under every name of the group.
+
+        ``names``: (directory fd, ref) of every name of the inode, all inside the target.
+        ``on_copy(copy_ino)`` runs once the verified copy has its temp names and before any name is
+        switched: the journal must know the new inode to finish a half-switched group after a crash.
+        While names are switched, the original keeps a hidden anchor name, so that the group can be
+        switched back if a writer opens the file meanwhile.
+        """
+        dfd0, ref0 = names[0]
+        ino = ref0.ino
+        src = tmp = -1
+        temps: list[tuple[int, bytes]] = []  # temp names to remove if we stop half-way
+        anchor: tuple[int, bytes] | None = None
+        swapped: list[int] = []
+        written = 0
+        try:
+            try:
+                src = _open_noatime(ref0.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dfd0)
+            except FileNotFoundError:
+                return Result(Outcome.GONE, reason="deleted before the copy")
+            st = os.fstat(src)
+            if not stat.S_ISREG(st.st_mode) or not _same(st, ref0):
+                return Result(Outcome.CHANGED, reason="changed since the scan")
+            if st.st_nlink != len(names):
+                return Result(Outcome.CHANGED, reason="the link group changed since the scan")
+            leased = self._lease(src)
+            t0 = tmp_name(ino)
+            try:
+                tmp = _open_noatime(t0, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, dfd0,
+                                    stat.S_IMODE(st.st_mode) & 0o777)
+            except FileExistsError:
+                return Result(Outcome.FAILED, reason=f"temp name {t0.decode()} exists (left by someone else?)")
+            temps.append((dfd0, t0))
+            tst = os.fstat(tmp)
+            digest, written = self._copy_data(src, tmp, ref0.size, leased)
+            self._copy_metadata(src, tmp, st, tst)
+            os.fsync(tmp)
+            self._verify(src, tmp, ref0.size, digest)
+            for dfd, ref in names:
+                self._check_unchanged(dfd, src, FileRef(ref.dir, ref.name, ino, ref0.size, ref0.mtime_ns, ref0.ctime_ns), leased)
+            for k, (dfd, _ref) in enumerate(names[1:], 1):
+                os.link(t0, group_tmp_name(ino, k), src_dir_fd=dfd0, dst_dir_fd=dfd, follow_symlinks=False)
+                temps.append((dfd, group_tmp_name(ino, k)))
+            if on_copy:
+                on_copy(tst.st_ino)
+            os.link(ref0.name, old_name(ino), src_dir_fd=dfd0, dst_dir_fd=dfd0, follow_symlinks=False)
+            anchor = (dfd0, old_name(ino))
+            for k, (dfd, ref) in enumerate(names):
+                if leased and not self._lease_held(src):
+                    raise _Abort(Outcome.IN_USE, "opened for writing while the group was switched")
+                tname = t0 if k == 0 else group_tmp_name(ino, k)
+                os.rename(tname, ref.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                temps.remove((dfd, tname))
+                swapped.append(k)
+            if leased and not self._lease_held(src):
+                raise _Abort(Outcome.IN_USE, "opened for writing while the group was switched")
+            return Result(Outcome.SWAPPED, written, copy_ino=tst.st_ino)
+        except (_Abort, OSError) as e:
+            if swapped and anchor:
+                self._switch_back(names, swapped, anchor, ino)
+            if isinstance(e, _Abort):
+                return Result(e.outcome, written, e.reason)
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                return Result(Outcome.NOSPACE, written, "no space left for the copy")
+            return Result(Outcome.FAILED, written, f"{os.strerror(e.errno or 0) or e}")
+        finally:
+            if tmp >= 0:
+                os.close(tmp)
+            for dfd, name in temps:
+                _unlink_quiet(dfd, name)
+            if anchor:
+                _unlink_quiet(*anchor)
+            if src >= 0:
+                os.close(src)
+
+    @staticmethod
+    def _switch_back(names, swapped: list[int], anchor: tuple[int, bytes], ino: int) -> None:
+        """Point the names already switched back at the original (through its anchor name)."""
+        adfd, aname = anchor
+        for k in swapped:
+            dfd, ref = names[k]
+            back = group_tmp_name(ino, k + 1000)
+            os.link(aname, back, src_dir_fd=adfd, dst_dir_fd=dfd, follow_symlinks=False)
+            os.rename(back, ref.name, src_dir_fd=dfd, dst_dir_fd=dfd)
 
     # -- steps --------------------------------------------------------------------------------
 

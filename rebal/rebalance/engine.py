@@ -53,6 +53,7 @@ class Options:
     jobs: int = 0
     allow_snapshots: bool = False
     rewrite_all: bool = False  # every eligible file, whatever the spread (after a RAIDZ expansion, say)
+    hardlinks: bool = False  # re-create hardlink groups whose every name lies in the targets
     reserve_percent: float = 10.0
     filters: Filters = field(default_factory=Filters)
 
@@ -224,7 +225,8 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
             notes.append("zfs rewrite is not available here: files are rewritten by copy-and-rename")
 
     filters = opts.filters
-    sc = scan([t.root for t in targets], filters, newest_snapshot=newest, hardlinks_ok=(method == "rewrite"))
+    sc = scan([t.root for t in targets], filters, newest_snapshot=newest, hardlinks_ok=(method == "rewrite"),
+              link_groups=(opts.hardlinks and method == "copy"))
     remaining = [d for d in sc.dirs if d.path not in done]
     pinned_fraction = (sc.pinned_bytes / sc.bytes) if sc.bytes else 0.0
     plan = make_plan(fills(pool), remaining, opts.target_spread, max_bytes=opts.max_bytes, pinned_fraction=pinned_fraction)
@@ -237,7 +239,14 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
         )
     hl = sc.skips.counts.get("hardlinked", 0)
     if hl:
-        warnings.append(f"{hl} hardlinked file(s) ({human(sc.skips.bytes.get('hardlinked', 0))}) will be skipped")
+        warnings.append(f"{hl} hardlinked file(s) ({human(sc.skips.bytes.get('hardlinked', 0))}) will be skipped "
+                        "(--hardlinks re-creates link groups that lie wholly in the target)")
+    out = sc.skips.counts.get("hardlinked, with names outside the target", 0)
+    if out:
+        warnings.append(f"{out} hardlinked file(s) have names outside the target and will be skipped")
+    if sc.groups:
+        notes.append(f"{len(sc.groups)} hardlink group(s) ({human(sc.group_bytes)}) will be re-created as groups "
+                     "after the directories")
     sp = sc.skips.counts.get("special file (socket, fifo or device)", 0)
     if sp:
         warnings.append(f"{sp} special file(s) (sockets, fifos, devices) will be skipped")
@@ -311,6 +320,7 @@ class _Run:
         self.stop_reason = ""
         self.last_settle = time.monotonic()
         self.spread_now = prep.pool.spread
+        self.linked_seen: set[int] = set()  # hardlinked inodes already rewritten in place
 
     # measuring
 
@@ -444,7 +454,13 @@ class _Run:
 
         rep = DirReport(d.path)
         journal.start_dir(self.conn, self.report.run_id, d.path, os.lstat(d.path))
-        files = [(n, st) for n, st in candidates(d.path, root, dev, self.opts.filters, hardlinks_ok=True)]
+        files = []
+        for n, st in candidates(d.path, root, dev, self.opts.filters, hardlinks_ok=True):
+            if st.st_nlink > 1:  # an inode with several names is rewritten once
+                if st.st_ino in self.linked_seen:
+                    continue
+                self.linked_seen.add(st.st_ino)
+            files.append((n, st))
         paths = [os.path.join(d.path, n) for n, _ in files]
         sizes = {os.path.join(d.path, n): st.st_size for n, st in files}
         for argv in rewrite.argv_batches(paths, self.prep.physical):
@@ -464,6 +480,45 @@ class _Run:
                     self.report.files += 1
                     self.report.bytes += n
         return rep
+
+
+def _copy_groups(r: _Run) -> DirReport:
+    """Rewrite the hardlink groups, one at a time, each as one new inode under all its names."""
+    rep = DirReport(b"(hardlink groups)")
+    for group in r.prep.scan.groups:
+        if r.limit_hit():
+            break
+        dirs = sorted({ref.dir for ref in group})
+        fds: dict[bytes, int] = {}
+        times: dict[bytes, os.stat_result] = {}
+        try:
+            for d in dirs:
+                fds[d] = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                times[d] = os.fstat(fds[d])
+                journal.start_dir(r.conn, r.report.run_id, d, times[d])
+            jid = journal.begin_group(r.conn, r.report.run_id, group)
+            res = r.copier.copy_group([(fds[ref.dir], ref) for ref in group],
+                                      on_copy=lambda ino, jid=jid: journal.group_copied(r.conn, jid, ino))
+            journal.finish_batch(r.conn, [(jid, res.outcome.value, res.reason, res.copy_ino)])
+            r.events.file_done(group[0], res)
+            if res.outcome is Outcome.SWAPPED:
+                rep.files += len(group)
+                rep.bytes += group[0].size
+                r.report.files += len(group)
+                r.report.bytes += group[0].size
+            else:
+                rep.skipped[res.outcome.value] = rep.skipped.get(res.outcome.value, 0) + len(group)
+        except OSError as e:
+            rep.skipped[f"group failed ({e.strerror})"] = rep.skipped.get(f"group failed ({e.strerror})", 0) + 1
+        finally:
+            for d, fd in fds.items():
+                try:
+                    os.utime(fd, ns=(times[d].st_atime_ns, times[d].st_mtime_ns))
+                except OSError:
+                    pass
+                os.close(fd)
+                journal.end_dir(r.conn, r.report.run_id, d, 0, 0, True)
+    return rep
 
 
 def _restat(dfd: int, ref: FileRef) -> FileRef | None:
@@ -552,6 +607,15 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
             r.events.dir_done(rep)
             if reached:
                 return "ok", f"spread {r.spread_now:.1f} is under the target {opts.target_spread:g}"
+    if prep.scan.groups and not r.limit_hit():
+        rep = _copy_groups(r)
+        reached = r.target_reached() and not opts.rewrite_all
+        rep.spread = r.spread_now
+        for k, n in rep.skipped.items():
+            r.report.skipped[k] = r.report.skipped.get(k, 0) + n
+        r.events.dir_done(rep)
+        if reached:
+            return "ok", f"spread {r.spread_now:.1f} is under the target {opts.target_spread:g}"
     why = r.limit_hit()
     if why:
         return ("interrupted" if why == "interrupted" else "stopped"), why

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..state import atomic
-from .copier import FileRef, old_name, tmp_name
+from .copier import FileRef, group_tmp_name, old_name, tmp_name
 
 OPEN = "copying"
 
@@ -37,6 +37,29 @@ def begin_batch(conn: sqlite3.Connection, run_id: int, refs: Iterable[FileRef]) 
             )
             ids.append(cur.lastrowid)
     return ids
+
+
+def begin_group(conn: sqlite3.Connection, run_id: int, refs: list[FileRef]) -> int:
+    """Record a hardlink group about to be rewritten as one (all names, one inode)."""
+    r = refs[0]
+    with atomic(conn):
+        cur = conn.execute(
+            "INSERT INTO journal (run_id, dir, name, tmp, orig_ino, size, mtime_ns, ctime_ns, state)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run_id, r.dir, r.name, tmp_name(r.ino), r.ino, r.size, r.mtime_ns, r.ctime_ns, OPEN),
+        )
+        jid = cur.lastrowid
+        conn.executemany(
+            "INSERT INTO journal_links (journal_id, idx, dir, name) VALUES (?, ?, ?, ?)",
+            [(jid, k, x.dir, x.name) for k, x in enumerate(refs)],
+        )
+    return jid
+
+
+def group_copied(conn: sqlite3.Connection, jid: int, copy_ino: int) -> None:
+    """The group's verified copy exists under every temp name: names are about to be switched."""
+    with atomic(conn):
+        conn.execute("UPDATE journal SET state = 'linking', copy_ino = ? WHERE id = ?", (copy_ino, jid))
 
 
 def finish_batch(conn: sqlite3.Connection, outcomes: Iterable[tuple[int, str, str, int | None]]) -> None:
@@ -93,11 +116,16 @@ class Recovery:
 def recover(conn: sqlite3.Connection) -> Recovery:
     """Clean up after a crash: every journal row still `copying` belongs to a run that died."""
     rec = Recovery()
-    rows = conn.execute("SELECT id, dir, name, tmp, orig_ino FROM journal WHERE state = ?", (OPEN,)).fetchall()
+    rows = conn.execute(
+        "SELECT id, dir, name, tmp, orig_ino, copy_ino FROM journal WHERE state IN (?, 'linking')", (OPEN,)
+    ).fetchall()
     done: list[tuple[int, str]] = []
-    for jid, d, name, tmp, orig_ino in rows:
-        d, name, tmp = bytes(d), bytes(name), bytes(tmp)
-        note = _recover_one(d, name, tmp, orig_ino, rec)
+    for jid, d, name, tmp, orig_ino, copy_ino in rows:
+        links = conn.execute("SELECT dir, name FROM journal_links WHERE journal_id = ? ORDER BY idx", (jid,)).fetchall()
+        if links:
+            note = _recover_group([(bytes(a), bytes(b)) for a, b in links], orig_ino, copy_ino, rec)
+        else:
+            note = _recover_one(bytes(d), bytes(name), bytes(tmp), orig_ino, rec)
         done.append((jid, note))
     if done:
         with atomic(conn):
@@ -158,3 +186,43 @@ def _recover_one(d: bytes, name: bytes, tmp: bytes, orig_ino: int, rec: Recovery
     else:
         notes.append("rewritten copy in place")
     return "; ".join(notes)
+
+
+def _recover_group(names: list[tuple[bytes, bytes]], orig_ino: int, copy_ino: int | None, rec: Recovery) -> str:
+    """A hardlink group caught half-way. If any name already points at the verified copy, finish
+    switching the others to it (the copy is complete: it was verified before any switch); else
+    the group is untouched and only the temp names go."""
+    paths = [os.path.join(d, n) for d, n in names]
+    temps = [os.path.join(names[0][0], tmp_name(orig_ino))] + [
+        os.path.join(d, group_tmp_name(orig_ino, k)) for k, (d, _n) in enumerate(names) if k
+    ]
+    anchor = os.path.join(names[0][0], old_name(orig_ino))
+    at = {p: _lstat(p) for p in paths}
+    switched = [p for p, st in at.items() if st is not None and copy_ino is not None and st.st_ino == copy_ino]
+    note = "group untouched"
+    if switched:
+        source = switched[0]
+        for k, p in enumerate(paths):
+            st = at[p]
+            if st is not None and st.st_ino == orig_ino:
+                t = os.path.join(os.path.dirname(p), group_tmp_name(orig_ino, k + 2000))
+                os.link(source, t, follow_symlinks=False)
+                os.rename(t, p)
+        note = f"group finished: {len(paths)} names on the verified copy"
+    for t in temps:
+        st = _lstat(t)
+        if st is None:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_ino in (copy_ino, orig_ino) or (copy_ino is None and st.st_ino != orig_ino):
+            os.unlink(t)
+            rec.removed.append(os.fsdecode(t))
+        else:
+            rec.left.append(os.fsdecode(t))
+    st = _lstat(anchor)
+    if st is not None:
+        if stat.S_ISREG(st.st_mode) and st.st_ino == orig_ino:
+            os.unlink(anchor)
+            rec.removed.append(os.fsdecode(anchor))
+        else:
+            rec.left.append(os.fsdecode(anchor))
+    return note

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .copier import is_temp_name
+from .copier import FileRef, is_temp_name
 from .planner import DirEntry
 
 EXAMPLES = 5
@@ -75,6 +75,8 @@ class ScanResult:
     largest: int = 0
     pinned_bytes: int = 0  # bytes of files older than the newest snapshot
     skips: Skips = field(default_factory=Skips)
+    groups: list[list[FileRef]] = field(default_factory=list)  # complete hardlink groups (--hardlinks)
+    group_bytes: int = 0
 
 
 def candidates(
@@ -166,13 +168,23 @@ def walk_dirs(root: bytes, dev: int, filters: Filters, skips: Skips) -> Iterator
 
 
 def scan(
-    roots: list[bytes], filters: Filters, newest_snapshot: float | None = None, hardlinks_ok: bool = False
+    roots: list[bytes],
+    filters: Filters,
+    newest_snapshot: float | None = None,
+    hardlinks_ok: bool = False,
+    link_groups: bool = False,
 ) -> ScanResult:
+    """Walk the targets. ``hardlinks_ok``: hardlinked files are ordinary candidates (in-place
+    rewrite). ``link_groups``: collect the hardlink groups whose every name lies in the targets."""
     res = ScanResult(dirs=[])
+    links: dict[int, list[tuple[FileRef, int]]] = {}
     for root in roots:
         dev = os.lstat(root).st_dev
         for d in walk_dirs(root, dev, filters, res.skips):
             files = nbytes = alloc = 0
+            if link_groups:
+                for name, st in _linked(d, root, dev, filters):
+                    links.setdefault(st.st_ino, []).append((FileRef.from_stat(d, name, st), st.st_nlink))
             for _name, st in candidates(d, root, dev, filters, res.skips, hardlinks_ok):
                 files += 1
                 nbytes += st.st_size
@@ -185,4 +197,34 @@ def scan(
                 res.dirs.append(DirEntry(d, files, nbytes, alloc))
                 res.files += files
                 res.bytes += nbytes
+    for members in links.values():
+        nlink = members[0][1]
+        if len(members) == nlink:
+            res.groups.append([m[0] for m in members])
+            res.group_bytes += members[0][0].size
+    if link_groups:
+        res.skips.counts.pop("hardlinked", None)
+        res.skips.bytes.pop("hardlinked", None)
+        res.skips.examples.pop("hardlinked", None)
+        for members in links.values():
+            if len(members) != members[0][1]:
+                for ref, _n in members:
+                    res.skips.add("hardlinked, with names outside the target", ref.path, ref.size)
     return res
+
+
+def _linked(dirpath: bytes, root: bytes, dev: int, filters: Filters) -> Iterator[tuple[bytes, os.stat_result]]:
+    """The regular files of one directory that have more than one name."""
+    try:
+        it = os.scandir(dirpath)
+    except OSError:
+        return
+    with it:
+        for entry in it:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if (stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and st.st_dev == dev and not is_temp_name(entry.name)
+                    and not filters.excluded(os.path.relpath(entry.path, root)) and filters.wants(st)):
+                yield entry.name, st

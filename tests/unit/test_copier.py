@@ -227,3 +227,86 @@ def test_throttle_limits_rate():
 
 def test_names():
     assert tmp_name(255) == b".rebal-ff.tmp" and old_name(255) == b".rebal-ff.old"
+
+
+def files_only(m: dict) -> dict:
+    """The manifest without directories (the engine, not the copier, restores directory times)."""
+    return {k: v for k, v in m.items() if not (isinstance(v, dict) and stat.S_ISDIR(v["type"]))}
+
+
+def group_of(richfs, names=("a/x", "a/y", "b/z")):
+    for sub in ("a", "b"):
+        (richfs / sub).mkdir(exist_ok=True)
+    first = richfs / names[0]
+    first.write_bytes(os.urandom(200_000))
+    os.chmod(first, 0o640)
+    for n in names[1:]:
+        os.link(first, richfs / n)
+    return [richfs / n for n in names]
+
+
+def group_refs(paths):
+    fds, out = [], []
+    for p in paths:
+        fd = os.open(p.parent, os.O_RDONLY | os.O_DIRECTORY)
+        fds.append(fd)
+        out.append((fd, ref_of(p)))
+    return out, fds
+
+
+def test_hardlink_group_is_recreated_as_one_inode(richfs):
+    paths = group_of(richfs)
+    before = manifest(richfs)
+    ino = os.lstat(paths[0]).st_ino
+    seen = []
+    refs, fds = group_refs(paths)
+    try:
+        res = Copier().copy_group(refs, on_copy=seen.append)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert res.outcome is Outcome.SWAPPED, res
+    inos = {os.lstat(p).st_ino for p in paths}
+    assert len(inos) == 1 and ino not in inos and seen == [inos.pop()]
+    assert os.lstat(paths[0]).st_nlink == 3
+    assert files_only(manifest(richfs)) == files_only(before) and temp_leftovers(richfs) == []
+
+
+def test_hardlink_group_switched_back_when_a_writer_comes(richfs):
+    paths = group_of(richfs)
+    before = manifest(richfs)
+    ino = os.lstat(paths[0]).st_ino
+
+    switched = []
+
+    class BreaksMidway(Copier):
+        @staticmethod
+        def _lease_held(fd):
+            # the lease breaks once the first name points at the copy (a writer came meanwhile)
+            if os.lstat(paths[0]).st_ino != ino:
+                switched.append(True)
+                return False
+            return True
+
+    refs, fds = group_refs(paths)
+    try:
+        res = BreaksMidway().copy_group(refs)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert res.outcome is Outcome.IN_USE, res
+    assert switched, "the group was never half switched: the test did not test the switch back"
+    assert {os.lstat(p).st_ino for p in paths} == {ino} and os.lstat(paths[0]).st_nlink == 3
+    assert files_only(manifest(richfs)) == files_only(before) and temp_leftovers(richfs) == []
+
+
+def test_hardlink_group_that_changed_is_left(richfs):
+    paths = group_of(richfs)
+    refs, fds = group_refs(paths)
+    os.link(paths[0], richfs / "b" / "extra")  # a fourth name appears
+    try:
+        res = Copier().copy_group(refs)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert res.outcome is Outcome.CHANGED and temp_leftovers(richfs) == []

@@ -126,3 +126,53 @@ def test_done_dirs(richfs, conn):
     rec = journal.recover(conn.db)
     assert rec.dirs == 1 and os.lstat(a).st_mtime_ns == 2_000_000_000_222
     assert journal.done_dirs(conn.db, conn.run_id) == {b}
+
+
+def test_half_switched_hardlink_group_is_finished(richfs, conn):
+    from rebal.rebalance.copier import group_tmp_name
+
+    d = os.fsencode(richfs)
+    a, b, c = (os.path.join(d, n) for n in (b"a", b"b", b"c"))
+    with open(a, "wb") as f:
+        f.write(b"linked data")
+    os.link(a, b)
+    os.link(a, c)
+    refs = [FileRef.from_stat(d, os.path.basename(p), os.lstat(p)) for p in (a, b, c)]
+    orig = refs[0].ino
+    jid = journal.begin_group(conn.db, conn.run_id, refs)
+    # the state a crash leaves: verified copy under its temp names, anchor made, name a switched
+    t0 = os.path.join(d, tmp_name(orig))
+    with open(t0, "wb") as f:
+        f.write(b"linked data")
+    copy_ino = os.lstat(t0).st_ino
+    for k in (1, 2):
+        os.link(t0, os.path.join(d, group_tmp_name(orig, k)))
+    journal.group_copied(conn.db, jid, copy_ino)
+    os.link(a, os.path.join(d, old_name(orig)))
+    os.rename(t0, a)
+    rec = journal.recover(conn.db)
+    assert {os.lstat(p).st_ino for p in (a, b, c)} == {copy_ino}
+    assert os.lstat(a).st_nlink == 3 and temp_leftovers(richfs) == []
+    assert rec.rows == 1
+
+
+def test_untouched_hardlink_group_only_loses_temps(richfs, conn):
+    from rebal.rebalance.copier import group_tmp_name
+
+    d = os.fsencode(richfs)
+    a, b = os.path.join(d, b"a"), os.path.join(d, b"b")
+    with open(a, "wb") as f:
+        f.write(b"x")
+    os.link(a, b)
+    refs = [FileRef.from_stat(d, os.path.basename(p), os.lstat(p)) for p in (a, b)]
+    orig = refs[0].ino
+    jid = journal.begin_group(conn.db, conn.run_id, refs)
+    t0 = os.path.join(d, tmp_name(orig))
+    with open(t0, "wb") as f:
+        f.write(b"x")
+    os.link(t0, os.path.join(d, group_tmp_name(orig, 1)))
+    journal.group_copied(conn.db, jid, os.lstat(t0).st_ino)
+    os.link(a, os.path.join(d, old_name(orig)))
+    journal.recover(conn.db)
+    assert {os.lstat(p).st_ino for p in (a, b)} == {orig} and os.lstat(a).st_nlink == 2
+    assert temp_leftovers(richfs) == []
