@@ -514,11 +514,11 @@ class _ProgressEvents:
 
     def __enter__(self):
         if self.tty:
-            from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
-                                       TimeRemainingColumn, TransferSpeedColumn)
+            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                                       TransferSpeedColumn)
 
             self.progress = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("files"),
+                TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[files]} files"),
                 DownloadColumn(binary_units=True), TransferSpeedColumn(), TimeRemainingColumn(),
                 TextColumn("spread {task.fields[spread]}"), console=self.con,
             )
@@ -532,10 +532,9 @@ class _ProgressEvents:
 
     def start(self, prep, total_files, total_bytes):
         if self.progress:
-            self.task = self.progress.add_task("rebalance", total=total_files, spread=f"{self.spread:.1f}")
-            self.task_bytes_total = total_bytes
-            self.bytes_done = 0
-            self.progress.update(self.task, total=total_files)
+            self.total_files, self.files_done = total_files, 0
+            self.task = self.progress.add_task("rebalance", total=total_bytes, spread=f"{self.spread:.1f}",
+                                               files=f"0/{total_files}")
         else:
             from .units import human
 
@@ -544,7 +543,8 @@ class _ProgressEvents:
 
     def file_done(self, ref, result):
         if self.progress:
-            self.progress.advance(self.task, 1)
+            self.files_done += 1
+            self.progress.update(self.task, advance=ref.size, files=f"{self.files_done}/{self.total_files}")
 
     def dir_done(self, rep):
         from .units import human

@@ -380,6 +380,9 @@ class _Run:
                         return rep
                     batch, todo = self.take_batch(todo, rep)
                     if not batch:
+                        if todo:  # nothing more fits under --max-bytes
+                            self.stop_reason = f"--max-bytes reached ({human(self.report.bytes)} rewritten)"
+                            self.stop.set()
                         continue
                     ids = journal.begin_batch(self.conn, self.report.run_id, batch)
                     results = list(pool.map(lambda r: self.copier.copy(dfd, r), batch))

@@ -257,3 +257,31 @@ def test_rewrite_method_runs_zfs_rewrite_per_directory(make_pool, tmp_path):
     assert len({os.lstat(f).st_ino for f in files}) == len(files)
     assert not any(f.endswith(("a-fifo", "link-to-file", "dangling")) for f in files)
     assert len(ran) == len({os.path.dirname(f) for f in files})  # one command per directory here
+
+
+def test_sigterm_stops_cleanly_and_the_next_run_continues(make_pool, tmp_path):
+    pool, data = grown_pool(make_pool, tmp_path, size="128M",
+                            tree=lambda root: mixed_tree(root, small=300, large=6, large_mib=(6, 8), seed=11))
+    cfg = write_cfg(tmp_path)
+    before = manifest(data)
+    argv = [sys.executable, "-m", "rebal", "--config", str(cfg), "rebalance", f"{pool.name}/data",
+            "--all", "--max-rate", "20M", "--json"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first_dir = None
+    for line in proc.stdout:
+        ev = json.loads(line)
+        if ev["event"] == "dir":
+            first_dir = ev["path"]
+            break
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    done = json.loads(out.splitlines()[-1])
+    assert done["outcome"] == "interrupted" and "SIGTERM" in done["reason"], done
+    assert temp_leftovers(data) == []
+    r = rebal("rebalance", f"{pool.name}/data", "--all", "--json", config=cfg)
+    events = [json.loads(x) for x in r.stdout.splitlines()]
+    assert any(e["event"] == "note" and "continuing run" in e["text"] for e in events)
+    assert first_dir not in [e["path"] for e in events if e["event"] == "dir"], "a finished directory was redone"
+    assert events[-1]["outcome"] == "ok" and events[-1]["run_id"] == done["run_id"]
+    assert manifest(data) == before and temp_leftovers(data) == []
