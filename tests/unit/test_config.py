@@ -111,3 +111,15 @@ def test_version():
     from rebal import __version__
 
     assert rebal("--version").stdout.strip() == f"rebal {__version__}"
+
+
+def test_config_check_json(tmp_path):
+    import json
+
+    p = tmp_path / "bad.toml"
+    p.write_text("bogus = 1\n[health]\ncap_warning = 'high'\n")
+    r = rebal("config", "check", str(p), "--json", check=False)
+    assert r.returncode == 2
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is False and len(doc["problems"]) == 2
+    assert any(x.startswith("bogus:") for x in doc["problems"])

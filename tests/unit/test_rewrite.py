@@ -57,3 +57,33 @@ def test_argv_batches():
     assert rewrite.argv_batches([b"/a"], physical=False) == [["zfs", "rewrite", "/a"]]
     with pytest.raises(ValueError):
         rewrite.argv_batches([b"relative"], physical=False)
+
+
+def test_settle_on_openzfs_waits_for_freeing_to_reach_zero():
+    """`zpool sync`, then `freeing` polled until 0 (OpenZFS); old ZFS: a property set and cleared."""
+    from rebal.errors import UnsupportedOption
+    from rebal.zfs.cli import Zpool
+
+    answers = iter(["1048576\n", "4096\n", "0\n"])
+    calls = []
+
+    def openzfs(argv, **kw):
+        calls.append(tuple(argv))
+        if argv[:2] == ["zpool", "get"]:
+            return Result(tuple(argv), 0, next(answers), "")
+        return Result(tuple(argv), 0, "", "")
+
+    Zpool(openzfs).settle("tank")
+    assert calls[0] == ("zpool", "sync", "tank")
+    assert calls.count(("zpool", "get", "-Hp", "-o", "value", "freeing", "tank")) == 3
+
+    old = []
+
+    def zfs_fuse(argv, **kw):
+        old.append(tuple(argv))
+        if argv[:2] == ["zpool", "sync"]:
+            raise UnsupportedOption(tuple(argv), 2, "unrecognized command 'sync'\nusage: zpool command args ...")
+        return Result(tuple(argv), 0, "", "")
+
+    Zpool(zfs_fuse).settle("tank")
+    assert old[1:] == [("zfs", "set", "rebal:settle=1", "tank"), ("zfs", "inherit", "rebal:settle", "tank")]
