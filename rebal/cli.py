@@ -123,31 +123,31 @@ def status(
 
 
 def _render_status(pools, target: float) -> None:
-    from rich.table import Table
-
+    """Plain text (no rich import here: status is the command run most, by people and by timers)."""
     from . import fill
     from .units import human
 
-    con = _console()
+    out = []
     for p in pools:
-        over = p.spread > target
-        verdict = f"[bold red]over target {target:g}[/]" if over else f"[green]within target {target:g}[/]"
-        con.print(f"[bold]{p.name}[/]  {p.health}  size {human(p.size)}  alloc {human(p.alloc)}  "
-                  f"free {human(p.free)}  CAP {p.cap:.0f}%")
-        con.print(f"spread [bold]{p.spread:.1f}[/] points ({verdict})")
+        verdict = f"over the target {target:g}" if p.spread > target else f"within the target {target:g}"
+        out.append(f"{p.name}  {p.health}  size {human(p.size)}  alloc {human(p.alloc)}  free {human(p.free)}  "
+                   f"CAP {p.cap:.0f}%")
+        out.append(f"spread {p.spread:.1f} points ({verdict})")
         short = fill.short_names([v.name for v in p.vdevs])
-        t = Table(box=None, pad_edge=False, show_edge=False)
-        for col, just in (("VDEV", "left"), ("TYPE", "left"), ("SIZE", "right"), ("ALLOC", "right"),
-                          ("FREE", "right"), ("CAP", "right"), ("", "left")):
-            t.add_column(col, justify=just)
+        rows = [("VDEV", "TYPE", "SIZE", "ALLOC", "FREE", "CAP", "")]
         for v in p.data_vdevs:
-            t.add_row(short[v.name], v.type, human(v.size), human(v.alloc), human(v.free), f"{v.cap:.1f}%", fill.bar(v.cap))
+            rows.append((short[v.name], v.type, human(v.size), human(v.alloc), human(v.free), f"{v.cap:.1f}%",
+                         fill.bar(v.cap)))
         for v in p.other_vdevs:
-            t.add_row(f"[dim]{short[v.name]}[/]", f"[dim]{v.vclass}[/]", "", "", "", "", "[dim]not counted[/]")
-        con.print(t)
+            rows.append((short[v.name], v.vclass, "", "", "", "", "(not counted)"))
+        widths = [max(len(r[i]) for r in rows) for i in range(6)]
+        for r in rows:
+            cells = [r[0].ljust(widths[0]), r[1].ljust(widths[1])] + [r[i].rjust(widths[i]) for i in range(2, 6)]
+            out.append("  ".join(cells + [r[6]]).rstrip())
         if any(not v.exact for v in p.data_vdevs):
-            con.print("[dim]figures from 'zpool iostat -v' are rounded to 3 digits[/]")
-        con.print()
+            out.append("(figures from 'zpool iostat -v' are rounded to 3 digits)")
+        out.append("")
+    sys.stdout.write("\n".join(out))
 
 
 # ---------------------------------------------------------------------------------------------
