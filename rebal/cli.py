@@ -632,6 +632,90 @@ def runs(
 
 
 # ---------------------------------------------------------------------------------------------
+# replicate
+
+
+@app.command()
+def replicate(
+    job: Annotated[str, typer.Argument(help="Name of a [[replicate]] job in the config.")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be sent and pruned; change nothing.")] = False,
+    force_rollback: Annotated[bool, typer.Option("--force-rollback", help="Let zfs receive -F roll back a target that changed or diverged.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Replicate a job to its backup host now (zfs send/receive or rsync, over ssh)."""
+    import signal
+    import threading
+
+    from .replicate.job import run_job
+
+    cfg = _config()
+    stop = threading.Event()
+    got: list[int] = []
+
+    def on_signal(signum, _frame):
+        got.append(signum)
+        stop.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    bar = None
+    try:
+        con = _console(stderr=True)
+        if con.is_terminal and not as_json and not dry_run:
+            from rich.progress import DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+            bar = Progress(TextColumn(f"[bold]{job}"), DownloadColumn(binary_units=True), TransferSpeedColumn(),
+                           console=con, transient=True)
+            bar.__enter__()
+            task = bar.add_task(job, total=None)
+            progress = lambda n: bar.update(task, completed=n)  # noqa: E731
+        else:
+            progress = None
+        outcome, details = run_job(cfg, job, dry_run=dry_run, force_rollback=force_rollback, stop=stop,
+                                   progress=progress)
+    finally:
+        if bar:
+            bar.__exit__(None, None, None)
+        for sig, h in old.items():
+            signal.signal(sig, h)
+    if as_json:
+        _out(details | {"outcome": outcome})
+    else:
+        _render_replication(outcome, details)
+    if outcome == "failed":
+        raise typer.Exit(1)
+    if outcome == "interrupted":
+        raise typer.Exit(130 if got and got[0] == signal.SIGINT else 0)
+
+
+def _render_replication(outcome: str, d: dict) -> None:
+    from .units import human
+
+    con = _console()
+    if d.get("dry_run"):
+        con.print(f"dry run of job [bold]{d['job']}[/] ({d['mode']}): nothing was changed")
+        for line in d.get("planned", []):
+            con.print(f"  would run: {line}")
+        return
+    color = {"ok": "green", "warning": "yellow"}.get(outcome, "red")
+    con.print(f"[bold {color}]{outcome}[/]: job {d['job']} ({d['mode']}), snapshot {d.get('snapshot') or '-'}, "
+              f"{human(d.get('bytes') or 0)} sent in {d.get('seconds', 0):.1f} s (run {d.get('run_id')})")
+    for ds in d.get("datasets", []):
+        base = f" from @{ds['base']}" if ds.get("base") and ds["kind"] != "full" else ""
+        con.print(f"  {ds['source']} -> {ds['target']}: {ds['kind']}{base}, {human(ds['bytes'])}"
+                  + (f"  [red]{ds['error']}[/]" if ds.get("error") else ""))
+    for k, label in (("resumed", "resumed"), ("aborted_tokens", "aborted interrupted receive"),
+                     ("pruned_source", "pruned on the source"), ("pruned_target", "pruned on the backup host")):
+        if d.get(k):
+            con.print(f"  {label}: {', '.join(d[k])}")
+    for w in d.get("warnings", []):
+        con.print(f"  [yellow]warning:[/] {w}")
+    for n in dict.fromkeys(d.get("notes", [])):
+        con.print(f"  note: {n}")
+    if d.get("error") and not d.get("datasets"):
+        con.print(f"  [red]{d['error']}[/]")
+
+
+# ---------------------------------------------------------------------------------------------
 # config check
 
 

@@ -7,7 +7,6 @@ act on are `RebalError`s.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
@@ -20,6 +19,7 @@ from datetime import datetime
 
 from .. import state
 from ..errors import RebalError, UsageError
+from ..locks import FileLock
 from ..units import human
 from ..zfs.model import Pool
 from . import journal, rewrite
@@ -35,10 +35,6 @@ RETRIES = 2  # a file that changed while copied is tried again this often in the
 
 class RefusedError(RebalError):
     exit_code = 2
-
-
-class LockedError(RebalError):
-    exit_code = 4
 
 
 @dataclass
@@ -283,30 +279,11 @@ def _avail(path: bytes) -> int:
 # -- execute ------------------------------------------------------------------------------------
 
 
-class PoolLock:
-    """One rebalance per pool at a time: flock on a file beside the state database (released by the
-    kernel when the process dies, so a stale lock cannot exist)."""
+class PoolLock(FileLock):
+    """One rebalance per pool at a time."""
 
     def __init__(self, state_db: str, pool: str) -> None:
-        d = os.path.dirname(os.path.abspath(state_db)) or "."
-        self.path = os.path.join(d, f"rebalance-{pool}.lock")
-        self.pool = pool
-        self.fd = -1
-
-    def __enter__(self) -> PoolLock:
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "?"
-            os.close(self.fd)
-            raise LockedError(f"another rebalance of pool {self.pool} is running (pid {holder})") from None
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        os.close(self.fd)
+        super().__init__(state_db, f"rebalance-{pool}", f"rebalance of pool {pool}")
 
 
 class _Run:

@@ -1,0 +1,117 @@
+"""One replication run of a configured job: lock, run record, the mode's replicator, the outcome."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+from .. import state
+from ..config import Config, Replicate
+from ..errors import RebalError, UsageError
+from ..locks import FileLock
+from ..units import parse_size
+from .policy import Buckets
+from .rsync import RsyncJob, RsyncReplicator
+from .transport import Endpoint, Ssh, TransportError
+from .zfs_send import Job, ReplicationError, ZfsReplicator, kill_all
+
+
+def _buckets(r) -> Buckets:
+    return Buckets(r.hourly, r.daily, r.weekly, r.monthly)
+
+
+def endpoint(j: Replicate, connect_timeout: int = 10, alive_interval: int = 10) -> Endpoint:
+    return Endpoint(j.target_host, j.target_user, j.target_port, j.identity_file, j.known_hosts,
+                    connect_timeout=connect_timeout, alive_interval=alive_interval)
+
+
+def find_job(cfg: Config, name: str) -> Replicate:
+    j = cfg.job(name)
+    if j is None:
+        known = ", ".join(x.name for x in cfg.replicate) or "none configured"
+        raise UsageError(f"no replication job named {name!r} (jobs: {known})")
+    return j
+
+
+def replicator(j: Replicate, ssh: Ssh, **kw):
+    if j.mode == "zfs":
+        job = Job(j.name, j.source, j.target, j.recursive, j.raw, j.compressed, j.large_blocks, j.embedded,
+                  parse_size(j.bwlimit) if j.bwlimit else None, j.stream_compress, j.mbuffer,
+                  _buckets(j.retention_source), _buckets(j.retention_target))
+        return ZfsReplicator(job, ssh, **kw)
+    kw.pop("force_rollback", None)
+    job = RsyncJob(j.name, j.source, j.target, j.recursive, j.bwlimit.upper() if j.bwlimit else None,
+                   j.snapshot_target, _buckets(j.retention_source), _buckets(j.retention_target))
+    return RsyncReplicator(job, ssh, **kw)
+
+
+def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bool = False,
+            stop: threading.Event | None = None, progress=None, conn=None,
+            alive_interval: int = 10) -> tuple[str, dict]:
+    """Run one job. Returns (outcome, details); outcome is ok, warning or failed. Never raises for a
+    failed transfer: that is recorded; raises for bad input and for a run that is already going."""
+    j = find_job(cfg, name)
+    stop = stop or threading.Event()
+    if dry_run:
+        with Ssh(endpoint(j, alive_interval=alive_interval)) as ssh:
+            r = replicator(j, ssh, dry_run=True, force_rollback=force_rollback, stop=stop)
+            rep = r.run()
+        return "ok", {"job": name, "mode": j.mode, "dry_run": True} | dataclasses.asdict(rep)
+    conn = conn or state.connect(cfg.state_db)
+    with FileLock(cfg.state_db, f"replicate-{name}", f"run of replication job {name}"):
+        run_id = state.start_run(conn, "replicate", job=name, pool=j.source.split("/")[0])
+        t0 = time.monotonic()
+        details: dict = {"job": name, "mode": j.mode, "run_id": run_id}
+        outcome, error = "failed", None
+        r = None
+        try:
+            with Ssh(endpoint(j, alive_interval=alive_interval)) as ssh:
+                r = replicator(j, ssh, force_rollback=force_rollback, stop=stop, progress=progress)
+                rep = r.run()
+            details |= dataclasses.asdict(rep)
+            details["bytes"] = rep.bytes
+            failed = getattr(rep, "failed", [])
+            if stop.is_set():
+                outcome, error = "interrupted", "stopped by a signal"
+            elif failed:
+                outcome, error = "failed", "; ".join(f"{d.source}: {d.error}" for d in failed)
+            elif getattr(rep, "warnings", []):
+                outcome = "warning"
+            else:
+                outcome = "ok"
+        except (TransportError, ReplicationError, RebalError) as e:
+            error = str(e)
+            if r is not None:
+                details |= dataclasses.asdict(r.report)
+                details["bytes"] = r.report.bytes
+        except BaseException as e:
+            error = f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            if r is not None:
+                kill_all(r.procs)
+            details["seconds"] = round(time.monotonic() - t0, 2)
+            details["outcome"] = outcome
+            details["error"] = error
+            state.end_run(conn, run_id, outcome, error=error, details=details)
+        return outcome, details
+
+
+def last_successes(conn, cfg: Config) -> list[dict]:
+    """The last successful run of every configured job, for `rebal status`."""
+    out = []
+    now = time.time()
+    for j in cfg.replicate:
+        row = conn.execute(
+            "SELECT ended, details FROM runs WHERE kind = 'replicate' AND job = ? AND outcome IN ('ok', 'warning') "
+            "ORDER BY id DESC LIMIT 1", (j.name,)).fetchone()
+        if row is None:
+            out.append({"job": j.name, "mode": j.mode, "last_success": None, "age_seconds": None, "snapshot": None})
+            continue
+        import json
+
+        d = json.loads(row["details"] or "{}")
+        out.append({"job": j.name, "mode": j.mode, "last_success": row["ended"], "age_seconds": round(now - row["ended"]),
+                    "snapshot": d.get("snapshot"), "bytes": d.get("bytes")})
+    return out

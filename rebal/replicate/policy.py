@@ -1,0 +1,232 @@
+"""Pure replication policy: snapshot names, what to send, retention, what errors mean.
+
+No I/O here: data in, data out, tested without ZFS.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+PREFIX = "rebal"
+_STAMP = "%Y%m%dT%H%M%SZ"
+_NAME = re.compile(r"^rebal-(?P<job>[A-Za-z0-9][A-Za-z0-9_.-]*)-(?P<ts>\d{8}T\d{6}Z)$")
+
+
+def snapshot_name(job: str, when: datetime) -> str:
+    """rebal-<job>-<UTC time>: the job name keeps two jobs from pruning each other's snapshots."""
+    return f"{PREFIX}-{job}-{when.astimezone(timezone.utc).strftime(_STAMP)}"
+
+
+def parse_snapshot_name(name: str) -> tuple[str, datetime] | None:
+    """(job, UTC time) of a snapshot name rebal made, or None."""
+    m = _NAME.match(name)
+    if not m:
+        return None
+    return m.group("job"), datetime.strptime(m.group("ts"), _STAMP).replace(tzinfo=timezone.utc)
+
+
+def is_ours(snap: str, job: str) -> bool:
+    p = parse_snapshot_name(snap)
+    return p is not None and p[0] == job
+
+
+@dataclass(frozen=True)
+class Snap:
+    name: str  # the part after '@'
+    guid: int
+    txg: int = 0
+
+
+def newest_common(source: list[Snap], target: list[Snap]) -> Snap | None:
+    """The newest source snapshot that the target has, matched by guid (names may differ)."""
+    have = {s.guid for s in target}
+    for s in sorted(source, key=lambda s: s.txg, reverse=True):
+        if s.guid in have:
+            return s
+    return None
+
+
+@dataclass
+class SendPlan:
+    kind: str  # full, incremental, nothing, diverged, unrelated
+    base: Snap | None = None
+    to: Snap | None = None
+    newer_on_target: list[str] = field(default_factory=list)
+    message: str = ""
+
+
+def plan_send(dataset: str, source: list[Snap], target: list[Snap] | None, to: Snap, force_rollback: bool) -> SendPlan:
+    """What to send for one dataset. ``target`` is None when the target dataset does not exist."""
+    if target is None:
+        return SendPlan("full", None, to)
+    base = newest_common(source, target)
+    if base is None:
+        if not target:
+            return SendPlan("unrelated", None, to, message=(
+                f"the target of {dataset} exists but has no snapshot: it was not made by replication. "
+                "Nothing was sent or destroyed; rename or destroy the target dataset, or choose another target"))
+        return SendPlan("unrelated", None, to, message=(
+            f"the target of {dataset} has no snapshot in common with the source "
+            f"(its newest is @{max(target, key=lambda s: s.txg).name}): an incremental send needs a common base. "
+            "Nothing was sent or destroyed; a full send would need the target destroyed first"))
+    if base.guid == to.guid:
+        return SendPlan("nothing", base, to)
+    base_txg_on_target = next(t.txg for t in target if t.guid == base.guid)
+    newer = [t.name for t in sorted(target, key=lambda s: s.txg) if t.txg > base_txg_on_target]
+    if newer and not force_rollback:
+        return SendPlan("diverged", base, to, newer, message=(
+            f"the target of {dataset} has snapshots newer than the last common one (@{base.name}): "
+            f"{', '.join('@' + n for n in newer)}. It has diverged; nothing was sent or destroyed. "
+            "--force-rollback lets zfs receive -F roll the target back (destroying those snapshots)"))
+    return SendPlan("incremental", base, to, newer)
+
+
+# -- what zfs receive's errors mean ----------------------------------------------------------------
+
+
+def explain_receive_error(stderr: str, target: str, base: str | None) -> str:
+    """A message an admin can act on, from `zfs receive`'s stderr (texts of OpenZFS and zfs-fuse)."""
+    low = stderr.lower()
+    if "has been modified" in low:
+        return (f"the target {target} was written to since its last snapshot"
+                f"{' (@' + base + ')' if base else ''}: the incremental receive was refused and nothing was "
+                "destroyed. Find out who writes there; --force-rollback lets zfs receive -F undo those changes")
+    if "does not match incremental source" in low or "most recent snapshot" in low:
+        return (f"the target {target} no longer has the base snapshot{' @' + base if base else ''} as its newest: "
+                "its snapshots were changed or destroyed. Nothing was destroyed; --force-rollback rolls it back "
+                "if the base is still there")
+    if "does not exist" in low and "destination" in low:
+        return f"the target's parent of {target} does not exist on the backup host: create it first"
+    if "exists" in low and "must specify -f" in low:
+        return (f"the target {target} already exists and is not a replica of the source: nothing was destroyed; "
+                "rename or destroy it, or choose another target")
+    if "out of space" in low or "no space" in low:
+        return f"the backup pool of {target} is full"
+    last = stderr.strip().splitlines()
+    return f"zfs receive into {target} failed: {' '.join(last[:2]) if last else 'no message'}"
+
+
+# -- what this zfs supports -----------------------------------------------------------------------
+
+
+def usage_flags(text: str, command: str) -> set[str]:
+    """Single-letter flags that the usage text of `zfs <command>` lists, over all its forms."""
+    flags: set[str] = set()
+    for m in re.finditer(rf"^\s*{command}\s+(.*)$", text, re.M):
+        for group in re.findall(r"\[-([A-Za-z]+)\]", m.group(1)):
+            flags.update(group)
+        flags.update(re.findall(r"(?:^|\s)-([A-Za-z])(?=\s|$)", m.group(1)))
+    return flags
+
+
+@dataclass(frozen=True)
+class SendFeatures:
+    resume: bool  # send -t / receive -s / receive -A
+    dry_run_size: bool  # send -nP
+    raw: bool  # -w
+    compressed: bool  # -c
+    large_blocks: bool  # -L
+    embedded: bool  # -e
+
+
+def send_features(send_usage: str) -> SendFeatures:
+    f = usage_flags(send_usage, "send")
+    return SendFeatures(
+        resume="t" in f,
+        dry_run_size="n" in f and "P" in f,
+        raw="w" in f,
+        compressed="c" in f,
+        large_blocks="L" in f,
+        embedded="e" in f,
+    )
+
+
+def receive_resumable(receive_usage: str) -> bool:
+    f = usage_flags(receive_usage, "receive")
+    return "s" in f and "A" in f
+
+
+def receive_has_u(receive_usage: str) -> bool:
+    return "u" in usage_flags(receive_usage, "receive")
+
+
+# -- resume tokens ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    toname: str
+    kind: str  # full, incremental
+    size: int | None
+
+
+def parse_token_check(text: str) -> TokenInfo | None:
+    """Output of `zfs send -t TOKEN -nvP` (OpenZFS): what the token would send."""
+    toname = None
+    kind = None
+    size = None
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("toname = "):
+            toname = s.split("=", 1)[1].strip()
+        parts = line.split("\t")
+        if parts[0] in ("full", "incremental"):
+            kind = parts[0]
+        if parts[0] == "size" and len(parts) > 1 and parts[1].strip().isdigit():
+            size = int(parts[1])
+    if toname is None:
+        return None
+    return TokenInfo(toname, kind or "full", size)
+
+
+def parse_send_size(text: str) -> int | None:
+    """The `size` line of `zfs send -nP` / `-nvP` output."""
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if parts[0] == "size" and len(parts) > 1 and parts[1].strip().isdigit():
+            return int(parts[1])
+    return None
+
+
+# -- retention --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Buckets:
+    hourly: int = 24
+    daily: int = 7
+    weekly: int = 4
+    monthly: int = 6
+
+
+def _bucket_keys(t: datetime) -> dict[str, tuple]:
+    iso = t.isocalendar()
+    return {
+        "hourly": (t.year, t.month, t.day, t.hour),
+        "daily": (t.year, t.month, t.day),
+        "weekly": (iso[0], iso[1]),
+        "monthly": (t.year, t.month),
+    }
+
+
+def retain(snaps: list[tuple[str, datetime]], buckets: Buckets, protect: set[str] = frozenset()) -> set[str]:
+    """Names to keep: the newest snapshot of each of the last N hours / days / weeks / months (per
+    bucket count), the newest of all, and every name in ``protect`` (the common base)."""
+    keep = set(protect)
+    if not snaps:
+        return keep
+    ordered = sorted(snaps, key=lambda s: s[1], reverse=True)
+    keep.add(ordered[0][0])
+    for kind in ("hourly", "daily", "weekly", "monthly"):
+        n = getattr(buckets, kind)
+        seen: list[tuple] = []
+        for name, t in ordered:
+            if len(seen) >= n:
+                break
+            k = _bucket_keys(t)[kind]
+            if k not in seen:
+                seen.append(k)
+                keep.add(name)
+    return keep

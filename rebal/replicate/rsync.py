@@ -1,0 +1,273 @@
+"""Replication by rsync over ssh, from a snapshot so the copy is consistent.
+
+The source is read from `<mountpoint>/.zfs/snapshot/<snap>/`; where a ZFS has no `.zfs` directory
+(zfs-fuse) the snapshot is cloned read-only to a private mountpoint for the run instead. rsync runs
+with `-aHAX --numeric-ids --delete-delay --partial-dir`, so a run cut halfway keeps what it moved
+and the next one sends only what is missing (and continues a partial file). Exit 23/24 (partial
+transfer, vanished files) is a warning naming the files; any other code fails the run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from .. import names
+from ..errors import RebalError
+from ..runner import run
+from . import local as L
+from .policy import Buckets, is_ours, parse_snapshot_name, retain, snapshot_name
+from .transport import Ssh, classify_ssh
+
+PARTIAL_DIR = ".rebal-partial"
+VIEW_PREFIX = "rebal-view-"
+
+
+class RsyncError(RebalError):
+    pass
+
+
+@dataclass
+class RsyncReport:
+    snapshot: str = ""
+    bytes_sent: int = 0  # what went over the wire
+    bytes_expected: int = 0  # total size of the files rsync had to transfer
+    files_transferred: int = 0
+    warnings: list[str] = field(default_factory=list)
+    target_snapshot: str | None = None
+    pruned_source: list[str] = field(default_factory=list)
+    pruned_target: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    planned: list[str] = field(default_factory=list)
+
+    @property
+    def bytes(self) -> int:
+        return self.bytes_sent
+
+
+_STAT = {
+    "bytes_sent": re.compile(r"^Total bytes sent:\s+([\d,]+)", re.M),
+    "bytes_expected": re.compile(r"^Total transferred file size:\s+([\d,]+)", re.M),
+    "files_transferred": re.compile(r"^Number of regular files transferred:\s+([\d,]+)", re.M),
+}
+
+
+def parse_stats(text: str) -> dict[str, int]:
+    out = {}
+    for k, rx in _STAT.items():
+        m = rx.search(text)
+        if m:
+            out[k] = int(m.group(1).replace(",", ""))
+    return out
+
+
+def warning_files(stderr: str) -> list[str]:
+    """The files rsync names in its warnings (vanished files, partial transfers)."""
+    out = []
+    for line in stderr.splitlines():
+        m = re.search(r'file has vanished: "(.*)"', line)
+        if m:
+            out.append(f"vanished: {m.group(1)}")
+        elif line.startswith("rsync:") and ("failed" in line or "error" in line.lower()):
+            out.append(line.strip())
+    return out
+
+
+@dataclass
+class RsyncJob:
+    name: str
+    source: str  # dataset
+    target: str  # absolute directory on the backup host
+    recursive: bool = False
+    bwlimit: str | None = None  # rsync --bwlimit value (KiB/s unless suffixed)
+    snapshot_target: bool = False
+    retention_source: Buckets = field(default_factory=Buckets)
+    retention_target: Buckets = field(default_factory=Buckets)
+
+
+class RsyncReplicator:
+    def __init__(self, job: RsyncJob, ssh: Ssh, *, local=None, runner=run, dry_run: bool = False,
+                 stop: threading.Event | None = None, progress=None,
+                 clock=lambda: datetime.now(timezone.utc)) -> None:
+        names.dataset(job.source)
+        if not job.target.startswith("/"):
+            raise RsyncError(f"rsync target {job.target!r} is not an absolute directory")
+        self.job, self.ssh = job, ssh
+        self.local = local or L.local_backend()
+        self._run = runner
+        self.dry_run = dry_run
+        self.stop = stop or threading.Event()
+        self.progress = progress
+        self.clock = clock
+        self.report = RsyncReport()
+        self.procs: list = []
+
+    def run(self) -> RsyncReport:
+        job = self.job
+        snap = snapshot_name(job.name, self.clock())
+        self.report.snapshot = snap
+        datasets = L.local_datasets(job.source, job.recursive, self._run)
+        mounts = {ds: self._mountpoint(ds) for ds in datasets}
+        if self.dry_run:
+            self.report.planned.append(f"zfs snapshot {'-r ' if job.recursive else ''}{job.source}@{snap}")
+            self.report.planned.append(f"rsync {' '.join(self.flags())} <snapshot of {job.source}>/ "
+                                       f"{self.ssh.ep.user}@{self.ssh.ep.host}:{job.target}/")
+            return self.report
+        self._cleanup_views()
+        self.local.snapshot([f"{job.source}@{snap}"], recursive=job.recursive)
+        root_mp = mounts[job.source]
+        for ds in datasets:
+            if self.stop.is_set():
+                raise RsyncError("stopped")
+            rel = os.path.relpath(mounts[ds], root_mp) if mounts[ds] and root_mp else "."
+            dest = os.path.normpath(os.path.join(job.target, rel))
+            children = [os.path.relpath(mounts[c], mounts[ds]) for c in datasets
+                        if c.startswith(ds + "/") and mounts[c] and mounts[ds]]
+            with self._view(ds, snap, mounts[ds]) as view:
+                self._rsync(view, dest, children)
+        if job.snapshot_target:
+            self._snapshot_target(snap)
+        self._prune(snap)
+        return self.report
+
+    # -- pieces -------------------------------------------------------------------------------
+
+    def flags(self) -> list[str]:
+        f = ["-aHAX", "--numeric-ids", "--delete-delay", f"--partial-dir={PARTIAL_DIR}", "--stats",
+             "--protect-args", "--mkpath"]
+        if self.job.bwlimit:
+            f.append(f"--bwlimit={self.job.bwlimit}")
+        if self.job.snapshot_target:
+            f.append("--inplace")  # unchanged blocks stay shared with the target's snapshots
+        return f
+
+    def _mountpoint(self, ds: str) -> str | None:
+        res = self._run(["zfs", "get", "-H", "-o", "value", "mountpoint", ds])
+        mp = res.stdout.strip()
+        return mp if mp.startswith("/") else None
+
+    def _view(self, ds: str, snap: str, mountpoint: str | None):
+        return _SnapshotView(self, ds, snap, mountpoint)
+
+    def _cleanup_views(self) -> None:
+        """Clones left by a run that died (zfs-fuse only)."""
+        pool = self.job.source.split("/")[0]
+        res = self._run(["zfs", "list", "-H", "-o", "name", "-t", "filesystem", "-r", pool], check=False)
+        for name in res.stdout.split():
+            if name.startswith(f"{pool}/{VIEW_PREFIX}{self.job.name}-"):
+                self._run(["zfs", "destroy", "-f", name], readonly=False, check=False)
+
+    def _rsync(self, src_dir: str, dest: str, children: list[str]) -> None:
+        argv = ["rsync", *self.flags(), "-e", self.ssh.shell_for_rsync()]
+        for c in children:  # child datasets are synced on their own; never delete them here
+            argv.append(f"--exclude=/{c.strip('/')}/")
+        argv += [src_dir.rstrip("/") + "/", f"{self.ssh.ep.user}@{self.ssh.ep.host}:{dest.rstrip('/')}/"]
+        out_f, err_f = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+        p = subprocess.Popen(argv, stdout=out_f, stderr=err_f, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.procs.append(p)
+        while True:
+            try:
+                rc = p.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                if self.stop.is_set():
+                    p.terminate()
+        out_f.seek(0)
+        err_f.seek(0)
+        out = out_f.read().decode(errors="replace")
+        err = err_f.read().decode(errors="replace")
+        stats = parse_stats(out)
+        self.report.bytes_sent += stats.get("bytes_sent", 0)
+        self.report.bytes_expected += stats.get("bytes_expected", 0)
+        self.report.files_transferred += stats.get("files_transferred", 0)
+        if self.progress:
+            self.progress(self.report.bytes_sent)
+        if rc in (23, 24):
+            files = warning_files(err)
+            self.report.warnings.append(f"rsync exit {rc} (partial transfer or vanished files): " +
+                                        ("; ".join(files[:20]) or err.strip()[-300:]))
+            return
+        if rc == 255:
+            raise classify_ssh(self.ssh.ep, err)
+        if rc != 0:
+            if self.stop.is_set():
+                raise RsyncError("stopped")
+            last = [x for x in err.strip().splitlines() if x.strip()]
+            raise RsyncError(f"rsync to {dest} failed (exit {rc}): {' '.join(last[-2:]) if last else ''}")
+
+    def _snapshot_target(self, snap: str) -> None:
+        """Snapshot the ZFS dataset that holds the target directory on the backup host."""
+        res = self.ssh.run(["zfs", "list", "-H", "-o", "name,mountpoint", "-t", "filesystem"], check=False)
+        best = None
+        for line in res.stdout.splitlines():
+            name, _, mp = line.partition("\t")
+            if mp.startswith("/") and (self.job.target == mp or self.job.target.startswith(mp.rstrip("/") + "/")):
+                if best is None or len(mp) > len(best[1]):
+                    best = (name, mp)
+        if best is None:
+            self.report.notes.append("snapshot_target: the target directory is not on a ZFS dataset; no snapshot taken")
+            return
+        self.ssh.run(["zfs", "snapshot", f"{best[0]}@{snap}"], readonly=False)
+        self.report.target_snapshot = f"{best[0]}@{snap}"
+        self.target_dataset = best[0]
+
+    def _prune(self, snap: str) -> None:
+        job = self.job.name
+        src = [s for s in L.local_snapshots(self.job.source, self._run) if is_ours(s.name, job)]
+        keep = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in src], self.job.retention_source, {snap})
+        for s in src:
+            if s.name not in keep:
+                self.local.destroy_snapshots(self.job.source, [s.name], recursive=self.job.recursive)
+                self.report.pruned_source.append(s.name)
+        ds = getattr(self, "target_dataset", None)
+        if ds:
+            from .zfs_send import Remote
+
+            tgt = [s for s in (Remote(self.ssh).snapshots(ds) or []) if is_ours(s.name, job)]
+            keep_t = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in tgt], self.job.retention_target, {snap})
+            for s in tgt:
+                if s.name not in keep_t:
+                    self.ssh.run(["zfs", "destroy", f"{ds}@{s.name}"], readonly=False)
+                    self.report.pruned_target.append(s.name)
+
+
+class _SnapshotView:
+    """A read-only directory showing ``ds@snap``: `.zfs/snapshot/<snap>` where it exists, else a
+    read-only clone mounted in a private directory for the duration of the rsync."""
+
+    def __init__(self, r: RsyncReplicator, ds: str, snap: str, mountpoint: str | None) -> None:
+        self.r, self.ds, self.snap, self.mp = r, ds, snap, mountpoint
+        self.clone = None
+        self.dir = None
+
+    def __enter__(self) -> str:
+        if self.mp:
+            snapdir = os.path.join(self.mp, ".zfs", "snapshot", self.snap)
+            if os.path.isdir(snapdir):
+                return snapdir
+        pool = self.ds.split("/")[0]
+        self.dir = tempfile.mkdtemp(prefix="rebal-view-")
+        self.clone = f"{pool}/{VIEW_PREFIX}{self.r.job.name}-{os.getpid()}-{abs(hash(self.ds)) % 10**8}"
+        self.r._run(["zfs", "clone", "-o", f"mountpoint={self.dir}", "-o", "readonly=on",
+                     f"{self.ds}@{self.snap}", self.clone], readonly=False)
+        self.r.report.notes.append("no .zfs/snapshot here: rsync read a read-only clone of the snapshot")
+        return self.dir
+
+    def __exit__(self, *exc) -> None:
+        if self.clone:
+            import time
+
+            for _ in range(50):  # zfs-fuse may call a just-used file system busy for a moment
+                res = self.r._run(["zfs", "destroy", "-f", self.clone], readonly=False, check=False)
+                if res.returncode == 0 or "does not exist" in res.stderr:
+                    break
+                time.sleep(0.1)
+            try:
+                os.rmdir(self.dir)
+            except OSError:
+                pass

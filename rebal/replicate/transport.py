@@ -1,0 +1,123 @@
+"""ssh to the backup host: one place that builds ssh command lines.
+
+BatchMode (never a prompt), strict host key checking against the job's known_hosts (an unknown or
+changed key fails, it is never accepted silently), keepalives so a cut network is noticed, and one
+ControlMaster connection per run in a private directory. Remote commands are argument lists joined
+with shlex, so no value is ever interpreted by the remote shell.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+
+from .. import names
+from ..errors import CommandFailed, RebalError
+from ..runner import Result, run
+
+
+class TransportError(RebalError):
+    """The backup host cannot be reached or refused us. Retryable unless it is a host key problem."""
+
+    exit_code = 6
+    retryable = True
+
+
+class HostKeyError(TransportError):
+    retryable = False
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    user: str = "root"
+    port: int = 22
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    connect_timeout: int = 10
+    alive_interval: int = 10  # seconds between keepalives; a dead link is noticed after 3 misses
+
+    def __post_init__(self) -> None:
+        names.host(self.host)
+
+
+def remote_command(*parts: list[str]) -> str:
+    """A command line for the remote shell: each part quoted argument by argument, parts piped."""
+    return " | ".join(shlex.join(p) for p in parts)
+
+
+class Ssh:
+    def __init__(self, ep: Endpoint, multiplex: bool = True) -> None:
+        self.ep = ep
+        self._dir = tempfile.mkdtemp(prefix="rebal-ssh-") if multiplex else None
+
+    def options(self) -> list[str]:
+        ep = self.ep
+        o = [
+            "-o", "BatchMode=yes",
+            "-o", "StrictHostKeyChecking=yes",
+            "-o", f"ConnectTimeout={ep.connect_timeout}",
+            "-o", f"ServerAliveInterval={ep.alive_interval}",
+            "-o", "ServerAliveCountMax=3",
+            "-o", "LogLevel=ERROR",
+            "-p", str(ep.port),
+            "-l", ep.user,
+        ]
+        if ep.known_hosts:
+            o += ["-o", f"UserKnownHostsFile={ep.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null"]
+        if ep.identity_file:
+            o += ["-i", ep.identity_file, "-o", "IdentitiesOnly=yes"]
+        if self._dir:
+            o += ["-o", "ControlMaster=auto", "-o", f"ControlPath={self._dir}/%C", "-o", "ControlPersist=120"]
+        return o
+
+    def argv(self, *parts: list[str]) -> list[str]:
+        """ssh command line running ``parts`` (piped) on the backup host."""
+        return ["ssh", *self.options(), "--", self.ep.host, remote_command(*parts)]
+
+    def shell_for_rsync(self) -> str:
+        """The ssh command for rsync's -e (rsync splits it like a shell would)."""
+        return shlex.join(["ssh", *self.options()])
+
+    def run(self, *parts: list[str], readonly: bool = True, dry_run: bool = False, check: bool = True,
+            timeout: float | None = 300, input: str | None = None) -> Result:
+        try:
+            res = run(self.argv(*parts), readonly=readonly, dry_run=dry_run, check=False, timeout=timeout, input=input)
+        except CommandFailed as e:  # a timeout
+            raise TransportError(f"{self.ep.host}: {e}") from None
+        if res.returncode == 255:
+            raise classify_ssh(self.ep, res.stderr)
+        if check and res.returncode != 0:
+            raise CommandFailed(res.argv[-2:], res.returncode, res.stderr)
+        return res
+
+    def close(self) -> None:
+        if self._dir:
+            subprocess.run(["ssh", *self.options(), "-O", "exit", self.ep.host], capture_output=True, timeout=10)
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def __enter__(self) -> Ssh:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def classify_ssh(ep: Endpoint, stderr: str) -> TransportError:
+    err = stderr.strip()
+    low = err.lower()
+    where = f"{ep.user}@{ep.host}:{ep.port}"
+    if "host key verification failed" in low or "remote host identification has changed" in low:
+        kh = ep.known_hosts or "~/.ssh/known_hosts"
+        return HostKeyError(
+            f"{where}: the host key is unknown or has changed. rebal never accepts a host key by itself: "
+            f"check the key out of band and add it to {kh} (ssh-keyscan -p {ep.port} {ep.host})"
+        )
+    if "permission denied" in low:
+        return HostKeyError(f"{where}: login refused (key not authorised for {ep.user}?): {err.splitlines()[-1]}")
+    last = err.splitlines()[-1] if err else "ssh failed"
+    return TransportError(f"{where}: cannot reach the backup host: {last}")

@@ -1,0 +1,405 @@
+"""Replication by `zfs send | ssh backup zfs receive`: snapshots, incrementals, resume tokens,
+holds, retention.
+
+Order of a run: (1) a receive cut in a previous run is resumed first where the ZFS on both ends can
+(`receive -s` left a `receive_resume_token`), or aborted when its snapshot is gone on the source;
+(2) one atomic (recursive) snapshot `rebal-<job>-<UTC>`; (3) per dataset, parents before children,
+siblings in parallel: the newest snapshot common to both sides (by guid) is the base of an `-I`
+incremental (a full send when the target does not exist); (4) the new snapshot is held on the source
+so the next incremental has its base; (5) rebal's own snapshots of this job are pruned on both
+sides by the retention policy, never the base.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from .. import names
+from ..errors import CommandFailed, RebalError
+from ..rebalance.copier import Throttle
+from ..runner import run
+from . import local as L
+from .policy import (
+    Buckets,
+    Snap,
+    explain_receive_error,
+    is_ours,
+    parse_send_size,
+    parse_snapshot_name,
+    parse_token_check,
+    plan_send,
+    receive_has_u,
+    receive_resumable,
+    retain,
+    send_features,
+    snapshot_name,
+)
+from .stream import pump
+from .transport import Ssh
+
+
+class ReplicationError(RebalError):
+    pass
+
+
+@dataclass
+class DatasetReport:
+    source: str
+    target: str
+    kind: str = ""  # full, incremental, resumed, nothing, failed
+    base: str | None = None
+    bytes: int = 0
+    expected: int | None = None
+    error: str = ""
+
+
+@dataclass
+class ZfsReport:
+    snapshot: str = ""
+    datasets: list[DatasetReport] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)
+    aborted_tokens: list[str] = field(default_factory=list)
+    pruned_source: list[str] = field(default_factory=list)
+    pruned_target: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    planned: list[str] = field(default_factory=list)  # dry run: what would be done
+
+    @property
+    def bytes(self) -> int:
+        return sum(d.bytes for d in self.datasets)
+
+    @property
+    def expected(self) -> int | None:
+        vals = [d.expected for d in self.datasets if d.kind not in ("nothing",)]
+        return None if any(v is None for v in vals) else sum(v for v in vals if v)
+
+    @property
+    def failed(self) -> list[DatasetReport]:
+        return [d for d in self.datasets if d.kind == "failed"]
+
+
+class Remote:
+    """zfs on the backup host, through ssh."""
+
+    def __init__(self, ssh: Ssh) -> None:
+        self.ssh = ssh
+
+    def snapshots(self, dataset: str) -> list[Snap] | None:
+        res = self.ssh.run(L.guid_query(dataset, recursive=False), check=False)
+        if res.returncode != 0:
+            if "does not exist" in res.stderr:
+                return None
+            raise ReplicationError(f"backup host: {res.stderr.strip()}")
+        return L.snapshots_from(res.stdout, dataset)
+
+    def token(self, dataset: str) -> str | None:
+        res = self.ssh.run(["zfs", "get", "-H", "-o", "value", "receive_resume_token", dataset], check=False)
+        tok = res.stdout.strip()
+        return tok if res.returncode == 0 and tok not in ("", "-") else None
+
+    def abort(self, dataset: str) -> None:
+        self.ssh.run(["zfs", "receive", "-A", dataset], readonly=False)
+
+    def destroy(self, dataset: str, snap: str, recursive: bool) -> None:
+        self.ssh.run(["zfs", "destroy", *(["-r"] if recursive else []), f"{dataset}@{snap}"], readonly=False)
+
+    def usage(self, command: str) -> str:
+        res = self.ssh.run(["zfs", command], check=False)
+        return res.stdout + res.stderr
+
+    def has(self, program: str) -> bool:
+        res = self.ssh.run(["sh", "-c", f"command -v {program}"], check=False)
+        return res.returncode == 0
+
+
+@dataclass
+class Job:
+    """What the zfs mode needs of a `[[replicate]]` job (see config.Replicate)."""
+
+    name: str
+    source: str
+    target: str
+    recursive: bool = False
+    raw: bool = False
+    compressed: bool = True
+    large_blocks: bool = True
+    embedded: bool = True
+    bwlimit: int | None = None
+    stream_compress: str = "none"
+    mbuffer: bool = False
+    retention_source: Buckets = field(default_factory=Buckets)
+    retention_target: Buckets = field(default_factory=Buckets)
+    parallel: int = 2
+
+
+class ZfsReplicator:
+    def __init__(self, job: Job, ssh: Ssh, *, local=None, runner=run, force_rollback: bool = False,
+                 dry_run: bool = False, stop: threading.Event | None = None, progress=None,
+                 clock=lambda: datetime.now(timezone.utc)) -> None:
+        names.dataset(job.source)
+        names.dataset(job.target)
+        self.job, self.ssh, self.remote = job, ssh, Remote(ssh)
+        self.local = local or L.local_backend()
+        self._run = runner
+        self.force_rollback, self.dry_run = force_rollback, dry_run
+        self.stop = stop or threading.Event()
+        self.progress = progress
+        self.clock = clock
+        self.throttle = Throttle(job.bwlimit)
+        self.report = ZfsReport()
+        self.procs: list = []
+        self._lock = threading.Lock()
+        self._sent = 0
+
+    # -- capabilities -----------------------------------------------------------------------
+
+    def detect(self) -> None:
+        res = self._run(["zfs", "send"], check=False)
+        self.send = send_features(res.stdout + res.stderr)
+        recv_usage = self.remote.usage("receive")
+        self.resumable = self.send.resume and receive_resumable(recv_usage)
+        self.recv_u = receive_has_u(recv_usage)
+        self.filters_local: list[list[str]] = []
+        self.filters_remote: list[list[str]] = []
+        if self.job.stream_compress == "zstd":
+            import shutil
+
+            if shutil.which("zstd") and self.remote.has("zstd"):
+                self.filters_local.append(["zstd", "-c", "-T0", "-3"])
+                self.filters_remote.append(["zstd", "-dc"])
+            else:
+                self.report.notes.append("zstd is not installed on both ends: the stream is sent uncompressed")
+        if self.job.mbuffer:
+            import shutil
+
+            if shutil.which("mbuffer") and self.remote.has("mbuffer"):
+                self.filters_local.append(["mbuffer", "-q", "-m", "128M"])
+                self.filters_remote.insert(0, ["mbuffer", "-q", "-m", "128M"])
+            else:
+                self.report.notes.append("mbuffer is not installed on both ends: the stream is not buffered")
+
+    def send_flags(self) -> list[str]:
+        f, j = self.send, self.job
+        flags = []
+        if j.raw and f.raw:
+            flags.append("-w")
+        elif j.raw:
+            self.report.notes.append("this zfs cannot send raw (-w); encrypted datasets go decrypted")
+        if j.compressed and f.compressed and not j.raw:
+            flags.append("-c")
+        if j.large_blocks and f.large_blocks:
+            flags.append("-L")
+        if j.embedded and f.embedded:
+            flags.append("-e")
+        return flags
+
+    def receive_argv(self, target: str, force: bool = False) -> list[str]:
+        return ["zfs", "receive", *(["-s"] if self.resumable else []), *(["-u"] if self.recv_u else []),
+                *(["-F"] if force else []), target]
+
+    def target_of(self, ds: str) -> str:
+        return self.job.target + ds[len(self.job.source):]
+
+    # -- the run ------------------------------------------------------------------------------
+
+    def run(self) -> ZfsReport:
+        self.detect()
+        datasets = L.local_datasets(self.job.source, self.job.recursive, self._run)
+        if self.resumable:
+            for ds in datasets:
+                self.resume(ds)
+        snap = snapshot_name(self.job.name, self.clock())
+        self.report.snapshot = snap
+        if self.dry_run:
+            self.report.planned.append(f"zfs snapshot {'-r ' if self.job.recursive else ''}{self.job.source}@{snap}")
+        else:
+            self.local.snapshot([f"{self.job.source}@{snap}"], recursive=self.job.recursive)
+        levels: dict[int, list[str]] = {}
+        for ds in datasets:
+            levels.setdefault(ds.count("/"), []).append(ds)
+        for depth in sorted(levels):
+            if self.stop.is_set():
+                break
+            with ThreadPoolExecutor(max_workers=max(1, self.job.parallel)) as pool:
+                reports = list(pool.map(lambda d: self.replicate_dataset(d, snap), levels[depth]))
+            self.report.datasets.extend(reports)
+            failed = {r.source for r in reports if r.kind == "failed"}
+            # a child of a dataset that failed has no parent on the target: leave it for next time
+            for deeper in [k for k in levels if k > depth]:
+                levels[deeper] = [d for d in levels[deeper] if not any(d.startswith(f + "/") for f in failed)]
+        if not self.dry_run and not self.stop.is_set():
+            self.prune(datasets)
+        return self.report
+
+    def resume(self, ds: str) -> None:
+        target = self.target_of(ds)
+        token = self.remote.token(target)
+        if not token:
+            return
+        check = self._run(["zfs", "send", "-t", token, "-nvP"], check=False)
+        info = parse_token_check(check.stdout + check.stderr) if check.returncode == 0 else None
+        if info is None:
+            # its snapshot is gone on the source: abort the partial receive, start from the base
+            self.report.aborted_tokens.append(target)
+            if not self.dry_run:
+                self.remote.abort(target)
+            self.report.notes.append(f"{target}: the interrupted receive could not be resumed (its snapshot is "
+                                     "gone on the source); it was aborted and the send starts from the common base")
+            return
+        if self.dry_run:
+            self.report.planned.append(f"zfs send -t <token> | zfs receive -s {target}  ({info.toname})")
+            return
+        rep = DatasetReport(ds, target, "resumed", expected=info.size)
+        res = self._stream([["zfs", "send", "-t", token]], self.receive_argv(target), rep)
+        if res.ok:
+            self.report.resumed.append(info.toname)
+        else:
+            raise ReplicationError(f"resuming the receive of {info.toname} into {target} failed: "
+                                   f"{res.receiver_err or res.sender_err or 'stopped'}")
+
+    def replicate_dataset(self, ds: str, snap: str) -> DatasetReport:
+        target = self.target_of(ds)
+        rep = DatasetReport(ds, target)
+        try:
+            src = L.local_snapshots(ds, self._run)
+            to = next((s for s in src if s.name == snap), None)
+            if to is None:
+                if not self.dry_run:
+                    raise ReplicationError(f"{ds}@{snap} is missing right after it was taken")
+                to = Snap(snap, 0, 1 << 62)
+                src = src + [to]
+            tgt = self.remote.snapshots(target)
+            plan = plan_send(ds, src, tgt, to, self.force_rollback)
+            rep.base = plan.base.name if plan.base else None
+            if plan.kind in ("diverged", "unrelated"):
+                rep.kind, rep.error = "failed", plan.message
+                return rep
+            if plan.kind == "nothing":
+                rep.kind = "nothing"
+                return rep
+            flags = self.send_flags()
+            if plan.kind == "full":
+                send = ["zfs", "send", *flags, f"{ds}@{snap}"]
+            else:
+                send = ["zfs", "send", *flags, "-I", f"@{plan.base.name}", f"{ds}@{snap}"]
+            rep.kind = plan.kind
+            rep.expected = self.estimate(send, ds, snap, plan.kind)
+            force = plan.kind == "incremental" and self.force_rollback
+            recv = self.receive_argv(target, force=force)
+            if self.dry_run:
+                self.report.planned.append(" ".join(send) + " | ssh ... " + " ".join(recv))
+                return rep
+            res = self._stream([send], recv, rep)
+            if not res.ok:
+                rep.kind = "failed"
+                if res.stopped:
+                    rep.error = "stopped before the transfer ended"
+                elif res.receiver_rc == 255:
+                    from .transport import classify_ssh
+
+                    rep.error = str(classify_ssh(self.ssh.ep, res.receiver_err))
+                elif res.receiver_rc != 0:
+                    rep.error = explain_receive_error(res.receiver_err, target, rep.base)
+                else:
+                    rep.error = f"zfs send of {ds}@{snap} failed: {res.sender_err or res.sender_rc}"
+                return rep
+            if plan.kind == "full" and not self.recv_u:
+                # this receiver cannot leave the replica unmounted (-u): a mounted, writable replica
+                # is "modified" by atime alone, which makes the next incremental fail. Read-only it is.
+                self.remote.ssh.run(["zfs", "set", "readonly=on", target], readonly=False)
+                self.report.notes.append(f"{target} set readonly=on (the backup host's zfs has no receive -u)")
+            self.hold_base(ds, snap, rep.base if plan.kind == "incremental" else None)
+            return rep
+        except RebalError as e:
+            rep.kind, rep.error = "failed", str(e)
+            return rep
+
+    def estimate(self, send: list[str], ds: str, snap: str, kind: str) -> int | None:
+        if self.send.dry_run_size:
+            res = self._run([send[0], send[1], "-nP", *send[2:]], check=False)
+            if res.returncode == 0:
+                return parse_send_size(res.stdout + res.stderr)
+        if kind == "full":  # old ZFS: the snapshot's referenced size is close to the stream size
+            res = self._run(["zfs", "get", "-Hp", "-o", "value", "referenced", f"{ds}@{snap}"], check=False)
+            if res.stdout.strip().isdigit():
+                return int(res.stdout.strip())
+        return None
+
+    def hold_base(self, ds: str, snap: str, old_base: str | None) -> None:
+        """Hold the new common snapshot so nothing destroys the next incremental's base; release the old."""
+        tag = f"rebal-{self.job.name}"
+        try:
+            self.local.hold(tag, [f"{ds}@{snap}"])
+            if old_base and old_base != snap:
+                self.local.release(tag, [f"{ds}@{old_base}"])
+        except (CommandFailed, RebalError) as e:
+            self.report.notes.append(f"{ds}: could not hold the base snapshot: {e}")
+
+    def _stream(self, senders: list[list[str]], recv: list[str], rep: DatasetReport):
+        def progress(n: int, rep=rep) -> None:
+            rep.bytes = n
+            if self.progress:
+                with self._lock:
+                    self.progress(sum(d.bytes for d in self.report.datasets) + n)
+
+        remote = self.ssh.argv(*self.filters_remote, recv)
+        res = pump(senders + self.filters_local, remote, throttle=self.throttle, stop=self.stop,
+                   progress=progress, procs=self.procs)
+        rep.bytes = res.bytes
+        return res
+
+    # -- retention ----------------------------------------------------------------------------
+
+    def prune(self, datasets: list[str]) -> None:
+        """Destroy this job's snapshots that the retention policy does not keep, on both sides.
+        Never the base of any dataset (the newest common snapshot), never another job's or a
+        snapshot rebal did not make."""
+        job = self.job.name
+        sent_ok = {d.source for d in self.report.datasets if d.kind in ("full", "incremental", "nothing")}
+        protect: set[str] = set()
+        for d in self.report.datasets:
+            if d.source in sent_ok:
+                protect.add(self.report.snapshot)  # the new common snapshot: the next base
+            elif d.base:
+                protect.add(d.base)  # this dataset still depends on its old base
+        # source: by name over the whole (recursive) job
+        root = self.job.source
+        src = [s for s in L.local_snapshots(root, self._run) if is_ours(s.name, job)]
+        keep = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in src], self.job.retention_source, protect)
+        for s in src:
+            if s.name not in keep:
+                try:
+                    self.local.release(f"rebal-{job}", [f"{root}@{s.name}"], recursive=self.job.recursive)
+                    self.local.destroy_snapshots(root, [s.name], recursive=self.job.recursive)
+                    self.report.pruned_source.append(s.name)
+                except CommandFailed as e:
+                    self.report.notes.append(f"could not prune {root}@{s.name}: {e}")
+        # target: per dataset that was replicated
+        troot = self.target_of(root)
+        tgt = self.remote.snapshots(troot) or []
+        mine = [s for s in tgt if is_ours(s.name, job)]
+        keep_t = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in mine], self.job.retention_target, protect)
+        for s in mine:
+            if s.name not in keep_t:
+                try:
+                    self.remote.destroy(troot, s.name, recursive=self.job.recursive)
+                    self.report.pruned_target.append(s.name)
+                except CommandFailed as e:
+                    self.report.notes.append(f"could not prune {troot}@{s.name} on the backup host: {e}")
+
+
+def kill_all(procs: list) -> None:
+    from .stream import _kill
+
+    for p in procs:
+        _kill(p)
+    deadline = time.monotonic() + 5
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except Exception:
+            pass
