@@ -63,6 +63,7 @@ class ZfsReport:
     datasets: list[DatasetReport] = field(default_factory=list)
     resumed: list[str] = field(default_factory=list)
     aborted_tokens: list[str] = field(default_factory=list)
+    tokens: dict[str, str] = field(default_factory=dict)  # target -> receive_resume_token found
     pruned_source: list[str] = field(default_factory=list)
     pruned_target: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -240,6 +241,7 @@ class ZfsReplicator:
         token = self.remote.token(target)
         if not token:
             return
+        self.report.tokens[target] = token
         check = self._run(["zfs", "send", "-t", token, "-nvP"], check=False)
         info = parse_token_check(check.stdout + check.stderr) if check.returncode == 0 else None
         if info is None:

@@ -1,0 +1,123 @@
+"""Replication policy (pure), usage detection and error texts against recorded output."""
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, fixture_text
+
+from rebal.replicate import policy as P
+from rebal.replicate.rsync import parse_stats, warning_files
+from rebal.replicate.transport import Endpoint, HostKeyError, Ssh, classify_ssh, remote_command
+
+UTC = timezone.utc
+
+
+def test_snapshot_names_round_trip_and_carry_the_job():
+    t = datetime(2026, 11, 22, 1, 2, 3, tzinfo=UTC)
+    n = P.snapshot_name("night-ly.2", t)
+    assert n == "rebal-night-ly.2-20261122T010203Z"
+    assert P.parse_snapshot_name(n) == ("night-ly.2", t)
+    assert P.is_ours(n, "night-ly.2") and not P.is_ours(n, "night")
+    assert P.parse_snapshot_name("manual-snap") is None
+    assert not P.is_ours("rebal-other-20261122T010203Z", "nightly")
+
+
+def test_newest_common_matches_by_guid_not_name():
+    src = [P.Snap("a", 1, 10), P.Snap("b", 2, 20), P.Snap("c", 3, 30)]
+    tgt = [P.Snap("renamed", 2, 5), P.Snap("c", 99, 6)]  # same name, other guid: not common
+    assert P.newest_common(src, tgt).name == "b"
+    assert P.newest_common(src, []) is None
+
+
+def test_plan_send_cases():
+    src = [P.Snap("s1", 1, 10), P.Snap("s2", 2, 20), P.Snap("s3", 3, 30)]
+    to = src[-1]
+    assert P.plan_send("t/d", src, None, to, False).kind == "full"
+    inc = P.plan_send("t/d", src, [P.Snap("s1", 1, 5)], to, False)
+    assert (inc.kind, inc.base.name) == ("incremental", "s1")
+    assert P.plan_send("t/d", src, [P.Snap("s3", 3, 5)], to, False).kind == "nothing"
+    div = P.plan_send("t/d", src, [P.Snap("s1", 1, 5), P.Snap("local", 77, 6)], to, False)
+    assert div.kind == "diverged" and div.newer_on_target == ["local"] and "@local" in div.message
+    assert "--force-rollback" in div.message
+    assert P.plan_send("t/d", src, [P.Snap("s1", 1, 5), P.Snap("local", 77, 6)], to, True).kind == "incremental"
+    un = P.plan_send("t/d", src, [P.Snap("x", 50, 5)], to, False)
+    assert un.kind == "unrelated" and "no snapshot in common" in un.message
+    assert P.plan_send("t/d", src, [], to, False).kind == "unrelated"
+
+
+@pytest.mark.parametrize(
+    "fixture, expect",
+    [
+        ("recv-err-modified_zfs-receive.txt.stderr", "was written to since its last snapshot"),
+        ("recv-err-missing-src_zfs-receive.txt.stderr", "no longer has the base snapshot"),
+        ("recv-err-nosnap_zfs-receive.txt.stderr", "no longer has the base snapshot"),
+        ("recv-err-nodest_zfs-receive.txt.stderr", "does not exist on the backup host"),
+        ("recv-err-exists_zfs-receive.txt.stderr", "already exists and is not a replica"),
+    ],
+)
+def test_receive_errors_explained(fixture, expect):
+    msg = P.explain_receive_error(fixture_text(fixture), "tank/dst", "s1")
+    assert expect in msg and "nothing was destroyed" in msg.lower() or "create it first" in msg
+
+
+def test_usage_detection_openzfs_and_zfs_fuse():
+    oz = (FIXTURES / "openzfs-usage-send-receive.txt").read_text()
+    f = P.send_features(oz)
+    assert f.resume and f.dry_run_size and f.raw and f.compressed and f.large_blocks and f.embedded
+    assert P.receive_resumable(oz) and P.receive_has_u(oz)
+    fuse_send = fixture_text("zfsfuse_zfs-send-usage.txt.stderr")
+    fuse_recv = fixture_text("zfsfuse_zfs-receive-usage.txt.stderr")
+    g = P.send_features(fuse_send)
+    assert not (g.resume or g.dry_run_size or g.raw or g.compressed or g.large_blocks or g.embedded)
+    assert not P.receive_resumable(fuse_recv) and not P.receive_has_u(fuse_recv)
+
+
+def test_token_check_and_send_size_from_recorded_output():
+    full = P.parse_token_check(fixture_text("recv-resume_zfs-send-t-nvP.txt"))
+    assert full == P.TokenInfo("tank/src@s1", "full", 23283752)
+    inc = P.parse_token_check(fixture_text("recv-resume-incr_zfs-send-t-nvP.txt"))
+    assert inc.toname == "tank/src@s2" and inc.kind == "incremental" and inc.size == 4360536
+    assert P.parse_token_check("cannot resume send: 'tank/src@s1' used in the initial send no longer exists") is None
+    assert P.parse_send_size(fixture_text("send-full_zfs-send-nvP.txt")) == 25257584
+    assert P.parse_send_size(fixture_text("send-incr_zfs-send-nvP-I.txt")) == 9525408
+
+
+def test_retention_keeps_bucket_newest_and_protected():
+    base = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+    snaps = [(f"s{i}", base - timedelta(hours=i)) for i in range(0, 24 * 60, 6)]  # every 6 h for 60 days
+    keep = P.retain(snaps, P.Buckets(hourly=2, daily=3, weekly=2, monthly=2), protect={"s1434"})
+    assert "s0" in keep and "s1434" in keep
+    # hourly 2 -> s0, s6; daily 3 -> newest of 3 days; weekly, monthly add a few; the rest goes
+    assert {"s0", "s6"} <= keep
+    assert len(keep) <= 2 + 3 + 2 + 2 + 1
+    assert P.retain([], P.Buckets()) == set()
+    assert P.retain(snaps, P.Buckets(0, 0, 0, 0)) == {"s0"}  # the newest always stays
+
+
+def test_rsync_stats_and_warnings():
+    st = parse_stats((FIXTURES / "rsync-stats.txt").read_text())
+    assert st["bytes_sent"] == 224274 and st["bytes_expected"] == 222112 and st["files_transferred"] == 29
+    w = warning_files('file has vanished: "/src/a b"\nrsync: [sender] send_files failed to open "/src/x": Permission denied (13)\n')
+    assert w[0] == "vanished: /src/a b" and "Permission denied" in w[1]
+
+
+def test_ssh_command_lines_are_strict_and_quoted():
+    ep = Endpoint("backup.lan", "rebal", 2222, "/etc/rebal/id", "/etc/rebal/known_hosts")
+    ssh = Ssh(ep, multiplex=False)
+    argv = ssh.argv(["zfs", "receive", "-s", "backup/it's here"])
+    assert argv[0] == "ssh" and "BatchMode=yes" in argv and "StrictHostKeyChecking=yes" in argv
+    assert "UserKnownHostsFile=/etc/rebal/known_hosts" in argv and argv[argv.index("-i") + 1] == "/etc/rebal/id"
+    assert argv[-3:-1] == ["--", "backup.lan"]
+    assert argv[-1] == "zfs receive -s 'backup/it'\"'\"'s here'"
+    assert remote_command(["zstd", "-dc"], ["zfs", "receive", "a b"]) == "zstd -dc | zfs receive 'a b'"
+    with pytest.raises(Exception):
+        Endpoint("-oProxyCommand=evil")
+
+
+def test_host_key_failures_are_clear():
+    ep = Endpoint("127.0.0.1", port=2222, known_hosts="/x/kh")
+    e = classify_ssh(ep, "Host key verification failed.\r\n")
+    assert isinstance(e, HostKeyError) and "never accepts a host key" in str(e) and "/x/kh" in str(e)
+    e = classify_ssh(ep, "ssh: connect to host 127.0.0.1 port 2222: Connection refused")
+    assert not isinstance(e, HostKeyError) and "Connection refused" in str(e)
