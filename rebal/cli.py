@@ -106,20 +106,38 @@ def status(
     wanted = list(pools or cfg.pools)
     found = Zpool().pools(wanted)
     target = cfg.rebalance.target_spread
+    replication: list[dict] = []
     try:
         conn = _state(cfg)
         for p in found:
             state.record_sample(conn, p)
+        if cfg.replicate:
+            from .replicate.job import last_successes
+
+            replication = last_successes(conn, cfg)
         conn.close()
     except RebalError as e:
         _warn(f"sample not recorded: {e}")
     if as_json:
-        _out({"pools": [fill.pool_json(p, target) for p in found]})
+        _out({"pools": [fill.pool_json(p, target) for p in found], "replication": replication})
         return
     if not found:
         print("no pools imported")
-        return
-    _render_status(found, target)
+    else:
+        _render_status(found, target)
+    for r in replication:
+        if r["last_success"] is None:
+            print(f"replication {r['job']} ({r['mode']}): never succeeded")
+        else:
+            print(f"replication {r['job']} ({r['mode']}): last success {fill.iso(r['last_success'])}, "
+                  f"{_age(r['age_seconds'])} ago, snapshot {r['snapshot'] or '-'}")
+
+
+def _age(seconds: float) -> str:
+    for unit, n in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= n:
+            return f"{seconds / n:.1f} {unit}"
+    return f"{seconds:.0f} s"
 
 
 def _render_status(pools, target: float) -> None:

@@ -86,3 +86,18 @@ def richfs(tmp_path):
     mount_tmpfs(where)
     yield where
     umount(where)
+
+
+@pytest.fixture(scope="session")
+def backup_host(tmp_path_factory, zfs_ready):
+    """sshd on 127.0.0.1 with a test key and a pinned host key: the backup host."""
+    from sshenv import sshd_problem, start_sshd
+
+    problem = sshd_problem()
+    if problem:
+        if IN_CI:
+            pytest.fail(problem)
+        pytest.skip(problem)
+    host = start_sshd(tmp_path_factory.mktemp("sshd"))
+    yield host
+    host.stop()

@@ -18,16 +18,19 @@ def umount(where: Path) -> None:
     subprocess.run(["umount", "-l", str(where)], check=False, capture_output=True)
 
 
-def manifest(root: Path, content: bool = True) -> dict:
+def manifest(root: Path, content: bool = True, exclude: tuple[str, ...] = ()) -> dict:
     """Everything rebal must keep, per path: type, size, content hash, mode, owner, mtime (ns),
-    xattrs, symlink target, and hardlink groups (as the set of names sharing an inode)."""
+    xattrs, symlink target, and hardlink groups (as the set of names sharing an inode).
+    ``exclude``: paths relative to ``root`` left out with everything below them."""
     root_b = os.fsencode(root)
+    skip = {os.fsencode(e) for e in exclude}
     out: dict = {}
     groups: dict[int, list[bytes]] = {}
     for dirpath, dirnames, filenames in os.walk(root_b):
         dirnames.sort()
         if dirpath == root_b and b".zfs" in dirnames:
             dirnames.remove(b".zfs")
+        dirnames[:] = [d for d in dirnames if os.path.relpath(os.path.join(dirpath, d), root_b) not in skip]
         for name in dirnames + sorted(filenames):
             p = os.path.join(dirpath, name)
             st = os.lstat(p)

@@ -1,0 +1,240 @@
+"""Replication over a real sshd on loopback into a second zfs-fuse pool (the backup host)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from conftest import rebal, rebal_json
+from fsenv import manifest
+from treegen import mixed_tree
+from zfsenv import sh
+
+pytestmark = pytest.mark.zfs
+
+
+def cfg_for(tmp_path, host, **job):
+    p = tmp_path / "config.toml"
+    p.write_text(f'state_db = "{tmp_path / "state.db"}"\n' + host.config_block(**job))
+    return p
+
+
+def mountpoint(ds):
+    return sh("zfs", "get", "-H", "-o", "value", "mountpoint", ds).stdout.strip()
+
+
+def snaps(ds):
+    out = sh("zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-r", ds).stdout.split()
+    return sorted(n.split("@", 1)[1] for n in out if n.startswith(ds + "@"))
+
+
+@pytest.fixture
+def pools(make_pool):
+    src = make_pool([[], []], size="256M")
+    dst = make_pool([[]], size="512M")
+    sh("zfs", "create", f"{src.name}/data")
+    sh("zfs", "create", f"{src.name}/data/child")
+    sh("zfs", "create", f"{src.name}/data/child/grandchild")
+    sh("zfs", "create", f"{src.name}/data/sibling")
+    return src, dst
+
+
+def fill(src, seed):
+    root = mountpoint(f"{src.name}/data")
+    mixed_tree(os.path.join(root, "top", str(seed)), small=60, large=1, large_mib=(2, 3), seed=seed, xattrs=False)
+    for kid in ("child", "child/grandchild", "sibling"):
+        d = os.path.join(root, kid, f"f{seed}")
+        with open(d, "wb") as f:
+            f.write(os.urandom(50_000 + seed))
+
+
+def same_trees(src, dst):
+    for rel in ("", "/child", "/child/grandchild", "/sibling"):
+        a = manifest(mountpoint(f"{src.name}/data{rel}"))
+        b = manifest(mountpoint(f"{dst.name}/copy{rel}"))
+        # the mount points of child datasets are directories of the parent on both sides
+        assert a == b, rel
+
+
+def test_full_then_incremental_recursive(pools, backup_host, tmp_path):
+    src, dst = pools
+    cfg = cfg_for(tmp_path, backup_host, name="nightly", source=f"{src.name}/data", target=f"{dst.name}/copy",
+                  recursive=True)
+    fill(src, 1)
+    r1 = rebal_json("replicate", "nightly", config=cfg)
+    assert r1["outcome"] == "ok", r1
+    kinds = {d["source"]: d["kind"] for d in r1["datasets"]}
+    assert set(kinds.values()) == {"full"} and len(kinds) == 4
+    # parents are received before children
+    order = [d["source"] for d in r1["datasets"]]
+    assert order.index(f"{src.name}/data") < order.index(f"{src.name}/data/child") < order.index(
+        f"{src.name}/data/child/grandchild")
+    same_trees(src, dst)
+    with open(os.path.join(mountpoint(f"{src.name}/data/child"), "changed"), "wb") as f:
+        f.write(os.urandom(100_000))
+    r2 = rebal_json("replicate", "nightly", config=cfg)
+    assert r2["outcome"] == "ok", r2
+    assert {d["kind"] for d in r2["datasets"]} == {"incremental"}
+    assert all(d["base"] == r1["snapshot"] for d in r2["datasets"])
+    assert r2["bytes"] < r1["bytes"]
+    same_trees(src, dst)
+    runs = rebal_json("runs", "--job", "nightly", config=cfg)["runs"]
+    assert [r["outcome"] for r in runs] == ["ok", "ok"]
+    assert runs[0]["details"]["bytes"] == r2["bytes"] > 0
+    status = rebal_json("status", src.name, config=cfg)
+    [rep] = status["replication"]
+    assert rep["job"] == "nightly" and rep["snapshot"] == r2["snapshot"] and rep["age_seconds"] < 120
+
+
+def test_diverged_target_fails_cleanly(pools, backup_host, tmp_path):
+    src, dst = pools
+    cfg = cfg_for(tmp_path, backup_host, name="j", source=f"{src.name}/data", target=f"{dst.name}/copy")
+    fill(src, 1)
+    assert rebal_json("replicate", "j", config=cfg)["outcome"] == "ok"
+    sh("zfs", "set", "readonly=off", f"{dst.name}/copy")
+    sh("zfs", "snapshot", f"{dst.name}/copy@made-on-the-backup")
+    before = snaps(f"{dst.name}/copy")
+    fill(src, 2)
+    r = rebal("replicate", "j", "--json", config=cfg, check=False)
+    assert r.returncode == 1
+    out = json.loads(r.stdout)
+    assert out["outcome"] == "failed" and "@made-on-the-backup" in out["error"] and "diverged" in out["error"]
+    assert snaps(f"{dst.name}/copy") == before, "nothing on the target may be destroyed"
+    runs = rebal_json("runs", "--job", "j", config=cfg)["runs"]
+    assert runs[0]["outcome"] == "failed" and "diverged" in runs[0]["error"]
+
+
+def test_target_written_to_fails_then_force_rollback(pools, backup_host, tmp_path):
+    src, dst = pools
+    cfg = cfg_for(tmp_path, backup_host, name="j", source=f"{src.name}/data", target=f"{dst.name}/copy")
+    fill(src, 1)
+    assert rebal_json("replicate", "j", config=cfg)["outcome"] == "ok"
+    sh("zfs", "set", "readonly=off", f"{dst.name}/copy")
+    with open(os.path.join(mountpoint(f"{dst.name}/copy"), "written-on-backup"), "w") as f:
+        f.write("x")
+    fill(src, 2)
+    r = rebal("replicate", "j", "--json", config=cfg, check=False)
+    out = json.loads(r.stdout)
+    assert out["outcome"] == "failed" and "written to since its last snapshot" in out["error"]
+    assert os.path.exists(os.path.join(mountpoint(f"{dst.name}/copy"), "written-on-backup"))
+    r = rebal("replicate", "j", "--force-rollback", "--json", config=cfg)
+    assert json.loads(r.stdout)["outcome"] == "ok"
+    kids = ("child", "sibling")  # other datasets (this job is not recursive)
+    assert manifest(mountpoint(f"{src.name}/data"), exclude=kids) == manifest(mountpoint(f"{dst.name}/copy"), exclude=kids)
+
+
+def test_unknown_host_key_is_refused(pools, backup_host, tmp_path):
+    src, dst = pools
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    cfg = cfg_for(tmp_path, backup_host, name="j", source=f"{src.name}/data", target=f"{dst.name}/copy")
+    cfg.write_text(cfg.read_text().replace(str(backup_host.known_hosts), str(empty)))
+    r = rebal("replicate", "j", "--json", config=cfg, check=False)
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and out["outcome"] == "failed"
+    assert "host key is unknown or has changed" in out["error"] and "never accepts" in out["error"]
+    assert empty.read_text() == "", "the key must not be added"
+    assert sh("zfs", "list", f"{dst.name}/copy", check=False).returncode != 0
+
+
+def test_retention_prunes_only_this_jobs_snapshots(pools, backup_host, tmp_path):
+    from rebal import config
+    from rebal.replicate.job import endpoint, replicator
+    from rebal.replicate.transport import Ssh
+
+    src, dst = pools
+    cfg_path = cfg_for(tmp_path, backup_host, name="keep", source=f"{src.name}/data", target=f"{dst.name}/copy",
+                       retention_source={"hourly": 1, "daily": 2, "weekly": 0, "monthly": 0},
+                       retention_target={"hourly": 1, "daily": 3, "weekly": 0, "monthly": 0})
+    cfg = config.load(str(cfg_path))
+    job = cfg.job("keep")
+    sh("zfs", "snapshot", f"{src.name}/data@manual")
+    sh("zfs", "snapshot", f"{src.name}/data@rebal-otherjob-20261101T000000Z")
+    t0 = datetime(2026, 11, 1, 10, tzinfo=timezone.utc)
+    times = [t0 + timedelta(days=d, hours=h) for d in range(4) for h in (0, 5)]
+    for i, t in enumerate(times):
+        fill(src, 10 + i)
+        with Ssh(endpoint(job)) as ssh:
+            rep = replicator(job, ssh, clock=lambda t=t: t).run()
+        assert not rep.failed, rep
+    ours_src = [s for s in snaps(f"{src.name}/data") if s.startswith("rebal-keep-")]
+    ours_dst = [s for s in snaps(f"{dst.name}/copy") if s.startswith("rebal-keep-")]
+    newest = "rebal-keep-20261104T150000Z"
+    # source: newest (hourly 1) + the newest of the last 2 days; target: newest of the last 3 days
+    assert ours_src == ["rebal-keep-20261103T150000Z", newest]
+    assert ours_dst == ["rebal-keep-20261102T150000Z", "rebal-keep-20261103T150000Z", newest]
+    assert "manual" in snaps(f"{src.name}/data") and "rebal-otherjob-20261101T000000Z" in snaps(f"{src.name}/data")
+
+
+def read_bytes(pid: str) -> int:
+    """Bytes a process has read so far (its stdin here: the stream), from /proc/PID/io."""
+    try:
+        for line in open(f"/proc/{pid}/io"):
+            if line.startswith("rchar:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def test_killed_transfer_then_next_run_completes(pools, backup_host, tmp_path):
+    """The ssh carrying the stream is killed halfway; zfs-fuse cannot resume a receive, so the next
+    run starts again from the last common snapshot."""
+    src, dst = pools
+    cfg = cfg_for(tmp_path, backup_host, name="cut", source=f"{src.name}/data", target=f"{dst.name}/copy",
+                  bwlimit="8M")
+    fill(src, 1)
+    assert rebal_json("replicate", "cut", config=cfg)["outcome"] == "ok"
+    big = os.path.join(mountpoint(f"{src.name}/data"), "big.bin")
+    with open(big, "wb") as f:
+        f.write(os.urandom(40 * 2**20))
+    proc = subprocess.Popen([sys.executable, "-m", "rebal", "--config", str(cfg), "replicate", "cut", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # wait until the stream's ssh runs, then kill it (as a network or reboot would)
+    deadline = time.monotonic() + 30
+    killed = False
+    while time.monotonic() < deadline and not killed:
+        ps = subprocess.run(["pgrep", "-f", f"zfs receive {dst.name}/copy"], capture_output=True, text=True)
+        for pid in ps.stdout.split():
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if cmd and cmd[0] == b"ssh" and read_bytes(pid) >= 4 * 2**20:
+                os.kill(int(pid), signal.SIGKILL)  # a part of the 40 MiB has gone through: cut it
+                killed = True
+                break
+        time.sleep(0.05)
+    out, err = proc.communicate(timeout=60)
+    assert killed, "the transfer's ssh was never seen"
+    first = json.loads(out)
+    assert proc.returncode == 1 and first["outcome"] == "failed", first
+    assert first["bytes"] > 0
+    second = rebal_json("replicate", "cut", config=cfg)
+    assert second["outcome"] == "ok", second
+    assert second["datasets"][0]["base"] != first["snapshot"]
+    kids = ("child", "sibling")
+    assert manifest(mountpoint(f"{src.name}/data"), exclude=kids) == manifest(mountpoint(f"{dst.name}/copy"), exclude=kids)
+    runs = rebal_json("runs", "--job", "cut", config=cfg)["runs"]
+    assert [r["outcome"] for r in runs] == ["ok", "failed", "ok"]
+
+
+def test_dry_run_changes_nothing(pools, backup_host, tmp_path):
+    src, dst = pools
+    cfg = cfg_for(tmp_path, backup_host, name="j", source=f"{src.name}/data", target=f"{dst.name}/copy",
+                  recursive=True)
+    before = snaps(f"{src.name}/data")
+    out = rebal("replicate", "j", "--dry-run", config=cfg).stdout
+    assert "would run: zfs snapshot -r" in out and "zfs receive" in out
+    assert snaps(f"{src.name}/data") == before
+    assert sh("zfs", "list", f"{dst.name}/copy", check=False).returncode != 0
+
+
+def test_unknown_job(tmp_path, backup_host):
+    cfg = cfg_for(tmp_path, backup_host, name="j", source="tank/data", target="backup/x")
+    r = rebal("replicate", "nope", config=cfg, check=False)
+    assert r.returncode == 2 and "no replication job named 'nope' (jobs: j)" in r.stderr

@@ -1,0 +1,102 @@
+"""A real sshd on loopback (or inside a network namespace) with a key pair and a pinned host key made
+for the test run: the backup host of the replication tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class BackupHost:
+    host: str
+    port: int
+    dir: Path
+    identity: Path
+    known_hosts: Path
+    proc: subprocess.Popen
+
+    def config_block(self, **extra) -> str:
+        lines = [
+            "[[replicate]]",
+            f'target_host = "{self.host}"',
+            f"target_port = {self.port}",
+            f'identity_file = "{self.identity}"',
+            f'known_hosts = "{self.known_hosts}"',
+        ]
+        for k, v in extra.items():
+            if isinstance(v, bool):
+                lines.append(f"{k} = {'true' if v else 'false'}")
+            elif isinstance(v, (int, float)):
+                lines.append(f"{k} = {v}")
+            elif isinstance(v, dict):
+                continue
+            else:
+                lines.append(f'{k} = "{v}"')
+        for k, v in extra.items():
+            if isinstance(v, dict):
+                lines.append(f"[replicate.{k}]")
+                lines += [f"{a} = {b}" for a, b in v.items()]
+        return "\n".join(lines) + "\n"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_sshd(d: Path, host: str = "127.0.0.1", port: int | None = None, netns: str | None = None) -> BackupHost:
+    d.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    for key in ("hostkey", "clientkey"):
+        if not (d / key).exists():
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / key)], check=True)
+    shutil.copy(d / "clientkey.pub", d / "authorized_keys")
+    hostpub = (d / "hostkey.pub").read_text().split()
+    (d / "known_hosts").write_text(f"[{host}]:{port} {hostpub[0]} {hostpub[1]}\n")
+    Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+    (d / "sshd_config").write_text(
+        f"Port {port}\nListenAddress {host}\nHostKey {d / 'hostkey'}\nAuthorizedKeysFile {d / 'authorized_keys'}\n"
+        "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+        f"UsePAM no\nStrictModes no\nPidFile {d / 'sshd.pid'}\nMaxStartups 100\nMaxSessions 100\n"
+        "ClientAliveInterval 2\nClientAliveCountMax 3\n"
+    )
+    argv = ["/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")]
+    if netns:
+        argv = ["ip", "netns", "exec", netns] + argv
+    log = open(d / "sshd.log", "ab")
+    proc = subprocess.Popen(argv, stdout=log, stderr=log)
+    # wait until it accepts connections (a readiness check of a server we started, bounded)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        probe = ["ssh-keyscan", "-T", "1", "-p", str(port), host]
+        if netns is None and subprocess.run(probe, capture_output=True).stdout:
+            break
+        if netns is not None and subprocess.run(probe, capture_output=True).stdout:
+            break
+        if proc.poll() is not None:
+            raise RuntimeError(f"sshd exited: {(d / 'sshd.log').read_text()[-500:]}")
+        time.sleep(0.05)
+    else:
+        proc.terminate()
+        raise RuntimeError("sshd did not come up")
+    return BackupHost(host, port, d, d / "clientkey", d / "known_hosts", proc)
+
+
+def sshd_problem() -> str | None:
+    if not os.path.exists("/usr/sbin/sshd"):
+        return "openssh-server is not installed (bash scripts/setup.sh installs it)"
+    if not shutil.which("rsync"):
+        return "rsync is not installed"
+    return None
