@@ -627,6 +627,7 @@ def runs(
             "started": iso(r["started"]), "ended": iso(r["ended"]) if r["ended"] else None,
             "seconds": round(r["ended"] - r["started"], 1) if r["ended"] else None,
             "outcome": r["outcome"] or "running or crashed", "error": r["error"], "details": d,
+            "progress": r["progress"],
         })
     if as_json:
         _out({"runs": out})

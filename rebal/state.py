@@ -96,6 +96,10 @@ MIGRATIONS: list[str] = [
     CREATE INDEX journal_open ON journal(state) WHERE state IN ('copying', 'linking');
     CREATE INDEX runs_key ON runs(key, started);
     """,
+    # 4: bytes moved so far by a run that is still going (rebal runs shows it live)
+    """
+    ALTER TABLE runs ADD COLUMN progress INTEGER;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -223,6 +227,15 @@ def start_run(
             "INSERT INTO runs (kind, job, pool, started, key) VALUES (?, ?, ?, ?, ?)", (kind, job, pool, time.time(), key)
         )
     return cur.lastrowid
+
+
+def set_progress(path: str, run_id: int, nbytes: int) -> None:
+    """Record how far a running run is, from any thread (its own short connection)."""
+    c = sqlite3.connect(path, timeout=5, isolation_level=None)
+    try:
+        c.execute("UPDATE runs SET progress = ? WHERE id = ?", (nbytes, run_id))
+    finally:
+        c.close()
 
 
 def end_run(conn: sqlite3.Connection, run_id: int, outcome: str, *, error: str | None = None, details: dict | None = None) -> None:

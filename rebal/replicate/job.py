@@ -65,9 +65,19 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
         details: dict = {"job": name, "mode": j.mode, "run_id": run_id}
         outcome, error = "failed", None
         r = None
+        last = [0.0]
+
+        def progress_and_record(n: int) -> None:
+            if progress:
+                progress(n)
+            now = time.monotonic()
+            if now - last[0] >= 0.5:  # at most twice a second
+                last[0] = now
+                state.set_progress(cfg.state_db, run_id, n)
+
         try:
             with Ssh(endpoint(j, alive_interval=alive_interval)) as ssh:
-                r = replicator(j, ssh, force_rollback=force_rollback, stop=stop, progress=progress)
+                r = replicator(j, ssh, force_rollback=force_rollback, stop=stop, progress=progress_and_record)
                 rep = r.run()
             details |= dataclasses.asdict(rep)
             details["bytes"] = rep.bytes

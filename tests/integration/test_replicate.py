@@ -170,15 +170,10 @@ def test_retention_prunes_only_this_jobs_snapshots(pools, backup_host, tmp_path)
     assert "manual" in snaps(f"{src.name}/data") and "rebal-otherjob-20261101T000000Z" in snaps(f"{src.name}/data")
 
 
-def read_bytes(pid: str) -> int:
-    """Bytes a process has read so far (its stdin here: the stream), from /proc/PID/io."""
-    try:
-        for line in open(f"/proc/{pid}/io"):
-            if line.startswith("rchar:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+def progress_of_running(cfg) -> int:
+    """Bytes the running run has moved so far, as rebal records them (rebal runs)."""
+    runs = rebal_json("runs", "--limit", "1", config=cfg)["runs"]
+    return (runs[0]["progress"] or 0) if runs and runs[0]["outcome"] == "running or crashed" else 0
 
 
 def test_killed_transfer_then_next_run_completes(pools, backup_host, tmp_path):
@@ -204,7 +199,7 @@ def test_killed_transfer_then_next_run_completes(pools, backup_host, tmp_path):
                 cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
             except OSError:
                 continue
-            if cmd and cmd[0] == b"ssh" and read_bytes(pid) >= 4 * 2**20:
+            if cmd and cmd[0] == b"ssh" and progress_of_running(cfg) >= 4 * 2**20:
                 os.kill(int(pid), signal.SIGKILL)  # a part of the 40 MiB has gone through: cut it
                 killed = True
                 break
