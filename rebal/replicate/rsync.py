@@ -138,12 +138,15 @@ class RsyncReplicator:
     # -- pieces -------------------------------------------------------------------------------
 
     def flags(self) -> list[str]:
-        f = ["-aHAX", "--numeric-ids", "--delete-delay", f"--partial-dir={PARTIAL_DIR}", "--stats",
-             "--protect-args", "--mkpath"]
+        f = ["-aHAX", "--numeric-ids", "--delete-delay", "--stats", "--protect-args", "--mkpath"]
+        if self.job.snapshot_target:
+            # rewrite changed blocks in place, so unchanged ones stay shared with the target's
+            # snapshots (a cut transfer leaves the file partly updated; the next run finishes it)
+            f.append("--inplace")
+        else:
+            f.append(f"--partial-dir={PARTIAL_DIR}")  # a cut file is kept and continued next time
         if self.job.bwlimit:
             f.append(f"--bwlimit={self.job.bwlimit}")
-        if self.job.snapshot_target:
-            f.append("--inplace")  # unchanged blocks stay shared with the target's snapshots
         return f
 
     def _mountpoint(self, ds: str) -> str | None:
@@ -164,8 +167,8 @@ class RsyncReplicator:
 
     def _rsync(self, src_dir: str, dest: str, children: list[str]) -> None:
         argv = ["rsync", *self.flags(), "-e", self.ssh.shell_for_rsync()]
-        for c in children:  # child datasets are synced on their own; never delete them here
-            argv.append(f"--exclude=/{c.strip('/')}/")
+        for c in children:  # child datasets are synced on their own; never delete their files here
+            argv.append(f"--exclude=/{c.strip('/')}/*")
         argv += [src_dir.rstrip("/") + "/", f"{self.ssh.ep.user}@{self.ssh.ep.host}:{dest.rstrip('/')}/"]
         out_f, err_f = tempfile.TemporaryFile(), tempfile.TemporaryFile()
         p = subprocess.Popen(argv, stdout=out_f, stderr=err_f, stdin=subprocess.DEVNULL, start_new_session=True)

@@ -233,3 +233,81 @@ def test_unknown_job(tmp_path, backup_host):
     cfg = cfg_for(tmp_path, backup_host, name="j", source="tank/data", target="backup/x")
     r = rebal("replicate", "nope", config=cfg, check=False)
     assert r.returncode == 2 and "no replication job named 'nope' (jobs: j)" in r.stderr
+
+
+def tree_bytes(path) -> int:
+    total = 0
+    for d, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(d, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def test_rsync_full_then_again(pools, backup_host, tmp_path):
+    src, dst = pools
+    target = os.path.join(mountpoint(dst.name), "files")
+    cfg = cfg_for(tmp_path, backup_host, name="files", mode="rsync", source=f"{src.name}/data", target=target,
+                  recursive=True)
+    fill(src, 1)
+    r1 = rebal_json("replicate", "files", config=cfg)
+    assert r1["outcome"] == "ok", r1
+    src_root = mountpoint(f"{src.name}/data")
+    assert manifest(src_root) == manifest(target)
+    fill(src, 2)
+    os.unlink(os.path.join(src_root, "sibling", "f1"))  # deletions reach the backup too
+    r2 = rebal_json("replicate", "files", config=cfg)
+    assert r2["outcome"] == "ok"
+    assert manifest(src_root) == manifest(target)
+    assert r2["bytes_expected"] < tree_bytes(src_root)  # only what changed went
+    # the snapshot views (clones on zfs-fuse) are gone
+    assert not [n for n in sh("zfs", "list", "-H", "-o", "name", "-r", src.name).stdout.split() if "rebal-view" in n]
+
+
+def test_rsync_cut_halfway_continues_without_resending(pools, backup_host, tmp_path):
+    src, dst = pools
+    target = os.path.join(mountpoint(dst.name), "files")
+    cfg = cfg_for(tmp_path, backup_host, name="files", mode="rsync", source=f"{src.name}/data", target=target,
+                  bwlimit="4M")
+    src_root = mountpoint(f"{src.name}/data")
+    for i in range(8):
+        with open(os.path.join(src_root, f"part{i}.bin"), "wb") as f:
+            f.write(os.urandom(3 * 2**20))
+    total = tree_bytes(src_root)
+    proc = subprocess.Popen([sys.executable, "-m", "rebal", "--config", str(cfg), "replicate", "files", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    killed = False
+    while time.monotonic() < deadline and not killed:
+        if tree_bytes(target) >= total // 3:  # a third is over: cut the transfer
+            for pid in subprocess.run(["pgrep", "-x", "rsync"], capture_output=True, text=True).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                    killed = True
+                except ProcessLookupError:
+                    pass
+        time.sleep(0.05)
+    out, err = proc.communicate(timeout=60)
+    assert killed
+    first = json.loads(out)
+    assert first["outcome"] == "failed" and "rsync" in first["error"]
+    second = rebal_json("replicate", "files", config=cfg)
+    assert second["outcome"] == "ok", second
+    assert second["bytes_sent"] < total * 0.8, (second["bytes_sent"], total)
+    assert manifest(src_root, exclude=("child", "sibling")) == manifest(target, exclude=("child", "sibling"))
+    runs = rebal_json("runs", "--job", "files", config=cfg)["runs"]
+    assert runs[0]["details"]["bytes_sent"] == second["bytes_sent"]
+
+
+def test_rsync_snapshot_target(pools, backup_host, tmp_path):
+    src, dst = pools
+    sh("zfs", "create", f"{dst.name}/versions")
+    target = mountpoint(f"{dst.name}/versions")
+    cfg = cfg_for(tmp_path, backup_host, name="v", mode="rsync", source=f"{src.name}/data", target=target,
+                  snapshot_target=True)
+    fill(src, 1)
+    r = rebal_json("replicate", "v", config=cfg)
+    assert r["outcome"] == "ok" and r["target_snapshot"] == f"{dst.name}/versions@{r['snapshot']}"
+    assert snaps(f"{dst.name}/versions") == [r["snapshot"]]
