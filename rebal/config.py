@@ -146,6 +146,7 @@ class Replicate(Strict):
     mbuffer: bool = False
     snapshot_target: bool = False
     schedule: Cron = None
+    keepalive: int = Field(10, ge=1, le=600)  # seconds between ssh keepalives; 3 missed = link down
     retention_source: Retention = Retention()
     retention_target: Retention = Retention()
 

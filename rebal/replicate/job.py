@@ -21,9 +21,9 @@ def _buckets(r) -> Buckets:
     return Buckets(r.hourly, r.daily, r.weekly, r.monthly)
 
 
-def endpoint(j: Replicate, connect_timeout: int = 10, alive_interval: int = 10) -> Endpoint:
+def endpoint(j: Replicate) -> Endpoint:
     return Endpoint(j.target_host, j.target_user, j.target_port, j.identity_file, j.known_hosts,
-                    connect_timeout=connect_timeout, alive_interval=alive_interval)
+                    connect_timeout=max(5, j.keepalive), alive_interval=j.keepalive)
 
 
 def find_job(cfg: Config, name: str) -> Replicate:
@@ -47,14 +47,13 @@ def replicator(j: Replicate, ssh: Ssh, **kw):
 
 
 def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bool = False,
-            stop: threading.Event | None = None, progress=None, conn=None,
-            alive_interval: int = 10) -> tuple[str, dict]:
+            stop: threading.Event | None = None, progress=None, conn=None) -> tuple[str, dict]:
     """Run one job. Returns (outcome, details); outcome is ok, warning or failed. Never raises for a
     failed transfer: that is recorded; raises for bad input and for a run that is already going."""
     j = find_job(cfg, name)
     stop = stop or threading.Event()
     if dry_run:
-        with Ssh(endpoint(j, alive_interval=alive_interval)) as ssh:
+        with Ssh(endpoint(j)) as ssh:
             r = replicator(j, ssh, dry_run=True, force_rollback=force_rollback, stop=stop)
             rep = r.run()
         return "ok", {"job": name, "mode": j.mode, "dry_run": True} | dataclasses.asdict(rep)
@@ -76,7 +75,7 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
                 state.set_progress(cfg.state_db, run_id, n)
 
         try:
-            with Ssh(endpoint(j, alive_interval=alive_interval)) as ssh:
+            with Ssh(endpoint(j)) as ssh:
                 r = replicator(j, ssh, force_rollback=force_rollback, stop=stop, progress=progress_and_record)
                 rep = r.run()
             details |= dataclasses.asdict(rep)

@@ -311,3 +311,71 @@ def test_rsync_snapshot_target(pools, backup_host, tmp_path):
     r = rebal_json("replicate", "v", config=cfg)
     assert r["outcome"] == "ok" and r["target_snapshot"] == f"{dst.name}/versions@{r['snapshot']}"
     assert snaps(f"{dst.name}/versions") == [r["snapshot"]]
+
+
+@pytest.fixture
+def netns_backup_host(tmp_path):
+    """A backup host on a network of its own: sshd in a network namespace behind a veth pair."""
+    from sshenv import start_sshd
+
+    n = os.getpid() % 200 + 20
+    ns, veth, peer = f"rbtns{os.getpid()}", f"rbv{os.getpid() % 100000}a", f"rbv{os.getpid() % 100000}b"
+    here, there = f"10.233.{n}.1", f"10.233.{n}.2"
+    cmds = [
+        ["ip", "netns", "add", ns],
+        ["ip", "link", "add", veth, "type", "veth", "peer", "name", peer],
+        ["ip", "link", "set", peer, "netns", ns],
+        ["ip", "addr", "add", f"{here}/30", "dev", veth],
+        ["ip", "link", "set", veth, "up"],
+        ["ip", "netns", "exec", ns, "ip", "addr", "add", f"{there}/30", "dev", peer],
+        ["ip", "netns", "exec", ns, "ip", "link", "set", peer, "up"],
+        ["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"],
+    ]
+    try:
+        for c in cmds:
+            sh(*c)
+        host = start_sshd(tmp_path / "nssshd", host=there, netns=ns)
+    except Exception as e:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", veth], capture_output=True)
+        pytest.fail(f"cannot build the test network: {e}")
+    host.link = veth
+    yield host
+    host.stop()
+    subprocess.run(["ip", "link", "del", veth], capture_output=True)
+    subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_cut_network_fails_clearly_and_the_next_run_completes(pools, netns_backup_host, tmp_path):
+    src, dst = pools
+    host = netns_backup_host
+    cfg = cfg_for(tmp_path, host, name="far", source=f"{src.name}/data", target=f"{dst.name}/copy",
+                  bwlimit="4M", keepalive=1)
+    fill(src, 1)
+    with open(os.path.join(mountpoint(f"{src.name}/data"), "big.bin"), "wb") as f:
+        f.write(os.urandom(24 * 2**20))
+    proc = subprocess.Popen([sys.executable, "-m", "rebal", "--config", str(cfg), "replicate", "far", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and progress_of_running(cfg) < 2 * 2**20:
+        time.sleep(0.05)
+    sh("ip", "link", "set", host.link, "down")  # the cable is pulled
+    try:
+        out, err = proc.communicate(timeout=90)
+    finally:
+        sh("ip", "link", "set", host.link, "up")
+    first = json.loads(out)
+    assert proc.returncode == 1 and first["outcome"] == "failed", first
+    assert "cannot reach the backup host" in first["error"] or "timeout" in first["error"].lower(), first["error"]
+    runs = rebal_json("runs", "--job", "far", config=cfg)["runs"]
+    assert runs[0]["outcome"] == "failed" and runs[0]["error"] == first["error"]
+    # the backup side gives up the cut receive on its own (sshd's ClientAlive); then a run completes
+    second = None
+    for _ in range(20):
+        second = json.loads(rebal("replicate", "far", "--json", config=cfg, check=False).stdout)
+        if second["outcome"] == "ok" or "busy" not in (second.get("error") or ""):
+            break
+        time.sleep(0.5)  # bounded retry while the backup host still holds the dead receive
+    assert second["outcome"] == "ok", second
+    kids = ("child", "sibling")
+    assert manifest(mountpoint(f"{src.name}/data"), exclude=kids) == manifest(mountpoint(f"{dst.name}/copy"), exclude=kids)
