@@ -48,7 +48,12 @@ class CliLocal:
         return res.returncode == 0
 
     def bookmark(self, snap: str, bookmark: str) -> None:
-        self._run(["zfs", "bookmark", snap, bookmark], readonly=False)
+        try:
+            self._run(["zfs", "bookmark", snap, bookmark], readonly=False)
+        except CommandFailed as e:
+            if "unrecognized command" in e.stderr or "usage:" in e.stderr:
+                raise LocalError("this ZFS has no bookmarks (OpenZFS 0.6.4+); holds keep the base instead") from None
+            raise
 
     def destroy_snapshots(self, dataset: str, snaps: list[str], recursive: bool = False, dry_run: bool = False) -> None:
         for s in snaps:
@@ -65,6 +70,8 @@ class LzcLocal(CliLocal):
         self.lzc = lzc
 
     def snapshot(self, snaps: list[str], recursive: bool = False, dry_run: bool = False) -> None:
+        for s in snaps:
+            names.snapshot(s)
         if recursive:  # lzc_snapshot takes the full list; children are expanded by the CLI backend
             return super().snapshot(snaps, recursive, dry_run)
         if not dry_run:

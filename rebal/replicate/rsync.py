@@ -14,6 +14,7 @@ import re
 import subprocess
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -38,6 +39,7 @@ class RsyncReport:
     bytes_sent: int = 0  # what went over the wire
     bytes_expected: int = 0  # total size of the files rsync had to transfer
     files_transferred: int = 0
+    rsync_seconds: float = 0.0  # time rsync itself ran
     warnings: list[str] = field(default_factory=list)
     target_snapshot: str | None = None
     pruned_source: list[str] = field(default_factory=list)
@@ -171,6 +173,7 @@ class RsyncReplicator:
             argv.append(f"--exclude=/{c.strip('/')}/*")
         argv += [src_dir.rstrip("/") + "/", f"{self.ssh.ep.user}@{self.ssh.ep.host}:{dest.rstrip('/')}/"]
         out_f, err_f = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+        t0 = time.monotonic()
         p = subprocess.Popen(argv, stdout=out_f, stderr=err_f, stdin=subprocess.DEVNULL, start_new_session=True)
         self.procs.append(p)
         while True:
@@ -180,6 +183,7 @@ class RsyncReplicator:
             except subprocess.TimeoutExpired:
                 if self.stop.is_set():
                     p.terminate()
+        self.report.rsync_seconds += time.monotonic() - t0
         out_f.seek(0)
         err_f.seek(0)
         out = out_f.read().decode(errors="replace")

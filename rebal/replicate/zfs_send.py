@@ -55,6 +55,7 @@ class DatasetReport:
     bytes: int = 0
     expected: int | None = None
     error: str = ""
+    seconds: float = 0.0  # time the stream took
 
 
 @dataclass
@@ -349,8 +350,10 @@ class ZfsReplicator:
                     self.progress(sum(d.bytes for d in self.report.datasets) + n)
 
         remote = self.ssh.argv(*self.filters_remote, recv)
+        t0 = time.monotonic()
         res = pump(senders + self.filters_local, remote, throttle=self.throttle, stop=self.stop,
                    progress=progress, procs=self.procs)
+        rep.seconds = round(time.monotonic() - t0, 3)
         rep.bytes = res.bytes
         return res
 
