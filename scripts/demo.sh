@@ -9,8 +9,16 @@ DIR=${REBAL_DEMO_DIR:-/var/tmp/rebal-demo}
 POOL=${REBAL_DEMO_POOL:-rebaldemo}
 VDEV_SIZE=${REBAL_DEMO_VDEV_SIZE:-512M}
 
+BACKUP=${POOL}bk
 clean() {
-  if zpool list "$POOL" >/dev/null 2>&1; then zpool destroy -f "$POOL"; fi
+  if [ -f "$DIR/sshd.pid" ]; then kill "$(cat "$DIR/sshd.pid")" 2>/dev/null || true; fi
+  for p in "$POOL" "$BACKUP"; do
+    for _ in $(seq 1 50); do   # zfs-fuse may call a pool busy for a moment after use
+      zpool list "$p" >/dev/null 2>&1 || break
+      zpool destroy -f "$p" 2>/dev/null && break
+      sleep 0.2
+    done
+  done
   rm -rf "$DIR"
 }
 if [ "${1:-}" = "--clean" ]; then clean; echo "demo pool $POOL and $DIR removed"; exit 0; fi
@@ -61,7 +69,46 @@ step "rebal rebalance: copy-verify-swap, directory by directory, until the sprea
 rebal rebalance "$POOL/data"
 step "rebal status: the spread has closed"
 rebal status
+step "replication: a throw-away backup pool, reached by ssh to 127.0.0.1 (a key and a pinned host key made now)"
+truncate -s 1G "$DIR/b1"
+zpool create -m "$DIR/backup" "$BACKUP" "$DIR/b1" 2>/dev/null
+ssh-keygen -q -t ed25519 -N '' -f "$DIR/hostkey"
+ssh-keygen -q -t ed25519 -N '' -f "$DIR/id_ed25519"
+cp "$DIR/id_ed25519.pub" "$DIR/authorized_keys"
+PORT=${REBAL_DEMO_SSH_PORT:-2299}
+echo "[127.0.0.1]:$PORT $(cut -d' ' -f1,2 "$DIR/hostkey.pub")" > "$DIR/known_hosts"
+mkdir -p /run/sshd
+cat > "$DIR/sshd_config" <<SSHD
+Port $PORT
+ListenAddress 127.0.0.1
+HostKey $DIR/hostkey
+AuthorizedKeysFile $DIR/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+UsePAM no
+StrictModes no
+PidFile $DIR/sshd.pid
+SSHD
+/usr/sbin/sshd -f "$DIR/sshd_config"
+for _ in $(seq 1 50); do ssh-keyscan -T 1 -p "$PORT" 127.0.0.1 >/dev/null 2>&1 && break; sleep 0.1; done
+cat >> "$DIR/config.toml" <<CONF
+[[replicate]]
+name = "nightly"
+source = "$POOL/data"
+mode = "zfs"
+target_host = "127.0.0.1"
+target_port = $PORT
+identity_file = "$DIR/id_ed25519"
+known_hosts = "$DIR/known_hosts"
+target = "$BACKUP/data"
+CONF
+rebal replicate nightly
+step "some new data, then an incremental replication"
+head -c 20M /dev/urandom > "$DIR/mnt/data/new-today.bin"
+rebal replicate nightly
+zfs list -t snapshot -r "$BACKUP"
+
 step "history of the samples taken so far, and the runs"
 rebal history "$POOL"
 rebal runs
-printf '\nThe demo pool stays for you to explore (config: %s).\nRemove it with: bash scripts/demo.sh --clean\n' "$REBAL_CONFIG"
+printf '\nThe demo pools stay for you to explore (config: %s; an sshd on 127.0.0.1:%s).\nRemove them with: bash scripts/demo.sh --clean\n' "$REBAL_CONFIG" "$PORT"
