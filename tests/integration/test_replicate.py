@@ -379,3 +379,13 @@ def test_cut_network_fails_clearly_and_the_next_run_completes(pools, netns_backu
     assert second["outcome"] == "ok", second
     kids = ("child", "sibling")
     assert manifest(mountpoint(f"{src.name}/data"), exclude=kids) == manifest(mountpoint(f"{dst.name}/copy"), exclude=kids)
+
+
+def test_zstd_stream_and_parallel_children(pools, backup_host, tmp_path):
+    src, dst = pools
+    cfg = cfg_for(tmp_path, backup_host, name="z", source=f"{src.name}/data", target=f"{dst.name}/copy",
+                  recursive=True, stream_compress="zstd")
+    fill(src, 3)
+    r = rebal_json("replicate", "z", config=cfg)
+    assert r["outcome"] == "ok" and not any("zstd" in n for n in r["notes"]), r
+    same_trees(src, dst)
