@@ -735,6 +735,133 @@ def _render_replication(outcome: str, d: dict) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# service: health, notify, metrics, scrub, run, daemon
+
+
+@app.command()
+def health(as_json: JsonOpt = False) -> None:
+    """Pool, device, error, scrub, fill and replication checks; exit 0 OK, 1 warning, 2 critical."""
+    from . import health as H
+    from . import services
+    from .zfs.cli import Zpool
+
+    cfg = _config()
+    conn = _state(cfg)
+    level, findings, sent = services.health_job(cfg, conn, Zpool())
+    if as_json:
+        _out({"level": H.LEVEL_NAMES[level], "findings": [f.as_dict() for f in findings], "notified": sent})
+    elif findings:
+        for f in findings:
+            print(f.line())
+    else:
+        print("OK: all watched pools healthy")
+    raise typer.Exit(level)
+
+
+@app.command()
+def notify(
+    test: Annotated[bool, typer.Option("--test", help="Send a test message to every configured channel.")] = False,
+) -> None:
+    """Send a test notification (email, webhook, command) to check the settings."""
+    import socket
+
+    from .errors import UsageError
+    from .notify import Message, channels, send
+
+    cfg = _config()
+    if not test:
+        raise UsageError("nothing to do: use --test")
+    if not channels(cfg.notify):
+        raise UsageError("no notification channel configured ([notify.email], [notify.webhook] or notify.command)")
+    res = send(cfg.notify, Message(f"[rebal {socket.gethostname()}] test message",
+                                   "This is a test of rebal's notifications. Nothing is wrong.", "TEST", {}))
+    for ch, r in res.items():
+        print(f"{ch}: {r}")
+    if any(r != "ok" for r in res.values()):
+        raise typer.Exit(1)
+
+
+@app.command()
+def metrics(
+    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write to this file atomically (textfile collector).")] = None,
+) -> None:
+    """Prometheus metrics: per-vdev size/alloc/CAP, spread, health, replication, rebalance progress."""
+    from . import services
+    from .metrics import write_atomic
+    from .zfs.cli import Zpool
+
+    cfg = _config()
+    text = services.metrics_text(cfg, _state(cfg), Zpool())
+    if output:
+        write_atomic(output, text)
+    else:
+        sys.stdout.write(text)
+
+
+@app.command()
+def scrub(pool: Annotated[str, typer.Argument(help="Pool to scrub.")]) -> None:
+    """Start a scrub of POOL (or say that one is running)."""
+    from .zfs.cli import Zpool
+
+    print(f"{pool}: scrub {Zpool().scrub(pool)}")
+
+
+@app.command("run")
+def run_cmd(
+    job: Annotated[Optional[str], typer.Argument(help="fill, health, scrub, rebalance, or a replication job.")] = None,
+    due: Annotated[bool, typer.Option("--due", help="Run every job whose schedule says it is due.")] = False,
+) -> None:
+    """Run scheduled jobs once (for systemd timers): one by name, or all that are due."""
+    import signal
+    import threading
+
+    from . import scheduler, state
+    from .errors import UsageError
+
+    cfg = _config(check_cron=True)
+    _log_for_service()
+    if bool(job) == due:
+        raise UsageError("give a job name or --due (not both)")
+    names_ = scheduler.due(cfg, state.connect(cfg.state_db)) if due else [job]
+    if due and not names_:
+        log.info("nothing is due")
+    stop = threading.Event()
+    old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
+    failed = 0
+    try:
+        for n in names_:
+            if stop.is_set():
+                break
+            failed += scheduler.run_one(cfg, n, stop) == "failed"
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def daemon() -> None:
+    """Run the scheduler (APScheduler) in the foreground until SIGTERM; for rebal.service."""
+    from . import scheduler
+
+    cfg = _config(check_cron=True)
+    _log_for_service()
+    raise typer.Exit(scheduler.daemon(cfg))
+
+
+def _log_for_service() -> None:
+    """Lines journald reads well: LEVEL logger: message (journald adds the time)."""
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    h = logging.StreamHandler(sys.stderr)
+    h.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root.addHandler(h)
+    root.setLevel(logging.DEBUG if OPTS.debug else logging.INFO)
+
+
+# ---------------------------------------------------------------------------------------------
 # config check
 
 

@@ -26,14 +26,27 @@ def config_path(explicit: str | None) -> tuple[str, bool]:
     return DEFAULT_PATH, False
 
 
-def cron_problem(expr: str) -> str | None:
-    """None when ``expr`` is a valid 5-field crontab expression, else why not."""
-    if len(expr.split()) != 5:
-        return f"{expr!r} is not a cron expression of 5 fields (minute hour day month weekday)"
+def cron_trigger(expr: str, timezone=None):
+    """An APScheduler CronTrigger from a crontab expression: 5 fields (minute hour day month weekday),
+    or 6 with a leading seconds field."""
     from apscheduler.triggers.cron import CronTrigger  # lazy: only `config check` and the daemon pay
 
+    fields = expr.split()
+    if len(fields) == 5:
+        return CronTrigger.from_crontab(expr, timezone=timezone)
+    if len(fields) == 6:
+        second, minute, hour, day, month, dow = fields
+        return CronTrigger(second=second, minute=minute, hour=hour, day=day, month=month, day_of_week=dow,
+                           timezone=timezone)
+    raise ValueError(f"{expr!r} is not a cron expression of 5 fields (minute hour day month weekday)")
+
+
+def cron_problem(expr: str) -> str | None:
+    """None when ``expr`` is a valid cron expression, else why not."""
+    if len(expr.split()) not in (5, 6):
+        return f"{expr!r} is not a cron expression of 5 fields (minute hour day month weekday)"
     try:
-        CronTrigger.from_crontab(expr, timezone="UTC")
+        cron_trigger(expr, timezone="UTC")
     except ValueError as e:
         return f"{expr!r} is not a valid cron expression: {e}"
     return None

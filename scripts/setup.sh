@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS=(zfs-fuse rsync openssh-server openssh-client acl attr python3 python3-pip)
+PKGS=(zfs-fuse rsync openssh-server openssh-client acl attr iproute2 procps zstd systemd python3 python3-pip)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -17,11 +17,16 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 # The project and its test extras, into the python3 on PATH.
-if ! python3 -c 'import rebal, typer, pydantic, apscheduler, xxhash, pytest' 2>/dev/null \
+if ! python3 -c 'import rebal, typer, pydantic, apscheduler, xxhash, pytest, aiosmtpd, prometheus_client' 2>/dev/null \
    || [ "$(python3 -c 'import rebal, os; print(os.path.dirname(os.path.dirname(rebal.__file__)))' 2>/dev/null)" != "$PWD" ]; then
   echo "setup: pip install -e .[test]"
   python3 -m pip install -q -e ".[test]" 2>/dev/null \
     || python3 -m pip install -q --break-system-packages -e ".[test]"
+fi
+
+# The units in systemd/ start /usr/local/bin/rebal, where pip puts it for a system Python.
+if [ ! -x /usr/local/bin/rebal ]; then
+  ln -sf "$(python3 -c 'import os, sys; print(os.path.join(os.path.dirname(sys.executable), "rebal"))')" /usr/local/bin/rebal
 fi
 
 # zfs-fuse: a real ZFS (pool version 23) in user space; the tests and the demo use it.

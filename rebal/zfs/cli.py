@@ -71,6 +71,17 @@ class Zpool:
                 return
             time.sleep(0.2)
 
+    def scrub(self, pool: str) -> str:
+        """Start a scrub: 'started', or 'running' when one already is."""
+        names.pool(pool)
+        try:
+            self._run(["zpool", "scrub", pool], readonly=False)
+        except CommandFailed as e:
+            if "currently scrubbing" in e.stderr or "scrub in progress" in e.stderr or "already" in e.stderr:
+                return "running"
+            raise
+        return "started"
+
     def feature(self, pool: str, feature: str) -> str:
         """'enabled', 'active', 'disabled', or '' where the pool has no such feature."""
         res = self._run(["zpool", "get", "-H", "-o", "value", f"feature@{feature}", pool], check=False)

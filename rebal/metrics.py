@@ -1,0 +1,81 @@
+"""Prometheus text exposition for node_exporter's textfile collector, written atomically."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from .zfs.model import Pool
+
+
+def _esc(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class _Doc:
+    """Samples grouped by metric family (the text format wants each family's lines together)."""
+
+    def __init__(self) -> None:
+        self.families: dict[str, tuple[str, list[str]]] = {}
+
+    def add(self, name: str, help_: str, value: float, **labels: str) -> None:
+        lab = ",".join(f'{k}="{_esc(str(v))}"' for k, v in labels.items())
+        line = f"{name}{{{lab}}} {value:.10g}" if lab else f"{name} {value:.10g}"
+        self.families.setdefault(name, (help_, []))[1].append(line)
+
+    @property
+    def lines(self) -> list[str]:
+        out = []
+        for name, (help_, samples) in self.families.items():
+            out += [f"# HELP {name} {help_}", f"# TYPE {name} gauge", *samples]
+        return out
+
+
+HEALTH = {"ONLINE": 0, "DEGRADED": 1, "FAULTED": 2, "OFFLINE": 2, "UNAVAIL": 2, "REMOVED": 2, "SUSPENDED": 2}
+
+
+def render(pools: list[Pool], health_level: dict[str, int], replication: list[dict], rebalance: list[dict]) -> str:
+    d = _Doc()
+    for p in pools:
+        d.add("rebal_pool_size_bytes", "Pool size.", p.size, pool=p.name)
+        d.add("rebal_pool_alloc_bytes", "Pool allocated bytes.", p.alloc, pool=p.name)
+        d.add("rebal_pool_spread_points", "Max minus min CAP of the data vdevs, percentage points.", p.spread, pool=p.name)
+        d.add("rebal_pool_health", "Pool state: 0 ONLINE, 1 DEGRADED, 2 FAULTED/UNAVAIL/other.",
+              HEALTH.get(p.health, 2), pool=p.name, state=p.health)
+        if p.name in health_level:
+            d.add("rebal_health_level", "Highest health finding: 0 OK, 1 WARNING, 2 CRITICAL.", health_level[p.name],
+                  pool=p.name)
+        for v in p.data_vdevs:
+            d.add("rebal_vdev_size_bytes", "Data vdev size.", v.size, pool=p.name, vdev=v.name)
+            d.add("rebal_vdev_alloc_bytes", "Data vdev allocated bytes.", v.alloc, pool=p.name, vdev=v.name)
+            d.add("rebal_vdev_capacity_percent", "Data vdev CAP.", v.cap, pool=p.name, vdev=v.name)
+    for r in replication:
+        if r["last_success"] is not None:
+            d.add("rebal_replication_last_success_timestamp_seconds", "End of the last successful run.",
+                  r["last_success"], job=r["job"])
+            d.add("rebal_replication_last_bytes", "Bytes sent by the last successful run.", r.get("bytes") or 0,
+                  job=r["job"])
+    for rb in rebalance:
+        d.add("rebal_rebalance_running", "1 while a rebalance run is going.", 1 if rb["running"] else 0, pool=rb["pool"])
+        d.add("rebal_rebalance_bytes", "Bytes rewritten by the latest rebalance run.", rb["bytes"], pool=rb["pool"])
+        d.add("rebal_rebalance_files", "Files rewritten by the latest rebalance run.", rb["files"], pool=rb["pool"])
+    return "\n".join(d.lines) + "\n"
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write beside the target and rename over it: the collector never reads half a file."""
+    d = os.path.dirname(os.path.abspath(path)) or "."
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".rebal-metrics-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

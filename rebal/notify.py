@@ -1,0 +1,131 @@
+"""Tell the admin: email (SMTP), a webhook (HTTP POST of JSON), and/or a command.
+
+Sent when something changes state (a health check's level, a job's outcome) and again after
+`reminder_hours` while it lasts; a return to OK is sent once. The last state sent per subject is
+kept in SQLite, so a daemon restart does not repeat or lose a message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import smtplib
+import socket
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass
+from email.message import EmailMessage
+
+from .config import Notify
+
+log = logging.getLogger("rebal.notify")
+
+
+@dataclass
+class Message:
+    subject: str
+    body: str
+    level: str  # OK, WARNING, CRITICAL, FAILED, RECOVERED, TEST
+    data: dict
+
+
+def channels(cfg: Notify) -> list[str]:
+    return [n for n in ("email", "webhook", "command") if getattr(cfg, n)]
+
+
+def send(cfg: Notify, msg: Message) -> dict[str, str]:
+    """Send to every configured channel; returns channel -> "ok" or the error. Never raises."""
+    results: dict[str, str] = {}
+    for name, fn in (("email", _email), ("webhook", _webhook), ("command", _command)):
+        if not getattr(cfg, name):
+            continue
+        try:
+            fn(cfg, msg)
+            results[name] = "ok"
+        except Exception as e:  # a channel failing must not stop the others or the daemon
+            results[name] = f"{type(e).__name__}: {e}"
+            log.warning("notification by %s failed: %s", name, e)
+    return results
+
+
+def _email(cfg: Notify, msg: Message) -> None:
+    e = cfg.email
+    m = EmailMessage()
+    m["From"] = e.sender
+    m["To"] = ", ".join(e.to)
+    m["Subject"] = msg.subject
+    m.set_content(msg.body)
+    with smtplib.SMTP(e.host, e.port, timeout=30) as s:
+        if e.starttls:
+            s.starttls()
+        if e.username:
+            password = open(e.password_file).read().strip() if e.password_file else ""
+            s.login(e.username, password)
+        s.send_message(m)
+
+
+def _webhook(cfg: Notify, msg: Message) -> None:
+    body = json.dumps({"subject": msg.subject, "level": msg.level, "text": msg.body, "host": socket.gethostname(),
+                       "data": msg.data}).encode()
+    req = urllib.request.Request(cfg.webhook.url, data=body, method="POST",
+                                 headers={"Content-Type": "application/json", "User-Agent": "rebal"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        if r.status >= 300:
+            raise RuntimeError(f"HTTP {r.status}")
+
+
+def _command(cfg: Notify, msg: Message) -> None:
+    r = subprocess.run(cfg.command, input=f"{msg.subject}\n\n{msg.body}\n", text=True, capture_output=True,
+                       timeout=60, env={"PATH": "/usr/local/bin:/usr/bin:/bin", "REBAL_LEVEL": msg.level,
+                                        "REBAL_SUBJECT": msg.subject})
+    if r.returncode != 0:
+        raise RuntimeError(f"exit {r.returncode}: {r.stderr.strip()[:200]}")
+
+
+# -- on change, and reminders ----------------------------------------------------------------------
+
+
+def ensure_table(conn) -> None:
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS notify_state (subject TEXT PRIMARY KEY, level TEXT NOT NULL, "
+        "digest TEXT NOT NULL, since REAL NOT NULL, last_sent REAL)"
+    )
+
+
+def maybe_notify(conn, cfg: Notify, subject: str, level: str, summary: str, body: str, data: dict,
+                 now: float | None = None) -> dict[str, str] | None:
+    """Send if ``subject``'s level or findings changed, or as a reminder. Returns what was sent."""
+    now = time.time() if now is None else now
+    ensure_table(conn)
+    row = conn.execute("SELECT level, digest, since, last_sent FROM notify_state WHERE subject = ?",
+                       (subject,)).fetchone()
+    digest = summary
+    host = socket.gethostname()
+    if row is None:
+        changed = level != "OK"
+        prev_level = "OK"
+    else:
+        prev_level = row[0]
+        changed = (level, digest) != (row[0], row[1])
+    reminder = (not changed and level != "OK" and row is not None and row[3] is not None
+                and now - row[3] >= cfg.reminder_hours * 3600)
+    sent = None
+    if changed or reminder:
+        if level == "OK":
+            label = "RECOVERED"
+            subj = f"[rebal {host}] RECOVERED {subject}"
+        else:
+            label = level
+            subj = f"[rebal {host}] {level} {subject}" + (" (reminder)" if reminder else "")
+        if level == "OK" and prev_level == "OK":
+            sent = None
+        else:
+            sent = send(cfg, Message(subj, body, label, data | {"subject": subject, "previous": prev_level}))
+    last_sent = now if sent is not None else (row[3] if row else None)
+    since = now if changed or row is None else row[2]
+    conn.execute(
+        "INSERT OR REPLACE INTO notify_state (subject, level, digest, since, last_sent) VALUES (?, ?, ?, ?, ?)",
+        (subject, level, digest, since, last_sent),
+    )
+    return sent

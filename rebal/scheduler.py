@@ -1,0 +1,150 @@
+"""What runs when: the daemon (APScheduler) and the one-shot "run what is due" for systemd timers.
+
+Jobs: `fill`, `health`, `scrub`, `rebalance`, `metrics`, and one per `[[replicate]]` job (by its
+name). Each run is recorded in SQLite; a job never runs twice at once (max_instances=1 in the
+daemon, a lock per run otherwise); missed runs are coalesced into one within a grace time.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from datetime import datetime, timedelta, timezone
+
+from . import services, state
+from .config import Config, cron_trigger
+from .errors import RebalError, UsageError
+
+log = logging.getLogger("rebal.scheduler")
+BUILTIN = ("fill", "health", "scrub", "rebalance")
+GRACE = 600  # seconds a missed run may still start late
+
+
+def schedules(cfg: Config) -> dict[str, str]:
+    """Job name -> cron expression, for every job that has a schedule."""
+    out = {}
+    for name in BUILTIN:
+        expr = getattr(cfg.schedule, name)
+        if expr:
+            out[name] = expr
+    for j in cfg.replicate:
+        if j.schedule:
+            if j.name in BUILTIN:
+                raise UsageError(f"replication job name {j.name!r} clashes with a built-in job")
+            out[j.name] = j.schedule
+    return out
+
+
+def all_jobs(cfg: Config) -> list[str]:
+    return list(BUILTIN) + [j.name for j in cfg.replicate]
+
+
+def last_start(conn, job: str, cfg: Config) -> float | None:
+    if cfg.job(job) is not None:
+        row = conn.execute("SELECT max(started) FROM runs WHERE kind = 'replicate' AND job = ?", (job,)).fetchone()
+    else:
+        row = conn.execute("SELECT max(started) FROM runs WHERE kind = ?", (job,)).fetchone()
+    return row[0] if row and row[0] is not None else None
+
+
+def due(cfg: Config, conn, now: datetime | None = None) -> list[str]:
+    """Jobs whose schedule fired since their last recorded start (or within a day, if never run)."""
+    now = now or datetime.now(timezone.utc)
+    out = []
+    for job, expr in schedules(cfg).items():
+        trig = cron_trigger(expr, timezone=timezone.utc)
+        last = last_start(conn, job, cfg)
+        since = datetime.fromtimestamp(last, timezone.utc) + timedelta(seconds=1) if last else now - timedelta(days=1)
+        fire = trig.get_next_fire_time(None, since)
+        if fire is not None and fire <= now:
+            out.append(job)
+    return out
+
+
+def run_one(cfg: Config, name: str, stop: threading.Event | None = None) -> str:
+    """Run one job now; returns its outcome. Records the run; notifies on failure."""
+    from .zfs.cli import Zfs, Zpool
+
+    stop = stop or threading.Event()
+    conn = state.connect(cfg.state_db)
+    zpool = Zpool()
+    jlog = logging.getLogger(f"rebal.job.{name}")
+    jlog.info("start")
+    try:
+        if cfg.job(name) is not None:
+            from .replicate.job import run_job
+
+            outcome, details = run_job(cfg, name, stop=stop, conn=conn)
+            services.notify_outcome(cfg, conn, f"job:{name}", outcome, details.get("error"))
+            jlog.log(logging.ERROR if outcome == "failed" else logging.INFO, "%s: %s bytes%s", outcome,
+                     details.get("bytes"), f" ({details['error']})" if details.get("error") else "")
+            return outcome
+        if name == "fill":
+            res = services.record(conn, "fill", lambda: services.fill_job(cfg, conn, zpool))
+        elif name == "health":
+            res = services.record(conn, "health", lambda: _health(cfg, conn, zpool))
+        elif name == "scrub":
+            res = services.record(conn, "scrub", lambda: services.scrub_job(cfg, conn, zpool))
+        elif name == "rebalance":
+            res = services.rebalance_job(cfg, conn, zpool, Zfs(), stop)
+        else:
+            raise UsageError(f"no job named {name!r} (jobs: {', '.join(all_jobs(cfg))})")
+        jlog.info("ok: %s", res)
+        return "ok"
+    except UsageError:
+        raise
+    except RebalError as e:
+        jlog.error("failed: %s", e)
+        services.notify_outcome(cfg, conn, f"job:{name}", "failed", str(e))
+        return "failed"
+    finally:
+        conn.close()
+
+
+def _health(cfg, conn, zpool) -> dict:
+    level, findings, sent = services.health_job(cfg, conn, zpool)
+    for f in findings:
+        logging.getLogger("rebal.job.health").log(
+            logging.ERROR if f.level == 2 else logging.WARNING, "%s", f.line())
+    return {"level": level, "findings": [f.as_dict() for f in findings], "sent": sent}
+
+
+def daemon(cfg: Config, stop: threading.Event | None = None) -> int:
+    """Run the scheduler until SIGTERM/SIGINT; a running job ends at a safe point; exit 0."""
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    stop = stop or threading.Event()
+    sched = BackgroundScheduler(timezone=datetime.now().astimezone().tzinfo,
+                                job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": GRACE})
+    jobs = schedules(cfg)
+    for name, expr in jobs.items():
+        sched.add_job(_safe_run, cron_trigger(expr, timezone=sched.timezone), args=(cfg, name, stop), id=name,
+                      name=name)
+
+    def on_signal(signum, _frame):
+        log.info("%s: stopping after the running steps reach a safe point", signal.Signals(signum).name)
+        stop.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        sched.start()
+        log.info("started with %d scheduled jobs: %s", len(jobs), ", ".join(f"{k} [{v}]" for k, v in jobs.items()))
+        while not stop.wait(1.0):
+            pass
+        sched.shutdown(wait=True)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    log.info("stopped")
+    return 0
+
+
+def _safe_run(cfg: Config, name: str, stop: threading.Event) -> None:
+    if stop.is_set():
+        return
+    try:
+        run_one(cfg, name, stop)
+    except Exception as e:  # the daemon outlives any one job's failure; it is logged and recorded
+        logging.getLogger(f"rebal.job.{name}").exception("crashed: %s", e)
+

@@ -1,0 +1,135 @@
+"""The jobs rebal runs unattended, each one function: fill sampling, health (with notifications),
+scrub, the scheduled rebalance, replication jobs, metrics. Used by the CLI, `rebal run` and the
+daemon alike. Library code: returns values, never prints."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+
+from . import health as H
+from . import state
+from .config import Config
+from .errors import RebalError
+
+log = logging.getLogger("rebal")
+
+
+def watched_pools(cfg: Config, zpool) -> list:
+    return zpool.pools(list(cfg.pools))
+
+
+def fill_job(cfg: Config, conn, zpool) -> dict:
+    pools = watched_pools(cfg, zpool)
+    for p in pools:
+        state.record_sample(conn, p)
+    return {"pools": {p.name: round(p.spread, 2) for p in pools}}
+
+
+def check_health(cfg: Config, conn, zpool, now: float | None = None) -> tuple[list[H.Finding], list, list]:
+    from .replicate.job import last_successes
+
+    pools = watched_pools(cfg, zpool)
+    statuses = {s.name: s for s in zpool.status([p.name for p in pools])} if pools else {}
+    findings: list[H.Finding] = []
+    for p in pools:
+        st = statuses.get(p.name)
+        if st is None:
+            continue
+        findings += H.pool_findings(st, p, cap_warning=cfg.health.cap_warning, cap_critical=cfg.health.cap_critical,
+                                    target_spread=cfg.rebalance.target_spread,
+                                    scrub_max_age_days=cfg.health.scrub_max_age_days, now=now)
+    repl = last_successes(conn, cfg) if cfg.replicate else []
+    findings += H.replication_findings(repl, cfg.health.replication_max_age_hours)
+    return findings, pools, repl
+
+
+def digest(findings: list[H.Finding]) -> str:
+    """What the findings say, without the numbers that move a little every time (CAP %, ages)."""
+    return "|".join(sorted({re.sub(r"\d+(\.\d+)?", "#", f.line()) for f in findings}))
+
+
+def health_job(cfg: Config, conn, zpool, now: float | None = None) -> tuple[int, list[H.Finding], dict | None]:
+    from .notify import channels, maybe_notify
+
+    findings, _pools, _repl = check_health(cfg, conn, zpool, now)
+    level = H.overall(findings)
+    sent = None
+    if channels(cfg.notify):
+        body = "\n".join(f.line() for f in findings) or "all pools healthy"
+        sent = maybe_notify(conn, cfg.notify, "health", H.LEVEL_NAMES[level], digest(findings), body,
+                            {"findings": [f.as_dict() for f in findings]}, now=now)
+    return level, findings, sent
+
+
+def notify_outcome(cfg: Config, conn, subject: str, outcome: str, error: str | None) -> None:
+    """A job's outcome: FAILED is sent on change and as a reminder, a later success once."""
+    from .notify import channels, maybe_notify
+
+    if not channels(cfg.notify):
+        return
+    level = "OK" if outcome in ("ok", "warning", "incomplete", "stopped") else "CRITICAL"
+    maybe_notify(conn, cfg.notify, subject, level, f"{level}:{(error or '')[:80]}",
+                 f"{subject}: {outcome}" + (f"\n{error}" if error else ""), {"outcome": outcome, "error": error})
+
+
+def scrub_job(cfg: Config, conn, zpool) -> dict:
+    out = {}
+    for p in watched_pools(cfg, zpool):
+        out[p.name] = zpool.scrub(p.name)
+    return out
+
+
+def rebalance_job(cfg: Config, conn, zpool, zfs, stop: threading.Event) -> dict:
+    from .rebalance import engine
+    from .rebalance.scan import Filters
+
+    rb = cfg.rebalance
+    if not rb.targets:
+        return {"skipped": "no [rebalance] targets configured"}
+    until = engine.until_epoch(cfg.schedule.rebalance_end) if cfg.schedule.rebalance_end else None
+    opts = engine.Options(
+        targets=list(rb.targets), target_spread=rb.target_spread, until=until, verify=rb.verify, method=rb.method,
+        jobs=rb.jobs, allow_snapshots=rb.allow_snapshots, hardlinks=rb.hardlinks, reserve_percent=rb.reserve_percent,
+        filters=Filters(exclude=tuple(rb.exclude), min_age_days=rb.min_age_days),
+    )
+    prep = engine.prepare(opts, zpool, zfs, conn)
+    if prep.scan.pinned_bytes and not opts.allow_snapshots:
+        raise RebalError("snapshots hold data under the rebalance targets; set allow_snapshots or expire them")
+    rep = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, stop=stop)
+    return rep.as_dict()
+
+
+def rebalance_summary(conn) -> list[dict]:
+    import json
+
+    out = []
+    for row in conn.execute("SELECT pool, outcome, details, progress, max(id) FROM runs WHERE kind = 'rebalance' GROUP BY pool"):
+        d = json.loads(row["details"] or "{}")
+        out.append({"pool": row["pool"], "running": row["outcome"] is None, "bytes": d.get("bytes", 0),
+                    "files": d.get("files", 0)})
+    return out
+
+
+def metrics_text(cfg: Config, conn, zpool) -> str:
+    from .metrics import render
+
+    findings, pools, repl = check_health(cfg, conn, zpool)
+    levels = {p.name: max((f.level for f in findings if f.subject == p.name), default=0) for p in pools}
+    return render(pools, levels, repl, rebalance_summary(conn))
+
+
+def record(conn, kind: str, fn, job: str | None = None):
+    """Run ``fn`` as a recorded run of ``kind``: start, end, outcome, error."""
+    rid = state.start_run(conn, kind, job=job)
+    t0 = time.monotonic()
+    try:
+        result = fn()
+    except BaseException as e:
+        state.end_run(conn, rid, "failed", error=str(e) or type(e).__name__, details={"seconds": round(time.monotonic() - t0, 2)})
+        raise
+    details = result if isinstance(result, dict) else {"result": result}
+    state.end_run(conn, rid, "ok", details=details | {"seconds": round(time.monotonic() - t0, 2)})
+    return result

@@ -1,0 +1,243 @@
+"""Service pieces against real parts: zfs-fuse pools, an SMTP server (aiosmtpd) and an HTTP server
+on loopback, systemd-analyze, prometheus_client's parser, and the daemon as a process."""
+
+import http.server
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import rebal, rebal_json
+from fsenv import manifest, temp_leftovers
+from treegen import mixed_tree
+from zfsenv import sh
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def mailbox():
+    from aiosmtpd.controller import Controller
+    from aiosmtpd.handlers import Message
+
+    got = []
+
+    class Keep(Message):
+        def handle_message(self, message):
+            got.append(message)
+
+    from sshenv import free_port
+
+    c = Controller(Keep(), hostname="127.0.0.1", port=free_port())
+    c.start()
+    c.got = got
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def webhook():
+    posts = []
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            posts.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    srv.posts = posts
+    yield srv
+    srv.shutdown()
+
+
+def notify_cfg(tmp_path, mailbox, webhook, pool, extra=""):
+    p = tmp_path / "config.toml"
+    p.write_text(f'''state_db = "{tmp_path / 'state.db'}"
+pools = ["{pool}"]
+{extra}
+[notify]
+reminder_hours = 24
+[notify.email]
+host = "127.0.0.1"
+port = {mailbox.port}
+starttls = false
+from = "rebal@test"
+to = ["admin@test"]
+[notify.webhook]
+url = "http://127.0.0.1:{webhook.server_address[1]}/hook"
+''')
+    return p
+
+
+def settle_resilver(pool):
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # a condition of the pool, bounded
+        out = sh("zpool", "status", pool).stdout
+        if "resilver in progress" not in out and "in progress" not in out:
+            return
+        time.sleep(0.2)
+    raise AssertionError("resilver did not finish")
+
+
+@pytest.mark.zfs
+def test_offline_mirror_side_is_critical_notified_then_recovered_once(make_pool, tmp_path, mailbox, webhook):
+    pool = make_pool([["mirror", 2]], size="128M")
+    sh("zpool", "scrub", pool.name)
+    settle_resilver(pool.name)
+    cfg = notify_cfg(tmp_path, mailbox, webhook, pool.name)
+    assert rebal("health", config=cfg).returncode == 0
+    assert mailbox.got == [] and webhook.posts == []
+    victim = str(pool.disks[1])
+    sh("zpool", "offline", pool.name, victim)
+    r = rebal("health", config=cfg, check=False)
+    assert r.returncode == 2
+    assert f"CRITICAL {pool.name}: device {victim} (mirror-0) is OFFLINE" in r.stdout
+    assert len(mailbox.got) == 1 and "CRITICAL" in mailbox.got[0]["Subject"]
+    assert victim in mailbox.got[0].get_payload(decode=True).decode()
+    assert len(webhook.posts) == 1 and webhook.posts[0]["level"] == "CRITICAL"
+    assert any(victim in f["message"] for f in webhook.posts[0]["data"]["findings"])
+    rebal("health", config=cfg, check=False)  # the same state again: no second message
+    assert len(mailbox.got) == 1 and len(webhook.posts) == 1
+    sh("zpool", "online", pool.name, victim)
+    settle_resilver(pool.name)
+    assert rebal("health", config=cfg).returncode == 0
+    assert len(mailbox.got) == 2 and "RECOVERED" in mailbox.got[1]["Subject"]
+    assert webhook.posts[1]["level"] == "RECOVERED"
+    rebal("health", config=cfg)
+    assert len(mailbox.got) == 2 and len(webhook.posts) == 2, "the recovery is sent once"
+
+
+def test_notify_test_message(tmp_path, mailbox, webhook):
+    cfg = notify_cfg(tmp_path, mailbox, webhook, "tank")
+    out = rebal("notify", "--test", config=cfg).stdout
+    assert "email: ok" in out and "webhook: ok" in out
+    assert "test message" in mailbox.got[0]["Subject"] and webhook.posts[0]["level"] == "TEST"
+
+
+def test_notify_test_reports_a_dead_channel(tmp_path, mailbox, webhook):
+    cfg = notify_cfg(tmp_path, mailbox, webhook, "tank")
+    cfg.write_text(cfg.read_text().replace(f"port = {mailbox.port}", "port = 1"))
+    r = rebal("notify", "--test", config=cfg, check=False)
+    assert r.returncode == 1 and "email: ConnectionRefusedError" in r.stdout and "webhook: ok" in r.stdout
+
+
+@pytest.mark.zfs
+def test_metrics_parse_and_are_written_atomically(make_pool, tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    pool = make_pool([[], ["mirror", 2]], size="128M")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'state_db = "{tmp_path / "s.db"}"\npools = ["{pool.name}"]\n')
+    out = tmp_path / "textfile" / "rebal.prom"
+    out.parent.mkdir()
+    rebal("metrics", "--output", str(out), config=cfg)
+    fams = {f.name: f for f in text_string_to_metric_families(out.read_text())}
+    vdevs = {s.labels["vdev"] for s in fams["rebal_vdev_capacity_percent"].samples}
+    assert vdevs == {str(pool.disks[0]), "mirror-1"}
+    assert [s.value for s in fams["rebal_pool_health"].samples] == [0]
+    assert fams["rebal_pool_spread_points"].samples[0].labels == {"pool": pool.name}
+    assert list(out.parent.iterdir()) == [out], "no temp file left beside it"
+
+
+def test_systemd_units_verify():
+    units = sorted(str(p) for p in (ROOT / "systemd").iterdir())
+    assert len(units) == 3
+    r = subprocess.run(["systemd-analyze", "verify", *units], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "rebal" not in r.stderr, r.stderr  # no warning about our units
+    text = (ROOT / "systemd" / "rebal-due.timer").read_text()
+    assert "Persistent=true" in text and "RandomizedDelaySec=" in text
+    for u in ("rebal.service", "rebal-due.service"):
+        t = (ROOT / "systemd" / u).read_text()
+        for opt in ("NoNewPrivileges=yes", "ProtectSystem=strict", "ReadWritePaths=/var/lib/rebal", "PrivateTmp=yes"):
+            assert opt in t, (u, opt)
+
+
+@pytest.mark.zfs
+def test_daemon_runs_schedules_and_sigterm_leaves_the_rebalance_resumable(make_pool, tmp_path):
+    pool = make_pool([[], []], size="256M")
+    sh("zfs", "create", f"{pool.name}/data")
+    data = Path(sh("zfs", "get", "-H", "-o", "value", "mountpoint", f"{pool.name}/data").stdout.strip())
+    mixed_tree(data, small=200, large=8, large_mib=(8, 10), seed=21, xattrs=False)
+    pool.add(str(pool.disk("256M")))
+    before = manifest(data)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'''state_db = "{tmp_path / 's.db'}"
+pools = ["{pool.name}"]
+[rebalance]
+targets = ["{pool.name}/data"]
+target_spread = 0.01
+max_rate = "15M"
+[schedule]
+fill = "*/1 * * * * *"
+health = "*/2 * * * * *"
+rebalance = "*/1 * * * * *"
+''')
+    env = dict(os.environ)
+    env.pop("REBAL_CONFIG", None)
+    d = subprocess.Popen([sys.executable, "-m", "rebal", "--config", str(cfg), "daemon"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    import sqlite3
+
+    def dirs_done() -> int:
+        try:
+            c = sqlite3.connect(tmp_path / "s.db")
+            return c.execute("SELECT count(*) FROM rebalance_dirs WHERE state = 'done'").fetchone()[0]
+        except sqlite3.Error:
+            return 0
+
+    deadline = time.monotonic() + 90
+    seen = set()
+    while time.monotonic() < deadline:  # until the schedules fired and the rebalance is under way
+        seen = {r["kind"] for r in rebal_json("runs", "--limit", "50", config=cfg)["runs"]}
+        if {"fill", "health", "rebalance"} <= seen and dirs_done() >= 1:
+            break
+        time.sleep(0.2)
+    assert {"fill", "health", "rebalance"} <= seen, seen
+    d.send_signal(signal.SIGTERM)
+    out, err = d.communicate(timeout=120)
+    assert d.returncode == 0, err
+    assert "INFO rebal.scheduler: started with 3 scheduled jobs" in err
+    assert "SIGTERM: stopping" in err
+    runs = rebal_json("runs", "--kind", "rebalance", config=cfg)["runs"]
+    assert runs[0]["outcome"] == "interrupted", runs[0]
+    # the journal is consistent: nothing half-done, no temp file
+    c = sqlite3.connect(tmp_path / "s.db")
+    assert c.execute("SELECT count(*) FROM journal WHERE state = 'copying'").fetchone()[0] == 0
+    assert temp_leftovers(data) == []
+    assert manifest(data) == before
+    # the next run continues the interrupted one
+    r = rebal("run", "rebalance", config=cfg)
+    assert r.returncode == 0
+    last = rebal_json("runs", "--kind", "rebalance", config=cfg)["runs"][0]
+    assert last["id"] == runs[0]["id"], "the interrupted run is continued, not started afresh"
+    assert last["outcome"] in ("incomplete", "ok")
+    assert manifest(data) == before and temp_leftovers(data) == []
+
+
+def test_run_due_uses_the_records(tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    from rebal import config, scheduler, state
+
+    cfg_path = tmp_path / "c.toml"
+    cfg_path.write_text(f'state_db = "{tmp_path / "s.db"}"\n[schedule]\nfill = "0 * * * *"\nhealth = "30 2 * * *"\n')
+    cfg = config.load(str(cfg_path), check_cron=True)
+    conn = state.connect(cfg.state_db)
+    now = datetime(2026, 11, 22, 10, 5, tzinfo=timezone.utc)
+    assert sorted(scheduler.due(cfg, conn, now)) == ["fill", "health"]  # never ran: both fired within a day
+    rid = state.start_run(conn, "fill")
+    conn.execute("UPDATE runs SET started = ? WHERE id = ?", ((now - timedelta(minutes=2)).timestamp(), rid))
+    assert scheduler.due(cfg, conn, now) == ["health"]  # fill ran after its 10:00 firing
+    assert sorted(scheduler.due(cfg, conn, now + timedelta(hours=1))) == ["fill", "health"]
