@@ -799,11 +799,184 @@ def metrics(
 
 
 @app.command()
-def scrub(pool: Annotated[str, typer.Argument(help="Pool to scrub.")]) -> None:
-    """Start a scrub of POOL (or say that one is running)."""
+def scrub(
+    pool: Annotated[Optional[str], typer.Argument(help="Pool to scrub.")] = None,
+    job: Annotated[Optional[str], typer.Option("--job", help="Scrub the backup host's pool of this job instead.")] = None,
+) -> None:
+    """Start a scrub of POOL, or of a job's target pool on the backup host (or say one is running)."""
+    from .errors import UsageError
     from .zfs.cli import Zpool
 
-    print(f"{pool}: scrub {Zpool().scrub(pool)}")
+    if bool(pool) == bool(job):
+        raise UsageError("give a POOL, or --job JOB for the backup host's pool")
+    if pool:
+        print(f"{pool}: scrub {Zpool().scrub(pool)}")
+        return
+    from .replicate.job import endpoint, find_job
+    from .replicate.restore import _remote_dataset_of
+    from .replicate.transport import Ssh
+
+    cfg = _config()
+    j = find_job(cfg, job)
+    with Ssh(endpoint(j)) as ssh:
+        ds = j.target if j.mode == "zfs" else _remote_dataset_of(ssh, j.target)
+        if not ds:
+            raise UsageError(f"the target of job {job} is not on a ZFS dataset: nothing to scrub")
+        target_pool = ds.split("/")[0]
+        res = ssh.run(["zpool", "scrub", target_pool], readonly=False, check=False)
+        state_ = "started" if res.returncode == 0 else (
+            "running" if "scrub" in res.stderr and "progress" in res.stderr or "currently scrubbing" in res.stderr
+            else None)
+        if state_ is None:
+            raise UsageError(f"backup host: {res.stderr.strip()}")
+        print(f"{ssh.ep.host}:{target_pool}: scrub {state_}")
+
+
+# ---------------------------------------------------------------------------------------------
+# backups, restore, verify
+
+
+@app.command()
+def backups(job: Annotated[str, typer.Argument(help="Replication job.")], as_json: JsonOpt = False) -> None:
+    """The restore points of a job on the backup host: snapshots with times and sizes."""
+    from .replicate.job import endpoint, find_job
+    from .replicate.restore import points
+    from .replicate.transport import Ssh
+    from .units import human
+
+    cfg = _config()
+    j = find_job(cfg, job)
+    with Ssh(endpoint(j)) as ssh:
+        ds, pts = points(j, ssh)
+    if as_json:
+        _out({"job": job, "mode": j.mode, "dataset": ds, "target": j.target, "points": [p.as_dict() for p in pts]})
+        return
+    print(f"job {job} ({j.mode}): {len(pts)} restore point(s) on {j.target_host}:{ds or j.target}")
+    for p in pts:
+        d = p.as_dict()
+        size = f"{human(p.referenced)} referenced" if p.referenced is not None else "the target directory as it is now"
+        print(f"  {p.name:40}  {d['created'] or '':20}  {size}")
+
+
+@app.command()
+def restore(
+    job: Annotated[str, typer.Argument(help="Replication job.")],
+    to: Annotated[str, typer.Option("--to", help="New dataset (whole restore), or a directory (with --path).")],
+    at: Annotated[str, typer.Option("--at", help="Snapshot name, or latest.")] = "latest",
+    path: Annotated[Optional[str], typer.Option("--path", help="A file or directory inside the backup, relative to its root.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing destination (even the live source).")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be restored; change nothing.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Get data back: a whole dataset into a NEW dataset, or one file or directory into a directory."""
+    import dataclasses
+    import signal
+    import threading
+
+    from . import state
+    from .replicate.job import endpoint, find_job
+    from .replicate.restore import choose, points, restore_dataset, restore_path
+    from .replicate.transport import Ssh
+    from .units import human
+
+    cfg = _config()
+    j = find_job(cfg, job)
+    stop = threading.Event()
+    old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    conn = None if dry_run else _state(cfg)
+    rid = None if dry_run else state.start_run(conn, "restore", job=job, pool=None)
+    try:
+        with Ssh(endpoint(j)) as ssh:
+            _ds, pts = points(j, ssh)
+            point = choose(pts, at)
+            if path:
+                rep = restore_path(j, ssh, point, path, to, force=force, dry_run=dry_run, stop=stop)
+            else:
+                last = [0.0]
+
+                def progress(nbytes: int) -> None:
+                    import time as _t
+
+                    if rid is not None and _t.monotonic() - last[0] >= 0.5:
+                        last[0] = _t.monotonic()
+                        state.set_progress(cfg.state_db, rid, nbytes)
+
+                rep = restore_dataset(j, ssh, point, to, force=force, dry_run=dry_run, stop=stop, progress=progress)
+    except BaseException as e:
+        if rid is not None:
+            state.end_run(conn, rid, "failed", error=str(e))
+        raise
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    d = dataclasses.asdict(rep)
+    if rid is not None:
+        state.end_run(conn, rid, "ok", details=d)
+    if as_json:
+        _out(d | {"dry_run": dry_run})
+    elif dry_run:
+        print(f"dry run: would restore @{rep.point} to {rep.to}")
+        for line in rep.planned:
+            print(f"  would run: {line}")
+    else:
+        print(f"restored @{rep.point} of job {job} to {rep.to} ({human(rep.bytes)})")
+        for n in rep.notes:
+            print(f"  note: {n}")
+
+
+@app.command()
+def verify(
+    job: Annotated[str, typer.Argument(help="Replication job.")],
+    sample: Annotated[str, typer.Option(help="How many files to hash on both sides, or all.")] = "20",
+    seed: Annotated[Optional[int], typer.Option(help="Seed of the random sample (reported, to repeat a check).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check the backup against the source: snapshot guid, file count and size, hashes of a sample.
+    Exit 0 good, 1 warning, 2 the backup differs (also a health finding and a notification)."""
+    import random as _random
+
+    from . import health as H
+    from . import services, state
+    from .errors import UsageError
+    from .replicate.job import endpoint, find_job
+    from .replicate.transport import Ssh
+    from .replicate.verify import verify_rsync, verify_zfs
+
+    cfg = _config()
+    j = find_job(cfg, job)
+    if sample != "all" and not sample.isdigit():
+        raise UsageError("--sample takes a number of files or all")
+    n = None if sample == "all" else int(sample)
+    seed = seed if seed is not None else _random.SystemRandom().randrange(2**31)
+    conn = _state(cfg)
+    rid = state.start_run(conn, "verify", job=job)
+    try:
+        with Ssh(endpoint(j)) as ssh:
+            if j.mode == "zfs":
+                rep = verify_zfs(j, ssh, n, seed)
+            else:
+                row = conn.execute("SELECT details FROM runs WHERE kind = 'replicate' AND job = ? AND outcome IN "
+                                   "('ok', 'warning') ORDER BY id DESC LIMIT 1", (job,)).fetchone()
+                snap = json.loads(row["details"]).get("snapshot") if row else None
+                rep = verify_rsync(j, ssh, n, seed, snap)
+    except BaseException as e:
+        state.end_run(conn, rid, "error", error=str(e))
+        raise
+    level = rep.level
+    outcome = {H.OK: "ok", H.WARNING: "warning", H.CRITICAL: "failed"}[level]
+    state.end_run(conn, rid, outcome, details=rep.as_dict())
+    services.notify_outcome(cfg, conn, f"verify:{job}", outcome, "; ".join(f.message for f in rep.findings) or None)
+    if as_json:
+        _out(rep.as_dict() | {"level": H.LEVEL_NAMES[level]})
+    else:
+        print(f"{H.LEVEL_NAMES[level]}: job {job}, snapshot @{rep.snapshot or '-'}, files "
+              f"{rep.files[0] if rep.files else '-'} / {rep.files[1] if rep.files else '-'} (source / backup), "
+              f"{len(rep.sample)} hashed (seed {rep.seed})")
+        for f in rep.findings:
+            print(f.line())
+        for note in rep.notes:
+            print(f"  note: {note}")
+    raise typer.Exit(level)
 
 
 @app.command("run")

@@ -109,6 +109,7 @@ class Health(Strict):
     cap_critical: float = Field(90, gt=0, le=100)
     replication_max_age_hours: float = Field(36, gt=0)
     scrub_max_age_days: float = Field(35, gt=0)
+    verify_max_age_days: float = Field(35, gt=0)
 
 
 class Email(Strict):
@@ -133,6 +134,7 @@ class Notify(Strict):
 
 
 class Retention(Strict):
+    last: int = Field(1, ge=1)  # the newest N, whatever their times
     hourly: int = Field(24, ge=0)
     daily: int = Field(7, ge=0)
     weekly: int = Field(4, ge=0)

@@ -43,7 +43,32 @@ def check_health(cfg: Config, conn, zpool, now: float | None = None) -> tuple[li
                                     scrub_max_age_days=cfg.health.scrub_max_age_days, now=now)
     repl = last_successes(conn, cfg) if cfg.replicate else []
     findings += H.replication_findings(repl, cfg.health.replication_max_age_hours)
+    findings += verify_findings(cfg, conn, now)
     return findings, pools, repl
+
+
+def verify_findings(cfg: Config, conn, now: float | None = None) -> list[H.Finding]:
+    """The last `rebal verify` of each job: a mismatch stays critical until a verify passes;
+    no good verify within verify_max_age_days is a warning."""
+    import json
+
+    now = time.time() if now is None else now
+    out = []
+    for j in cfg.replicate:
+        last = conn.execute("SELECT outcome, ended, details FROM runs WHERE kind = 'verify' AND job = ? "
+                            "AND outcome IS NOT NULL ORDER BY id DESC LIMIT 1", (j.name,)).fetchone()
+        good = conn.execute("SELECT max(ended) FROM runs WHERE kind = 'verify' AND job = ? AND outcome = 'ok'",
+                            (j.name,)).fetchone()[0]
+        subject = f"job:{j.name}"
+        if last is not None and last["outcome"] == "failed":
+            d = json.loads(last["details"] or "{}")
+            what = "; ".join(f["message"] for f in d.get("findings", []) if f["level"] == "CRITICAL")[:300]
+            out.append(H.Finding(H.CRITICAL, subject, f"the last verify found the backup differs: {what}"))
+        if good is None:
+            out.append(H.Finding(H.WARNING, subject, "the backup was never verified (rebal verify " + j.name + ")"))
+        elif now - good > cfg.health.verify_max_age_days * 86400:
+            out.append(H.Finding(H.WARNING, subject, f"last good verify {(now - good) / 86400:.0f} days ago"))
+    return out
 
 
 def digest(findings: list[H.Finding]) -> str:

@@ -18,7 +18,7 @@ from .zfs_send import Job, ReplicationError, ZfsReplicator, kill_all
 
 
 def _buckets(r) -> Buckets:
-    return Buckets(r.hourly, r.daily, r.weekly, r.monthly)
+    return Buckets(r.hourly, r.daily, r.weekly, r.monthly, r.last)
 
 
 def endpoint(j: Replicate) -> Endpoint:

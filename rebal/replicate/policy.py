@@ -199,6 +199,7 @@ class Buckets:
     daily: int = 7
     weekly: int = 4
     monthly: int = 6
+    last: int = 1  # the newest N, whatever their times
 
 
 def _bucket_keys(t: datetime) -> dict[str, tuple]:
@@ -212,13 +213,13 @@ def _bucket_keys(t: datetime) -> dict[str, tuple]:
 
 
 def retain(snaps: list[tuple[str, datetime]], buckets: Buckets, protect: set[str] = frozenset()) -> set[str]:
-    """Names to keep: the newest snapshot of each of the last N hours / days / weeks / months (per
-    bucket count), the newest of all, and every name in ``protect`` (the common base)."""
+    """Names to keep: the newest ``last`` snapshots, the newest snapshot of each of the last N hours /
+    days / weeks / months (per bucket count), and every name in ``protect`` (the common base)."""
     keep = set(protect)
     if not snaps:
         return keep
     ordered = sorted(snaps, key=lambda s: s[1], reverse=True)
-    keep.add(ordered[0][0])
+    keep.update(name for name, _t in ordered[: max(1, buckets.last)])
     for kind in ("hourly", "daily", "weekly", "monthly"):
         n = getattr(buckets, kind)
         seen: list[tuple] = []

@@ -1,0 +1,198 @@
+"""Getting data back from the backup host: the restore points of a job, a whole dataset by
+`zfs send | zfs receive` into a NEW dataset, or one file or directory by rsync, keeping metadata."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from .. import names
+from ..config import Replicate
+from ..errors import RebalError, UsageError
+from ..runner import run
+from .local import parse_guid_txg
+from .policy import parse_snapshot_name
+from .stream import pump
+from .transport import Ssh, classify_ssh
+from .views import RemoteView
+
+
+class RestoreError(RebalError):
+    pass
+
+
+@dataclass
+class RestorePoint:
+    name: str  # snapshot name (after @), or "current" for an rsync target without versions
+    created: float | None
+    referenced: int | None = None
+    used: int | None = None
+    guid: int | None = None
+
+    def as_dict(self) -> dict:
+        when = datetime.fromtimestamp(self.created, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if self.created else None
+        return {"name": self.name, "created": when, "referenced": self.referenced, "used": self.used}
+
+
+def _remote_dataset_of(ssh: Ssh, path: str) -> str | None:
+    res = ssh.run(["zfs", "list", "-H", "-o", "name,mountpoint", "-t", "filesystem"], check=False)
+    best = None
+    for line in res.stdout.splitlines():
+        name, _, mp = line.partition("\t")
+        if mp.startswith("/") and (path == mp or path.startswith(mp.rstrip("/") + "/")):
+            if best is None or len(mp) > len(best[1]):
+                best = (name, mp)
+    return best[0] if best else None
+
+
+def points(job: Replicate, ssh: Ssh) -> tuple[str | None, list[RestorePoint]]:
+    """(dataset on the backup host, its restore points oldest first)."""
+    ds = job.target if job.mode == "zfs" else _remote_dataset_of(ssh, job.target)
+    out: list[RestorePoint] = []
+    if ds:
+        res = ssh.run(["zfs", "get", "-Hp", "-d", "1", "-o", "name,property,value", "creation,referenced,used,guid", ds],
+                      check=False)
+        if res.returncode != 0 and job.mode == "zfs":
+            raise RestoreError(f"backup host: {res.stderr.strip() or 'no such dataset ' + ds}")
+        for name, props in parse_guid_txg(res.stdout).items():
+            if name.startswith(ds + "@"):
+                out.append(RestorePoint(name.split("@", 1)[1], props.get("creation"), props.get("referenced"),
+                                        props.get("used"), props.get("guid")))
+    out.sort(key=lambda p: (p.created or 0, p.name))
+    if job.mode == "rsync":
+        out.append(RestorePoint("current", None))
+    return ds, out
+
+
+def choose(pts: list[RestorePoint], at: str) -> RestorePoint:
+    real = [p for p in pts if p.name != "current"]
+    if at == "latest":
+        if real:
+            return real[-1]
+        if pts:
+            return pts[-1]
+        raise RestoreError("the backup host has no restore point of this job")
+    at = at.split("@", 1)[-1]
+    for p in pts:
+        if p.name == at:
+            return p
+    want = parse_snapshot_name(at)
+    if want and real:
+        near = sorted(real, key=lambda p: abs((p.created or 0) - want[1].timestamp()))[:5]
+    else:
+        near = real[-5:]
+    listing = ", ".join(p.name for p in near) or "none"
+    raise RestoreError(f"no restore point @{at} on the backup host; nearest: {listing} (rebal backups JOB lists all)")
+
+
+@dataclass
+class RestoreReport:
+    kind: str  # dataset, path
+    point: str
+    to: str
+    bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+    planned: list[str] = field(default_factory=list)
+
+
+def restore_dataset(job: Replicate, ssh: Ssh, point: RestorePoint, to: str, *, force: bool = False,
+                    dry_run: bool = False, stop: threading.Event | None = None, progress=None,
+                    runner=run) -> RestoreReport:
+    """`zfs send TARGET@SNAP` on the backup host into `zfs receive` of a new local dataset."""
+    if job.mode != "zfs":
+        raise UsageError("a whole-dataset restore needs a zfs-mode job; use --path for an rsync job")
+    names.dataset(to)
+    rep = RestoreReport("dataset", point.name, to)
+    exists = runner(["zfs", "list", "-H", "-o", "name", to], check=False).returncode == 0
+    token = None
+    if exists:
+        tok = runner(["zfs", "get", "-H", "-o", "value", "receive_resume_token", to], check=False).stdout.strip()
+        token = tok if tok not in ("", "-") else None
+    if exists and token is None:
+        if to == job.source and not force:
+            raise RestoreError(f"{to} is the live source of job {job.name}: restoring onto it destroys what is there. "
+                               "Restore into a new dataset, or pass --force to overwrite it")
+        if not force:
+            raise RestoreError(f"{to} exists; restore into a new dataset name (or --force to overwrite it)")
+    usage = runner(["zfs", "receive"], check=False)
+    from .policy import receive_resumable
+
+    resumable = receive_resumable(usage.stdout + usage.stderr)
+    send = ["zfs", "send", "-t", token] if token else ["zfs", "send", f"{job.target}@{point.name}"]
+    recv = ["zfs", "receive", *(["-s"] if resumable else []), *(["-F"] if exists and not token else []), to]
+    if token:
+        rep.notes.append("an interrupted restore into this dataset is resumed")
+    if dry_run:
+        rep.planned.append(f"ssh {ssh.ep.host} {' '.join(send)} | {' '.join(recv)}")
+        return rep
+    from ..rebalance.copier import Throttle
+    from ..units import parse_size
+
+    res = pump([ssh.argv(send)], recv, stop=stop, progress=progress,
+               throttle=Throttle(parse_size(job.bwlimit) if job.bwlimit else None))
+    rep.bytes = res.bytes
+    if not res.ok:
+        if res.sender_rc == 255:
+            raise classify_ssh(ssh.ep, res.sender_err)
+        raise RestoreError(f"restore of @{point.name} into {to} failed: "
+                           f"{res.receiver_err or res.sender_err or 'stopped'}".strip())
+    return rep
+
+
+def restore_path(job: Replicate, ssh: Ssh, point: RestorePoint, path: str, to: str, *, force: bool = False,
+                 dry_run: bool = False, stop: threading.Event | None = None) -> RestoreReport:
+    """One file or directory from a restore point, by rsync over ssh, into the directory ``to``."""
+    rel = os.path.normpath(path.lstrip("/"))
+    if rel.startswith("..") or rel in (".", ""):
+        raise UsageError(f"--path {path!r}: give a path inside the backup, like home/alice/report.odt")
+    dest = os.path.join(to, os.path.basename(rel))
+    if os.path.lexists(dest) and not force:
+        raise RestoreError(f"{dest} exists: not overwritten (--force to overwrite, or restore --to elsewhere)")
+    rep = RestoreReport("path", point.name, dest)
+    remote_ds = job.target if job.mode == "zfs" else _remote_dataset_of(ssh, job.target)
+    if point.name == "current":
+        return _rsync_back(ssh, os.path.join(job.target, rel), to, rep, dry_run, stop)
+    if not remote_ds:
+        raise RestoreError("the rsync target is not on a ZFS dataset: only the current copy can be restored")
+    with RemoteView(ssh, remote_ds, point.name, f"restore-{job.name}", rep.notes) as view:
+        sub = rel if job.mode == "zfs" else os.path.relpath(os.path.join(job.target, rel),
+                                                              _remote_mountpoint(ssh, remote_ds))
+        return _rsync_back(ssh, os.path.join(view, sub), to, rep, dry_run, stop)
+
+
+def _remote_mountpoint(ssh: Ssh, ds: str) -> str:
+    return ssh.run(["zfs", "get", "-H", "-o", "value", "mountpoint", ds]).stdout.strip()
+
+
+def _rsync_back(ssh: Ssh, remote_path: str, to: str, rep: RestoreReport, dry_run: bool, stop) -> RestoreReport:
+    argv = ["rsync", "-aHAX", "--numeric-ids", "--protect-args", "--mkpath", "--stats", "-e", ssh.shell_for_rsync(),
+            f"{ssh.ep.user}@{ssh.ep.host}:{remote_path.rstrip('/')}", to.rstrip("/") + "/"]
+    if dry_run:
+        rep.planned.append(" ".join(argv[:6] + argv[-2:]))
+        return rep
+    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    p = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+    while True:
+        try:
+            rc = p.wait(timeout=0.5)
+            break
+        except subprocess.TimeoutExpired:
+            if stop is not None and stop.is_set():
+                p.terminate()
+    out.seek(0)
+    err.seek(0)
+    text, etext = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+    if rc == 255:
+        raise classify_ssh(ssh.ep, etext)
+    if rc == 23 and "No such file or directory" in etext:
+        raise RestoreError(f"{remote_path}: not in this restore point")
+    if rc != 0:
+        raise RestoreError(f"rsync from the backup host failed (exit {rc}): {etext.strip()[-300:]}")
+    from .rsync import parse_stats
+
+    rep.bytes = parse_stats(text).get("bytes_expected", 0)
+    return rep
