@@ -115,8 +115,11 @@ def rebalance_job(cfg: Config, conn, zpool, zfs, stop: threading.Event) -> dict:
     if not rb.targets:
         return {"skipped": "no [rebalance] targets configured"}
     until = engine.until_epoch(cfg.schedule.rebalance_end) if cfg.schedule.rebalance_end else None
+    from .units import parse_size
+
     opts = engine.Options(
         targets=list(rb.targets), target_spread=rb.target_spread, until=until, verify=rb.verify, method=rb.method,
+        max_rate=parse_size(rb.max_rate) if rb.max_rate else None,
         jobs=rb.jobs, allow_snapshots=rb.allow_snapshots, hardlinks=rb.hardlinks, reserve_percent=rb.reserve_percent,
         filters=Filters(exclude=tuple(rb.exclude), min_age_days=rb.min_age_days),
     )
