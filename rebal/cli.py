@@ -678,22 +678,13 @@ def replicate(
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     bar = None
     try:
-        con = _console(stderr=True)
-        if con.is_terminal and not as_json and not dry_run:
-            from rich.progress import DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-
-            bar = Progress(TextColumn(f"[bold]{job}"), DownloadColumn(binary_units=True), TransferSpeedColumn(),
-                           console=con, transient=True)
-            bar.__enter__()
-            task = bar.add_task(job, total=None)
-            progress = lambda n: bar.update(task, completed=n)  # noqa: E731
-        else:
-            progress = None
+        bar = _byte_bar(f"replicate {job}") if not (as_json or dry_run) else None
+        progress = (lambda n: bar[0].update(bar[1], completed=n)) if bar else None
         outcome, details = run_job(cfg, job, dry_run=dry_run, force_rollback=force_rollback, stop=stop,
                                    progress=progress)
     finally:
         if bar:
-            bar.__exit__(None, None, None)
+            bar[0].__exit__(None, None, None)
         for sig, h in old.items():
             signal.signal(sig, h)
     if as_json:
@@ -704,6 +695,19 @@ def replicate(
         raise typer.Exit(1)
     if outcome == "interrupted":
         raise typer.Exit(130 if got and got[0] == signal.SIGINT else 0)
+
+
+def _byte_bar(label: str):
+    """(Progress, task) of a rich bytes/rate bar on a terminal's stderr, or None elsewhere."""
+    con = _console(stderr=True)
+    if not con.is_terminal:
+        return None
+    from rich.progress import DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    bar = Progress(TextColumn(f"[bold]{label}"), DownloadColumn(binary_units=True), TransferSpeedColumn(),
+                   console=con, transient=True)
+    bar.__enter__()
+    return bar, bar.add_task(label, total=None)
 
 
 def _render_replication(outcome: str, d: dict) -> None:
@@ -893,15 +897,23 @@ def restore(
                 rep = restore_path(j, ssh, point, path, to, force=force, dry_run=dry_run, stop=stop)
             else:
                 last = [0.0]
+                bar = _byte_bar(f"restore {job}@{point.name}") if not (as_json or dry_run) else None
 
                 def progress(nbytes: int) -> None:
                     import time as _t
 
+                    if bar:
+                        bar[0].update(bar[1], completed=nbytes)
                     if rid is not None and _t.monotonic() - last[0] >= 0.5:
                         last[0] = _t.monotonic()
                         state.set_progress(cfg.state_db, rid, nbytes)
 
-                rep = restore_dataset(j, ssh, point, to, force=force, dry_run=dry_run, stop=stop, progress=progress)
+                try:
+                    rep = restore_dataset(j, ssh, point, to, force=force, dry_run=dry_run, stop=stop,
+                                          progress=progress)
+                finally:
+                    if bar:
+                        bar[0].__exit__(None, None, None)
     except BaseException as e:
         if rid is not None:
             state.end_run(conn, rid, "failed", error=str(e))

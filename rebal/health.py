@@ -83,6 +83,9 @@ def pool_findings(st: PoolStatus, pool: Pool | None, *, cap_warning: float, cap_
         m = re.search(r"(\d+) errors", scan)
         if m and int(m.group(1)) > 0:
             out.append(Finding(CRITICAL, name, f"the last scrub found {m.group(1)} errors"))
+        r = re.search(r"repaired (\S+)", scan)
+        if r and r.group(1) not in ("0", "0B", "0K"):
+            out.append(Finding(WARNING, name, f"the last scrub repaired {r.group(1)}: a device returned bad data"))
         t = scrub_time(scan)
         if t is not None and now - t > scrub_max_age_days * 86400:
             out.append(Finding(WARNING, name, f"last scrub {(now - t) / 86400:.0f} days ago "
