@@ -85,6 +85,22 @@ def _console(stderr: bool = False):
     return Console(stderr=stderr, highlight=False)
 
 
+def _trap_signals():
+    """SIGINT/SIGTERM set a stop flag (the running step ends at a safe point) instead of killing us.
+    Returns (stop event, signals received, the old handlers to put back)."""
+    import signal
+    import threading
+
+    stop = threading.Event()
+    got: list[int] = []
+
+    def on_signal(signum, _frame):
+        got.append(signum)
+        stop.set()
+
+    return stop, got, {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+
+
 def _warn(msg: str) -> None:
     print(f"rebal: warning: {msg}", file=sys.stderr)
 
@@ -463,14 +479,7 @@ def rebalance(
             f"{', '.join(sorted({t.dataset for t in prep.targets}))}: rewriting it would grow the pool by that much "
             "and move nothing. Destroy or expire the snapshots first, or pass --allow-snapshots to accept the cost."
         )
-    stop = threading.Event()
-    got: list[int] = []
-
-    def on_signal(signum, _frame):
-        got.append(signum)
-        stop.set()
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    stop, got, old = _trap_signals()
     try:
         events = _JsonEvents() if as_json else _ProgressEvents(prep)
         if not as_json:
@@ -668,14 +677,7 @@ def replicate(
     from .replicate.job import run_job
 
     cfg = _config()
-    stop = threading.Event()
-    got: list[int] = []
-
-    def on_signal(signum, _frame):
-        got.append(signum)
-        stop.set()
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    stop, got, old = _trap_signals()
     bar = None
     try:
         bar = _byte_bar(f"replicate {job}") if not (as_json or dry_run) else None

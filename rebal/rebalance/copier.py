@@ -158,16 +158,7 @@ class Copier:
         tname, oname = tmp_name(ref.ino), old_name(ref.ino)
         written = 0
         try:
-            try:
-                # O_NONBLOCK: a file swapped for a FIFO since the scan must not hang the open
-                src = _open_noatime(ref.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dfd)
-            except FileNotFoundError:
-                return Result(Outcome.GONE, reason="deleted before the copy")
-            st = os.fstat(src)
-            if not stat.S_ISREG(st.st_mode):
-                return Result(Outcome.CHANGED, reason="no longer a regular file")
-            if not _same(st, ref):
-                return Result(Outcome.CHANGED, reason="changed since the scan")
+            src, st = _open_original(dfd, ref)
             leased = self._lease(src)
             try:
                 # created with the original's permission bits (never more), so that the usual case
@@ -236,13 +227,7 @@ class Copier:
         swapped: list[int] = []
         written = 0
         try:
-            try:
-                src = _open_noatime(ref0.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dfd0)
-            except FileNotFoundError:
-                return Result(Outcome.GONE, reason="deleted before the copy")
-            st = os.fstat(src)
-            if not stat.S_ISREG(st.st_mode) or not _same(st, ref0):
-                return Result(Outcome.CHANGED, reason="changed since the scan")
+            src, st = _open_original(dfd0, ref0)
             if st.st_nlink != len(names):
                 return Result(Outcome.CHANGED, reason="the link group changed since the scan")
             leased = self._lease(src)
@@ -442,6 +427,20 @@ class Copier:
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+def _open_original(dfd: int, ref: FileRef) -> tuple[int, os.stat_result]:
+    """Open the original as the scan saw it, or abort (GONE / CHANGED). O_NONBLOCK: a file swapped
+    for a FIFO since the scan must not hang the open; O_NOATIME: reading must not touch its atime."""
+    try:
+        fd = _open_noatime(ref.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dfd)
+    except FileNotFoundError:
+        raise _Abort(Outcome.GONE, "deleted before the copy") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or not _same(st, ref):
+        os.close(fd)
+        raise _Abort(Outcome.CHANGED, "changed since the scan")
+    return fd, st
 
 
 def _sigio_harmless() -> bool:

@@ -564,6 +564,16 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
         return r.report
 
 
+def _step_done(r: _Run, rep: DirReport) -> bool:
+    """After a directory (or the hardlink groups): measure, tally, report; True at the target."""
+    reached = r.target_reached() and not r.opts.rewrite_all
+    rep.spread = r.spread_now
+    for k, n in rep.skipped.items():
+        r.report.skipped[k] = r.report.skipped.get(k, 0) + n
+    r.events.dir_done(rep)
+    return reached
+
+
 def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
     prep, opts = r.prep, r.opts
     if r.spread_now <= opts.target_spread and not opts.rewrite_all:
@@ -580,21 +590,10 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
             finished = not r.stop.is_set()
             journal.end_dir(r.conn, r.report.run_id, d.path, rep.files, rep.bytes, finished)
             r.report.dirs += finished
-            reached = r.target_reached() and not opts.rewrite_all
-            rep.spread = r.spread_now
-            for k, n in rep.skipped.items():
-                r.report.skipped[k] = r.report.skipped.get(k, 0) + n
-            r.events.dir_done(rep)
-            if reached:
+            if _step_done(r, rep):
                 return "ok", f"spread {r.spread_now:.1f} is under the target {opts.target_spread:g}"
     if prep.scan.groups and not r.limit_hit():
-        rep = _copy_groups(r)
-        reached = r.target_reached() and not opts.rewrite_all
-        rep.spread = r.spread_now
-        for k, n in rep.skipped.items():
-            r.report.skipped[k] = r.report.skipped.get(k, 0) + n
-        r.events.dir_done(rep)
-        if reached:
+        if _step_done(r, _copy_groups(r)):
             return "ok", f"spread {r.spread_now:.1f} is under the target {opts.target_spread:g}"
     why = r.limit_hit()
     if why:

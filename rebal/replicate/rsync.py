@@ -24,9 +24,9 @@ from ..runner import run
 from . import local as L
 from .policy import Buckets, is_ours, parse_snapshot_name, retain, snapshot_name
 from .transport import Ssh, classify_ssh
+from .views import LocalView, cleanup_views
 
 PARTIAL_DIR = ".rebal-partial"
-VIEW_PREFIX = "rebal-view-"
 
 
 class RsyncError(RebalError):
@@ -130,7 +130,7 @@ class RsyncReplicator:
             dest = os.path.normpath(os.path.join(job.target, rel))
             children = [os.path.relpath(mounts[c], mounts[ds]) for c in datasets
                         if c.startswith(ds + "/") and mounts[c] and mounts[ds]]
-            with self._view(ds, snap, mounts[ds]) as view:
+            with self._view(ds, snap) as view:
                 self._rsync(view, dest, children)
         if job.snapshot_target:
             self._snapshot_target(snap)
@@ -156,16 +156,13 @@ class RsyncReplicator:
         mp = res.stdout.strip()
         return mp if mp.startswith("/") else None
 
-    def _view(self, ds: str, snap: str, mountpoint: str | None):
-        return _SnapshotView(self, ds, snap, mountpoint)
+    def _view(self, ds: str, snap: str):
+        return LocalView(ds, snap, self.job.name, self._run, self.report.notes)
 
     def _cleanup_views(self) -> None:
-        """Clones left by a run that died (zfs-fuse only)."""
-        pool = self.job.source.split("/")[0]
-        res = self._run(["zfs", "list", "-H", "-o", "name", "-t", "filesystem", "-r", pool], check=False)
-        for name in res.stdout.split():
-            if name.startswith(f"{pool}/{VIEW_PREFIX}{self.job.name}-"):
-                self._run(["zfs", "destroy", "-f", name], readonly=False, check=False)
+        """Clones left by a run that died (only made where a ZFS has no .zfs directory)."""
+        cleanup_views(lambda argv: self._run(argv, readonly=False, check=False), self.job.source.split("/")[0],
+                      self.job.name)
 
     def _rsync(self, src_dir: str, dest: str, children: list[str]) -> None:
         argv = ["rsync", *self.flags(), "-e", self.ssh.shell_for_rsync()]
@@ -241,40 +238,3 @@ class RsyncReplicator:
                 if s.name not in keep_t:
                     self.ssh.run(["zfs", "destroy", f"{ds}@{s.name}"], readonly=False)
                     self.report.pruned_target.append(s.name)
-
-
-class _SnapshotView:
-    """A read-only directory showing ``ds@snap``: `.zfs/snapshot/<snap>` where it exists, else a
-    read-only clone mounted in a private directory for the duration of the rsync."""
-
-    def __init__(self, r: RsyncReplicator, ds: str, snap: str, mountpoint: str | None) -> None:
-        self.r, self.ds, self.snap, self.mp = r, ds, snap, mountpoint
-        self.clone = None
-        self.dir = None
-
-    def __enter__(self) -> str:
-        if self.mp:
-            snapdir = os.path.join(self.mp, ".zfs", "snapshot", self.snap)
-            if os.path.isdir(snapdir):
-                return snapdir
-        pool = self.ds.split("/")[0]
-        self.dir = tempfile.mkdtemp(prefix="rebal-view-")
-        self.clone = f"{pool}/{VIEW_PREFIX}{self.r.job.name}-{os.getpid()}-{abs(hash(self.ds)) % 10**8}"
-        self.r._run(["zfs", "clone", "-o", f"mountpoint={self.dir}", "-o", "readonly=on",
-                     f"{self.ds}@{self.snap}", self.clone], readonly=False)
-        self.r.report.notes.append("no .zfs/snapshot here: rsync read a read-only clone of the snapshot")
-        return self.dir
-
-    def __exit__(self, *exc) -> None:
-        if self.clone:
-            import time
-
-            for _ in range(50):  # zfs-fuse may call a just-used file system busy for a moment
-                res = self.r._run(["zfs", "destroy", "-f", self.clone], readonly=False, check=False)
-                if res.returncode == 0 or "does not exist" in res.stderr:
-                    break
-                time.sleep(0.1)
-            try:
-                os.rmdir(self.dir)
-            except OSError:
-                pass
