@@ -186,8 +186,12 @@ class Copier:
             tmp_made = False
             if leased and not self._lease_held(src):
                 # A writer opened the original in the instant of the swap: give it back its file.
-                os.rename(oname, ref.name, src_dir_fd=dfd, dst_dir_fd=dfd)
-                old_made = False
+                old_made = False  # whatever happens now, the original keeps a name
+                try:
+                    os.rename(oname, ref.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                except OSError as e:
+                    return Result(Outcome.FAILED, written, f"a writer came during the swap and the original could "
+                                  f"not be put back ({e.strerror}): it is kept as {oname.decode()}", copy_ino)
                 return Result(Outcome.IN_USE, written, "opened for writing during the swap", copy_ino)
             os.unlink(oname, dir_fd=dfd)
             old_made = False

@@ -516,7 +516,7 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
     events = events or Events()
     stop = stop or threading.Event()
     with PoolLock(state_db, prep.pool.name):
-        recovered = journal.recover(conn)
+        recovered = journal.recover(conn, prep.pool.name)
         if recovered.rows:
             events.note(f"recovered from an earlier crash: {recovered.rows} unfinished file(s), "
                         f"{len(recovered.removed)} temp name(s) removed")

@@ -113,12 +113,13 @@ class Recovery:
     dirs: int = 0  # directories whose times were restored
 
 
-def recover(conn: sqlite3.Connection) -> Recovery:
-    """Clean up after a crash: every journal row still `copying` belongs to a run that died."""
+def recover(conn: sqlite3.Connection, pool: str | None = None) -> Recovery:
+    """Clean up after a crash. Called with the pool's lock held: every journal row of that pool
+    still `copying` belongs to a run that died (rows of other pools may belong to live runs)."""
     rec = Recovery()
-    rows = conn.execute(
-        "SELECT id, dir, name, tmp, orig_ino, copy_ino FROM journal WHERE state IN (?, 'linking')", (OPEN,)
-    ).fetchall()
+    q = ("SELECT j.id, j.dir, j.name, j.tmp, j.orig_ino, j.copy_ino FROM journal j JOIN runs r ON r.id = j.run_id "
+         "WHERE j.state IN (?, 'linking')" + (" AND r.pool = ?" if pool is not None else ""))
+    rows = conn.execute(q, (OPEN, pool) if pool is not None else (OPEN,)).fetchall()
     done: list[tuple[int, str]] = []
     for jid, d, name, tmp, orig_ino, copy_ino in rows:
         links = conn.execute("SELECT dir, name FROM journal_links WHERE journal_id = ? ORDER BY idx", (jid,)).fetchall()
@@ -132,7 +133,11 @@ def recover(conn: sqlite3.Connection) -> Recovery:
             conn.executemany("UPDATE journal SET state = 'recovered', reason = ? WHERE id = ?", [(n, j) for j, n in done])
     rec.rows = len(done)
     # directories a dead run was inside: give them back the times they had
-    dirs = conn.execute("SELECT run_id, path, ino, atime_ns, mtime_ns FROM rebalance_dirs WHERE state = 'started'").fetchall()
+    dirs = conn.execute(
+        "SELECT d.run_id, d.path, d.ino, d.atime_ns, d.mtime_ns FROM rebalance_dirs d JOIN runs r ON r.id = d.run_id "
+        "WHERE d.state = 'started'" + (" AND r.pool = ?" if pool is not None else ""),
+        (pool,) if pool is not None else (),
+    ).fetchall()
     for run_id, path, ino, atime_ns, mtime_ns in dirs:
         st = _lstat(bytes(path))
         if st is not None and stat.S_ISDIR(st.st_mode) and st.st_ino == ino:
@@ -140,7 +145,8 @@ def recover(conn: sqlite3.Connection) -> Recovery:
             rec.dirs += 1
     if dirs:
         with atomic(conn):
-            conn.execute("UPDATE rebalance_dirs SET state = 'interrupted' WHERE state = 'started'")
+            conn.executemany("UPDATE rebalance_dirs SET state = 'interrupted' WHERE run_id = ? AND path = ?",
+                             [(d[0], d[1]) for d in dirs])
     return rec
 
 

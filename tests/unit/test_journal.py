@@ -176,3 +176,22 @@ def test_untouched_hardlink_group_only_loses_temps(richfs, conn):
     journal.recover(conn.db)
     assert {os.lstat(p).st_ino for p in (a, b)} == {orig} and os.lstat(a).st_nlink == 2
     assert temp_leftovers(richfs) == []
+
+
+def test_recovery_leaves_other_pools_runs_alone(richfs, tmp_path):
+    """Two pools, one state database: the rebalance of one must not clean up the other's live run."""
+    db = state.connect(tmp_path / "two.db")
+    mine = state.start_run(db, "rebalance", pool="a")
+    other = state.start_run(db, "rebalance", pool="b")
+    pa, ra = setup_file(richfs, b"fa")
+    pb, rb_ = setup_file(richfs, b"fb")
+    journal.begin_batch(db, mine, [ra])
+    journal.begin_batch(db, other, [rb_])
+    d = os.fsencode(richfs)
+    for r in (ra, rb_):
+        with open(os.path.join(d, tmp_name(r.ino)), "wb") as f:
+            f.write(b"partial")
+    rec = journal.recover(db, "a")
+    assert rec.rows == 1
+    assert not os.path.exists(os.path.join(d, tmp_name(ra.ino)))
+    assert os.path.exists(os.path.join(d, tmp_name(rb_.ino))), "pool b's copy in flight was touched"
