@@ -128,9 +128,7 @@ def status(
         for p in found:
             state.record_sample(conn, p)
         if cfg.replicate:
-            from .replicate.job import last_successes
-
-            replication = last_successes(conn, cfg)
+            replication = state.last_successes(conn, cfg)
         conn.close()
     except RebalError as e:
         _warn(f"sample not recorded: {e}")

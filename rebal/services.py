@@ -29,8 +29,6 @@ def fill_job(cfg: Config, conn, zpool) -> dict:
 
 
 def check_health(cfg: Config, conn, zpool, now: float | None = None) -> tuple[list[H.Finding], list, list]:
-    from .replicate.job import last_successes
-
     pools = watched_pools(cfg, zpool)
     statuses = {s.name: s for s in zpool.status([p.name for p in pools])} if pools else {}
     findings: list[H.Finding] = []
@@ -41,7 +39,7 @@ def check_health(cfg: Config, conn, zpool, now: float | None = None) -> tuple[li
         findings += H.pool_findings(st, p, cap_warning=cfg.health.cap_warning, cap_critical=cfg.health.cap_critical,
                                     target_spread=cfg.rebalance.target_spread,
                                     scrub_max_age_days=cfg.health.scrub_max_age_days, now=now)
-    repl = last_successes(conn, cfg) if cfg.replicate else []
+    repl = state.last_successes(conn, cfg) if cfg.replicate else []
     findings += H.replication_findings(repl, cfg.health.replication_max_age_hours)
     findings += verify_findings(cfg, conn, now)
     return findings, pools, repl

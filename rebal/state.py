@@ -244,3 +244,20 @@ def end_run(conn: sqlite3.Connection, run_id: int, outcome: str, *, error: str |
             "UPDATE runs SET ended = ?, outcome = ?, error = ?, details = ? WHERE id = ?",
             (time.time(), outcome, error, json.dumps(details) if details is not None else None, run_id),
         )
+
+
+def last_successes(conn: sqlite3.Connection, cfg) -> list[dict]:
+    """The last successful run of every configured replication job (for status, health, metrics)."""
+    out = []
+    now = time.time()
+    for j in cfg.replicate:
+        row = conn.execute(
+            "SELECT ended, details FROM runs WHERE kind = 'replicate' AND job = ? AND outcome IN ('ok', 'warning') "
+            "ORDER BY id DESC LIMIT 1", (j.name,)).fetchone()
+        if row is None:
+            out.append({"job": j.name, "mode": j.mode, "last_success": None, "age_seconds": None, "snapshot": None})
+            continue
+        d = json.loads(row["details"] or "{}")
+        out.append({"job": j.name, "mode": j.mode, "last_success": row["ended"], "age_seconds": round(now - row["ended"]),
+                    "snapshot": d.get("snapshot"), "bytes": d.get("bytes")})
+    return out

@@ -106,21 +106,3 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
             state.end_run(conn, run_id, outcome, error=error, details=details)
         return outcome, details
 
-
-def last_successes(conn, cfg: Config) -> list[dict]:
-    """The last successful run of every configured job, for `rebal status`."""
-    out = []
-    now = time.time()
-    for j in cfg.replicate:
-        row = conn.execute(
-            "SELECT ended, details FROM runs WHERE kind = 'replicate' AND job = ? AND outcome IN ('ok', 'warning') "
-            "ORDER BY id DESC LIMIT 1", (j.name,)).fetchone()
-        if row is None:
-            out.append({"job": j.name, "mode": j.mode, "last_success": None, "age_seconds": None, "snapshot": None})
-            continue
-        import json
-
-        d = json.loads(row["details"] or "{}")
-        out.append({"job": j.name, "mode": j.mode, "last_success": row["ended"], "age_seconds": round(now - row["ended"]),
-                    "snapshot": d.get("snapshot"), "bytes": d.get("bytes")})
-    return out
