@@ -48,7 +48,8 @@ def rebal_run(cfg: Path, target: str, jobs: int | None) -> dict:
 
 
 LOOP = 'while IFS= read -r f; do cp -a "$f" "$f.tmp" && cmp -s "$f" "$f.tmp" && rm "$f" && mv "$f.tmp" "$f"; done'
-RAW = 'while IFS= read -r f; do cat "$f" > "$f.raw" && sync "$f.raw" && rm "$f.raw"; done'
+# the copies stay until the pool has committed them (as rebal's do); removed after the clock stops
+RAW = 'while IFS= read -r f; do cat "$f" > "$f.raw" && sync "$f.raw"; done'
 
 
 def shell_loop(script: str, files: list[Path], pool: str) -> float:
@@ -112,6 +113,8 @@ def main() -> None:
         rl = rebal_run(cfg, f"{pool}/large", a.jobs)
         large_files = sorted(large_root.glob("big*.bin"))
         raw = shell_loop(RAW, large_files, pool)
+        for f in large_files:
+            os.unlink(f"{f}.raw")
         mb = a.large * a.large_mib * 2**20 / 1e6
         rebal_mbs = rl["bytes"] / 1e6 / rl["wall"]
         raw_mbs = mb / raw
