@@ -285,3 +285,23 @@ def test_sigterm_stops_cleanly_and_the_next_run_continues(make_pool, tmp_path):
     assert first_dir not in [e["path"] for e in events if e["event"] == "dir"], "a finished directory was redone"
     assert events[-1]["outcome"] == "ok" and events[-1]["run_id"] == done["run_id"]
     assert manifest(data) == before and temp_leftovers(data) == []
+
+
+def test_time_window_end_stops_cleanly(make_pool, tmp_path):
+    """--until: the window's end stops the run at a safe point; nothing half-done is left."""
+    from rebal import state
+    from rebal.rebalance import engine
+    from rebal.zfs.cli import Zfs, Zpool
+
+    pool, data = grown_pool(make_pool, tmp_path, size="128M",
+                            tree=lambda root: mixed_tree(root, small=100, large=6, large_mib=(6, 8), seed=13))
+    before = manifest(data)
+    conn = state.connect(tmp_path / "s.db")
+    opts = engine.Options(targets=[f"{pool.name}/data"], target_spread=0.01, max_rate=10 * 2**20,
+                          until=time.time() + 1.0)
+    prep = engine.prepare(opts, Zpool(), Zfs(), conn)
+    rep = engine.execute(prep, opts, Zpool(), Zfs(), conn, str(tmp_path / "s.db"))
+    assert rep.outcome == "stopped" and "time window" in rep.reason, rep
+    assert 0 < rep.bytes < prep.scan.bytes
+    assert manifest(data) == before and temp_leftovers(data) == []
+    assert conn.execute("SELECT count(*) FROM journal WHERE state = 'copying'").fetchone()[0] == 0
