@@ -65,7 +65,7 @@ def test_mixed_tree_rebalance_closes_the_spread_and_keeps_everything(make_pool, 
 
 def test_crash_at_random_moments_then_rerun(make_pool, tmp_path):
     """SIGKILL the rebalance at 25 random moments; after each a rerun finishes, and the tree is the
-    same, with no temp file left."""
+    same (hardlink groups included: --hardlinks re-creates them), with no temp file left."""
     seed = int(os.environ.get("REBAL_CRASH_SEED", "20261122"))
     rng = random.Random(seed)
     pool, data = grown_pool(
@@ -76,12 +76,12 @@ def test_crash_at_random_moments_then_rerun(make_pool, tmp_path):
     before = manifest(data)
     # a spread target that is never reached keeps every run rewriting the whole tree
     argv = [sys.executable, "-m", "rebal", "--config", str(cfg), "rebalance", f"{pool.name}/data",
-            "--target-spread", "0.01", "--json"]
+            "--target-spread", "0.01", "--hardlinks", "--json"]
     kills = 0
     for i in range(25):
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         # kill once the run has started copying, after a random number of directories
-        want = rng.randint(0, 8)
+        want = rng.randint(0, 14)  # 13 directories, then the hardlink groups
         seen = 0
         for line in proc.stdout:
             ev = json.loads(line)
@@ -93,7 +93,7 @@ def test_crash_at_random_moments_then_rerun(make_pool, tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.communicate()
         kills += proc.returncode == -signal.SIGKILL
-        r = rebal("rebalance", f"{pool.name}/data", "--target-spread", "0.01", "--json", config=cfg)
+        r = rebal("rebalance", f"{pool.name}/data", "--target-spread", "0.01", "--hardlinks", "--json", config=cfg)
         done = json.loads(r.stdout.splitlines()[-1])
         assert done["outcome"] in ("incomplete", "ok"), (seed, i, done)
         assert temp_leftovers(data) == [], (seed, i)
