@@ -21,7 +21,7 @@ clean() {
   done
   rm -rf "$DIR"
 }
-if [ "${1:-}" = "--clean" ]; then clean; echo "demo pool $POOL and $DIR removed"; exit 0; fi
+if [ "${1:-}" = "--clean" ]; then clean; echo "demo pools $POOL, $BACKUP and $DIR removed"; exit 0; fi
 
 bash scripts/setup.sh
 clean
