@@ -196,12 +196,8 @@ class Copier:
             os.unlink(oname, dir_fd=dfd)
             old_made = False
             return Result(Outcome.SWAPPED, written, copy_ino=copy_ino)
-        except _Abort as a:
-            return Result(a.outcome, written, a.reason)
-        except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                return Result(Outcome.NOSPACE, written, "no space left for the copy")
-            return Result(Outcome.FAILED, written, f"{os.strerror(e.errno or 0) or e}")
+        except (_Abort, OSError) as e:
+            return _failure(e, written)
         finally:
             if tmp >= 0:
                 os.close(tmp)
@@ -268,12 +264,16 @@ class Copier:
             return Result(Outcome.SWAPPED, written, copy_ino=tst.st_ino)
         except (_Abort, OSError) as e:
             if swapped and anchor:
-                self._switch_back(names, swapped, anchor, ino)
-            if isinstance(e, _Abort):
-                return Result(e.outcome, written, e.reason)
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                return Result(Outcome.NOSPACE, written, "no space left for the copy")
-            return Result(Outcome.FAILED, written, f"{os.strerror(e.errno or 0) or e}")
+                try:
+                    self._switch_back(names, swapped, anchor, ino)
+                except OSError as back:
+                    # Some names point at the verified copy, some at the original. Nothing is lost
+                    # (both hold the same content); the original keeps its anchor name for the admin.
+                    kept = anchor[1].decode()
+                    anchor = None
+                    return Result(Outcome.FAILED, written, f"the link group is split: switching back failed "
+                                  f"({back.strerror}); the original is kept as {kept}")
+            return _failure(e, written)
         finally:
             if tmp >= 0:
                 os.close(tmp)
@@ -431,6 +431,15 @@ class Copier:
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+def _failure(e: BaseException, written: int) -> Result:
+    """The outcome of a copy that stopped: the reason given, or what the OS error means."""
+    if isinstance(e, _Abort):
+        return Result(e.outcome, written, e.reason)
+    if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
+        return Result(Outcome.NOSPACE, written, "no space left for the copy")
+    return Result(Outcome.FAILED, written, f"{os.strerror(e.errno or 0) if getattr(e, 'errno', None) else e}")
 
 
 def _open_original(dfd: int, ref: FileRef) -> tuple[int, os.stat_result]:

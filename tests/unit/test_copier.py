@@ -310,3 +310,30 @@ def test_hardlink_group_that_changed_is_left(richfs):
         for fd in fds:
             os.close(fd)
     assert res.outcome is Outcome.CHANGED and temp_leftovers(richfs) == []
+
+
+def test_failed_switch_back_keeps_the_original(richfs):
+    """If putting a half-switched group back fails too, the original keeps its anchor name."""
+    paths = group_of(richfs)
+    ino = os.lstat(paths[0]).st_ino
+    data = paths[0].read_bytes()
+
+    class BreaksTwice(Copier):
+        @staticmethod
+        def _lease_held(fd):
+            return os.lstat(paths[0]).st_ino == ino  # breaks once the first name was switched
+
+        @staticmethod
+        def _switch_back(*a):
+            raise OSError(5, "Input/output error")
+
+    refs, fds = group_refs(paths)
+    try:
+        res = BreaksTwice().copy_group(refs)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert res.outcome is Outcome.FAILED and "kept as .rebal-" in res.reason
+    anchor = richfs / "a" / old_name(ino).decode()
+    assert anchor.exists() and os.lstat(anchor).st_ino == ino and anchor.read_bytes() == data
+    assert all(p.read_bytes() == data for p in paths)
