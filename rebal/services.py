@@ -12,7 +12,6 @@ import time
 from . import health as H
 from . import state
 from .config import Config
-from .errors import RebalError
 
 log = logging.getLogger("rebal")
 
@@ -107,23 +106,19 @@ def scrub_job(cfg: Config, conn, zpool) -> dict:
 
 def rebalance_job(cfg: Config, conn, zpool, zfs, stop: threading.Event) -> dict:
     from .rebalance import engine
-    from .rebalance.scan import Filters
+    from .units import parse_size
 
     rb = cfg.rebalance
     if not rb.targets:
         return {"skipped": "no [rebalance] targets configured"}
     until = engine.until_epoch(cfg.schedule.rebalance_end) if cfg.schedule.rebalance_end else None
-    from .units import parse_size
-
-    opts = engine.Options(
-        targets=list(rb.targets), target_spread=rb.target_spread, until=until, verify=rb.verify, method=rb.method,
+    opts = engine.build_options(
+        rb, list(rb.targets), until=until, verify=rb.verify, method=rb.method,
         max_rate=parse_size(rb.max_rate) if rb.max_rate else None,
-        jobs=rb.jobs, allow_snapshots=rb.allow_snapshots, hardlinks=rb.hardlinks, reserve_percent=rb.reserve_percent,
-        filters=Filters(exclude=tuple(rb.exclude), min_age_days=rb.min_age_days),
+        jobs=rb.jobs, allow_snapshots=rb.allow_snapshots, hardlinks=rb.hardlinks,
     )
     prep = engine.prepare(opts, zpool, zfs, conn)
-    if prep.scan.pinned_bytes and not opts.allow_snapshots:
-        raise RebalError("snapshots hold data under the rebalance targets; set allow_snapshots or expire them")
+    engine.check_pinned(prep, opts)
     rep = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, stop=stop)
     return rep.as_dict()
 

@@ -261,3 +261,34 @@ def last_successes(conn: sqlite3.Connection, cfg) -> list[dict]:
         out.append({"job": j.name, "mode": j.mode, "last_success": row["ended"], "age_seconds": round(now - row["ended"]),
                     "snapshot": d.get("snapshot"), "bytes": d.get("bytes")})
     return out
+
+
+def list_runs(conn: sqlite3.Connection, *, kind: str | None = None, job: str | None = None, limit: int = 20) -> list[dict]:
+    """The newest runs as plain dicts (for `rebal runs`), newest first."""
+    q = "SELECT * FROM runs WHERE 1=1"
+    args: list = []
+    if kind:
+        q += " AND kind = ?"
+        args.append(kind)
+    if job:
+        q += " AND job = ?"
+        args.append(job)
+    q += " ORDER BY id DESC LIMIT ?"
+    args.append(max(1, limit))
+    out = []
+    for r in conn.execute(q, args).fetchall():
+        out.append({
+            "id": r["id"], "kind": r["kind"], "job": r["job"], "pool": r["pool"],
+            "started": _iso(r["started"]), "ended": _iso(r["ended"]) if r["ended"] else None,
+            "seconds": round(r["ended"] - r["started"], 1) if r["ended"] else None,
+            "outcome": r["outcome"] or "running or crashed", "error": r["error"],
+            "details": json.loads(r["details"]) if r["details"] else {},
+            "progress": r["progress"],
+        })
+    return out
+
+
+def _iso(ts: float) -> str:
+    from .fill import iso
+
+    return iso(ts)

@@ -13,6 +13,19 @@ from zfsenv import create_pool, zfs_problem  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+IN_LANE = os.environ.get("REBAL_LANE") == "openzfs"  # inside the OpenZFS guest (tests/openzfs/vm/lane.py)
+LANE_HOST = os.environ.get("REBAL_LANE_HOST") == "1"  # the lane's host side, which boots guests
+
+
+def pytest_collection_modifyitems(config, items):
+    """The OpenZFS lane's tests run only there: `bash scripts/test-openzfs.sh` (CI runs it too)."""
+    skip_guest = pytest.mark.skip(reason="needs real OpenZFS: runs in the lane (bash scripts/test-openzfs.sh)")
+    skip_host = pytest.mark.skip(reason="boots OpenZFS guests: runs in the lane (bash scripts/test-openzfs.sh)")
+    for item in items:
+        if item.get_closest_marker("openzfs") and not IN_LANE:
+            item.add_marker(skip_guest)
+        if item.get_closest_marker("openzfs_vm") and not LANE_HOST:
+            item.add_marker(skip_host)
 
 
 def fixture_text(name: str) -> str:

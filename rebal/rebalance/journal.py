@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..state import atomic
-from .copier import FileRef, group_tmp_name, old_name, tmp_name
+from .files import FileRef, group_tmp_name, old_name, tmp_name
 
 OPEN = "copying"
 

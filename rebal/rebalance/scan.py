@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .copier import FileRef, is_temp_name
+from .files import FileRef, is_temp_name
 from .planner import DirEntry
 
 EXAMPLES = 5

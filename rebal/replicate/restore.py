@@ -18,7 +18,7 @@ from .local import parse_guid_txg
 from .policy import parse_snapshot_name
 from .stream import pump
 from .transport import Ssh, classify_ssh
-from .views import RemoteView
+from .snapview import RemoteView
 
 
 class RestoreError(RebalError):
@@ -129,7 +129,7 @@ def restore_dataset(job: Replicate, ssh: Ssh, point: RestorePoint, to: str, *, f
     if dry_run:
         rep.planned.append(f"ssh {ssh.ep.host} {' '.join(send)} | {' '.join(recv)}")
         return rep
-    from ..rebalance.copier import Throttle
+    from ..rebalance.files import Throttle
     from ..units import parse_size
 
     res = pump([ssh.argv(send)], recv, stop=stop, progress=progress,

@@ -24,7 +24,7 @@ from ..runner import run
 from . import local as L
 from .policy import Buckets, is_ours, parse_snapshot_name, retain, snapshot_name
 from .transport import Ssh, classify_ssh
-from .views import LocalView, cleanup_views
+from .snapview import LocalView, cleanup_views
 
 PARTIAL_DIR = ".rebal-partial"
 

@@ -13,7 +13,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 
-from ..rebalance.copier import Throttle
+from ..rebalance.files import Throttle
 
 CHUNK = 1 << 20
 

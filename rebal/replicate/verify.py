@@ -23,7 +23,7 @@ from ..runner import run
 from . import local as L
 from .policy import is_ours
 from .transport import Ssh, classify_ssh
-from .views import LocalView, RemoteView
+from .snapview import LocalView, RemoteView
 
 
 @dataclass

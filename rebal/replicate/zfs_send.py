@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 
 from .. import names
 from ..errors import CommandFailed, RebalError
-from ..rebalance.copier import Throttle
+from ..rebalance.files import Throttle
 from ..runner import run
 from . import local as L
 from .policy import (

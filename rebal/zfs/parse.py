@@ -128,6 +128,9 @@ def _json_leaves(v: dict) -> list[str]:
     return out
 
 
+JSON_CLASS_GROUPS = {"logs": "log", "l2cache": "cache", "spares": "spare", "special": "special", "dedup": "dedup"}
+
+
 def parse_zpool_list_json(text: str) -> list[Pool]:
     try:
         doc = json.loads(text)
@@ -139,6 +142,12 @@ def parse_zpool_list_json(text: str) -> list[Pool]:
         vdevs: list[Vdev] = []
         for key, default_class in (("vdevs", NORMAL), ("logs", "log"), ("l2cache", "cache"), ("spares", "spare")):
             for vname, v in (p.get(key) or {}).items():
+                if key == "vdevs" and vname in JSON_CLASS_GROUPS and "vdev_type" not in v:
+                    # OpenZFS 2.4 nests the other classes inside "vdevs" as groups without vdev
+                    # fields: {"special": {"mirror-3": {...}}, "logs": {...}, "l2cache": ..., "spares": ...}
+                    for kname, kv in v.items():
+                        vdevs.append(_json_vdev(kname, kv, JSON_CLASS_GROUPS[vname]))
+                    continue
                 vdevs.append(_json_vdev(vname, v, default_class))
         pools.append(
             Pool(

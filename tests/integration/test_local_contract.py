@@ -6,7 +6,7 @@ from zfsenv import sh
 
 from rebal.replicate.local import LocalError, available_backends, local_snapshots
 
-pytestmark = pytest.mark.zfs
+pytestmark = [pytest.mark.zfs, pytest.mark.lane]
 
 BACKENDS = available_backends()
 

@@ -222,7 +222,6 @@ def test_rewrite_method_runs_zfs_rewrite_per_directory(make_pool, tmp_path):
     from conftest import fixture_text
 
     from rebal.rebalance import engine
-    from rebal.runner import Result
     from rebal.zfs.cli import Zfs, Zpool
 
     pool, data = grown_pool(make_pool, tmp_path, size="128M",

@@ -13,7 +13,7 @@ from fsenv import manifest
 from test_replicate import cfg_for, fill, mountpoint, pools, snaps  # noqa: F401  (fixtures)
 from zfsenv import sh
 
-from rebal.replicate.views import LocalView
+from rebal.replicate.snapview import LocalView
 
 pytestmark = pytest.mark.zfs
 KIDS = ("child", "sibling")

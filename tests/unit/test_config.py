@@ -1,5 +1,3 @@
-import os
-import stat
 import subprocess
 import sys
 from pathlib import Path

@@ -1,7 +1,6 @@
 """The copier on a real tmpfs: content, holes, owner, mode, ns times, xattrs and POSIX ACLs survive;
 changed, deleted and in-use files are never replaced."""
 
-import errno
 import os
 import stat
 import subprocess

@@ -207,3 +207,16 @@ def test_usage_error_means_unsupported_option():
 
     err = classify(Result(("zpool", "list", "-j"), 2, "", "invalid option 'j'\nusage:\n\tlist [-H] ..."))
     assert isinstance(err, UnsupportedOption)
+
+
+def test_json_class_groups_nested_in_vdevs_as_openzfs_24_prints_them():
+    """Recorded in the lane's guest (OpenZFS 2.4.4): special, logs, l2cache and spares sit inside
+    "vdevs" as groups; only the mirrors are data vdevs, and -j and -Hp agree."""
+    from rebal.zfs.parse import parse_zpool_list_hp, parse_zpool_list_json
+
+    [j] = parse_zpool_list_json(fixture_text("classes_zpool-list-v-j-json-int.json"))
+    [h] = parse_zpool_list_hp(fixture_text("classes_zpool-list-v-Hp.txt"))
+    for p in (j, h):
+        assert [v.name for v in p.data_vdevs] == ["mirror-0", "mirror-1"]
+        assert sorted(v.vclass for v in p.other_vdevs) == ["cache", "log", "spare", "special"]
+    assert [(v.name, v.size, v.alloc, v.free) for v in j.vdevs] == [(v.name, v.size, v.alloc, v.free) for v in h.vdevs]

@@ -1,7 +1,6 @@
 """Replication policy (pure), usage detection and error texts against recorded output."""
 
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 from conftest import FIXTURES, fixture_text

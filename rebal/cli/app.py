@@ -1,0 +1,176 @@
+"""The typer app, the global options, and the helpers every command module shares. The CLI is the
+only layer that prints or exits; the command modules beside this one parse, call a service and
+write what a view in `rebal.views` returns."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import Annotated, Optional
+
+import typer
+
+from .. import __version__
+from ..errors import RebalError
+
+app = typer.Typer(
+    help="Keep a ZFS pool's data evenly spread over its vdevs, and safely copied to a backup host.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+config_app = typer.Typer(help="Check the configuration file.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+log = logging.getLogger("rebal")
+
+
+@dataclass
+class Options:
+    config: Optional[str] = None
+    debug: bool = False
+
+
+OPTS = Options()
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"rebal {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    config: Annotated[
+        Optional[str],
+        typer.Option("--config", "-c", metavar="FILE", help="Config file [default: $REBAL_CONFIG or /etc/rebal/config.toml]."),
+    ] = None,
+    debug: Annotated[bool, typer.Option("--debug", help="Log every command run; show tracebacks.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    OPTS.config = config
+    OPTS.debug = debug
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def load_config(check_cron: bool = False):
+    from .. import config
+
+    return config.load(OPTS.config, check_cron=check_cron)
+
+
+def open_state(cfg):
+    from .. import state
+
+    return state.connect(cfg.state_db)
+
+
+def state_or_none(cfg, why: str = "the plan cannot see unfinished runs"):
+    try:
+        return open_state(cfg)
+    except RebalError as e:
+        warn(f"{e} ({why})")
+        return None
+
+
+def out_json(data: dict) -> None:
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def out_text(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def warn(msg: str) -> None:
+    print(f"rebal: warning: {msg}", file=sys.stderr)
+
+
+def choice(opt: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        from ..errors import UsageError
+
+        raise UsageError(f"{opt} must be one of: {', '.join(allowed)}")
+    return value
+
+
+class Signals:
+    """SIGINT/SIGTERM set a stop flag (the running step ends at a safe point) instead of killing
+    the process, for as long as the `with` block lasts; `got` lists the signals received."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.stop = threading.Event()
+        self.got: list[int] = []
+        self._old: dict = {}
+
+    def _on(self, signum, _frame) -> None:
+        self.got.append(signum)
+        self.stop.set()
+
+    def __enter__(self) -> "Signals":
+        import signal
+
+        self._old = {s: signal.signal(s, self._on) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        import signal
+
+        for s, h in self._old.items():
+            signal.signal(s, h)
+        return False
+
+    def exit_code(self) -> int:
+        """130 after SIGINT (as a shell reports ^C), 0 after SIGTERM (a clean, asked-for stop)."""
+        import signal
+
+        return 130 if self.got and self.got[0] == signal.SIGINT else 0
+
+
+def log_for_service() -> None:
+    """Lines journald reads well: LEVEL logger: message (journald adds the time)."""
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    h = logging.StreamHandler(sys.stderr)
+    h.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root.addHandler(h)
+    root.setLevel(logging.DEBUG if OPTS.debug else logging.INFO)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the app; turn RebalError into one line on stderr and its exit code."""
+    from . import commands  # noqa: F401  (registers every command on the app)
+
+    try:
+        app(args=argv, prog_name="rebal", standalone_mode=True)
+    except RebalError as e:
+        if OPTS.debug:
+            import traceback
+
+            traceback.print_exc()
+        for line in str(e).splitlines() or [type(e).__name__]:
+            print(f"rebal: error: {line}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        print("rebal: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:  # a bug: say so plainly, traceback only with --debug
+        if OPTS.debug or os.environ.get("REBAL_DEBUG"):
+            raise
+        print(f"rebal: internal error: {type(e).__name__}: {e} (run with --debug for details)", file=sys.stderr)
+        sys.exit(70)

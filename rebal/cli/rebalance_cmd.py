@@ -1,0 +1,144 @@
+"""rebal plan, rebal rebalance, rebal runs."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Annotated, Optional
+
+import typer
+
+from .app import JsonOpt, Signals, app, choice, load_config, open_state, out_json, out_text, state_or_none
+
+TargetsArg = Annotated[list[str], typer.Argument(help="Datasets (tank/data) or directories inside mounted datasets.")]
+SpreadOpt = Annotated[Optional[float], typer.Option("--target-spread", help="Stop under this spread, in points [default: config].")]
+ExcludeOpt = Annotated[Optional[list[str]], typer.Option("--exclude", help="Glob of files or directories to leave alone (repeatable).")]
+MinAgeOpt = Annotated[Optional[float], typer.Option("--min-age", help="Only files not modified for this many days.")]
+MinSizeOpt = Annotated[Optional[str], typer.Option("--min-size", help="Only files at least this big (e.g. 1M).")]
+MaxSizeOpt = Annotated[Optional[str], typer.Option("--max-size", help="Only files at most this big (e.g. 10G).")]
+MaxBytesOpt = Annotated[Optional[str], typer.Option("--max-bytes", help="Rewrite at most this much (e.g. 500G).")]
+METHODS = ("auto", "copy", "rewrite")
+
+
+@app.command()
+def plan(
+    targets: TargetsArg,
+    target_spread: SpreadOpt = None,
+    exclude: ExcludeOpt = None,
+    min_age: MinAgeOpt = None,
+    min_size: MinSizeOpt = None,
+    max_size: MaxSizeOpt = None,
+    max_bytes: MaxBytesOpt = None,
+    method: Annotated[str, typer.Option(help="auto, copy or rewrite.")] = "auto",
+    hardlinks: Annotated[bool, typer.Option("--hardlinks", help="Plan to re-create hardlink groups inside the targets.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Dry run: what a rebalance would rewrite, and the predicted CAP per vdev after. Changes nothing."""
+    from ..rebalance.prepare import build_options, prepare
+    from ..views.rebalance import plan_json, plan_text
+    from ..zfs.cli import Zfs, Zpool
+
+    cfg = load_config()
+    opts = build_options(cfg.rebalance, targets, target_spread=target_spread, exclude=exclude, min_age=min_age,
+                         min_size=min_size, max_size=max_size, max_bytes=max_bytes,
+                         method=choice("--method", method, METHODS), hardlinks=hardlinks or cfg.rebalance.hardlinks)
+    prep = prepare(opts, Zpool(), Zfs(), state_or_none(cfg))
+    if as_json:
+        out_json(plan_json(prep))
+    else:
+        out_text(plan_text(prep))
+
+
+@app.command()
+def rebalance(
+    targets: TargetsArg,
+    target_spread: SpreadOpt = None,
+    max_bytes: MaxBytesOpt = None,
+    until: Annotated[Optional[str], typer.Option(help="Stop cleanly at this time of day (HH:MM).")] = None,
+    max_rate: Annotated[Optional[str], typer.Option(help="Rewrite at most this many bytes per second (e.g. 200M).")] = None,
+    verify: Annotated[Optional[str], typer.Option(help="hash, size or none [default: config].")] = None,
+    method: Annotated[Optional[str], typer.Option(help="auto, copy or rewrite [default: config].")] = None,
+    jobs: Annotated[Optional[int], typer.Option(help="Files rewritten at once [default: from vdevs and cores].")] = None,
+    exclude: ExcludeOpt = None,
+    min_age: MinAgeOpt = None,
+    min_size: MinSizeOpt = None,
+    max_size: MaxSizeOpt = None,
+    allow_snapshots: Annotated[bool, typer.Option("--allow-snapshots", help="Rewrite data that snapshots pin (grows the pool).")] = False,
+    hardlinks: Annotated[bool, typer.Option("--hardlinks", help="Re-create hardlink groups that lie wholly in the targets [default: config].")] = False,
+    rewrite_all: Annotated[bool, typer.Option("--all", help="Rewrite every eligible file, whatever the spread (e.g. after a RAIDZ expansion).")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan and change nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON line per directory done, and one at the end.")] = False,
+) -> None:
+    """Rewrite files so ZFS spreads them over every vdev, until the spread is under the target."""
+    from ..errors import UsageError
+    from ..rebalance import engine
+    from ..units import parse_size
+    from ..views.rebalance import plan_json, plan_text, report_text
+    from ..zfs.cli import Zfs, Zpool
+    from .progress import JsonEvents, ProgressEvents, console
+
+    cfg = load_config()
+    rb = cfg.rebalance
+    if jobs is not None and not 1 <= jobs <= 64:
+        raise UsageError("--jobs must be between 1 and 64")
+    opts = engine.build_options(
+        rb, targets, target_spread=target_spread, exclude=exclude, min_age=min_age, min_size=min_size,
+        max_size=max_size, max_bytes=max_bytes,
+        until=engine.until_epoch(until) if until else None,
+        max_rate=parse_size(max_rate) if max_rate else (parse_size(rb.max_rate) if rb.max_rate else None),
+        verify=choice("--verify", verify or rb.verify, ("hash", "size", "none")),
+        method=choice("--method", method or rb.method, METHODS),
+        jobs=jobs or rb.jobs,
+        allow_snapshots=allow_snapshots or rb.allow_snapshots,
+        rewrite_all=rewrite_all,
+        hardlinks=hardlinks or rb.hardlinks,
+    )
+    zpool, zfs = Zpool(), Zfs()
+    if dry_run:
+        prep = engine.prepare(opts, zpool, zfs, state_or_none(cfg))
+        if as_json:
+            out_json(plan_json(prep) | {"dry_run": True})
+        else:
+            out_text(plan_text(prep) + "dry run: nothing was changed\n")
+        return
+    if os.geteuid() != 0:
+        raise engine.RefusedError("rebal rebalance runs as root: it must keep every file's owner")
+    conn = open_state(cfg)
+    prep = engine.prepare(opts, zpool, zfs, conn)
+    engine.check_pinned(prep, opts)
+    with Signals() as sig:
+        events = JsonEvents() if as_json else ProgressEvents(prep)
+        if not as_json:
+            for w in prep.warnings:
+                console(stderr=True).print(f"warning: {w}", markup=False)
+        with events:
+            report = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, events, sig.stop)
+    if sig.got:
+        import signal
+
+        report.outcome, report.reason = "interrupted", f"stopped by signal {signal.Signals(sig.got[0]).name}"
+        conn.execute("UPDATE runs SET outcome = 'interrupted' WHERE id = ?", (report.run_id,))
+    if as_json:
+        print(json.dumps({"event": "done"} | report.as_dict()), flush=True)
+    else:
+        out_text(report_text(report))
+    if report.outcome == "interrupted":
+        raise typer.Exit(sig.exit_code())
+
+
+@app.command()
+def runs(
+    kind: Annotated[Optional[str], typer.Option(help="Only runs of this kind (rebalance, replicate, ...).")] = None,
+    job: Annotated[Optional[str], typer.Option(help="Only runs of this replication job.")] = None,
+    limit: Annotated[int, typer.Option(help="How many of the newest runs.")] = 20,
+    as_json: JsonOpt = False,
+) -> None:
+    """Runs recorded in the state database: what, when, how much, spread before and after, outcome."""
+    from .. import state
+    from ..views.rebalance import runs_text
+
+    rows = state.list_runs(open_state(load_config()), kind=kind, job=job, limit=limit)
+    if as_json:
+        out_json({"runs": rows})
+    else:
+        out_text(runs_text(rows))

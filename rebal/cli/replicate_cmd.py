@@ -1,0 +1,98 @@
+"""rebal replicate, backups, restore, verify."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, Optional
+
+import typer
+
+from .app import JsonOpt, Signals, app, load_config, out_json, out_text
+
+
+@app.command()
+def replicate(
+    job: Annotated[str, typer.Argument(help="Name of a [[replicate]] job in the config.")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be sent and pruned; change nothing.")] = False,
+    force_rollback: Annotated[bool, typer.Option("--force-rollback", help="Let zfs receive -F roll back a target that changed or diverged.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Replicate a job to its backup host now (zfs send/receive or rsync, over ssh)."""
+    from ..replicate.job import run_job
+    from ..views.replicate import replication_text
+    from .progress import ByteBar
+
+    cfg = load_config()
+    with Signals() as sig, ByteBar(f"replicate {job}", enabled=not (as_json or dry_run)) as bar:
+        outcome, details = run_job(cfg, job, dry_run=dry_run, force_rollback=force_rollback, stop=sig.stop,
+                                   progress=bar.update if bar.enabled else None)
+    if as_json:
+        out_json(details | {"outcome": outcome})
+    else:
+        out_text(replication_text(outcome, details))
+    if outcome == "failed":
+        raise typer.Exit(1)
+    if outcome == "interrupted":
+        raise typer.Exit(sig.exit_code())
+
+
+@app.command()
+def backups(job: Annotated[str, typer.Argument(help="Replication job.")], as_json: JsonOpt = False) -> None:
+    """The restore points of a job on the backup host: snapshots with times and sizes."""
+    from ..replicate.service import list_points
+    from ..views.replicate import backups_text
+
+    j, ds, pts = list_points(load_config(), job)
+    if as_json:
+        out_json({"job": job, "mode": j.mode, "dataset": ds, "target": j.target, "points": [p.as_dict() for p in pts]})
+    else:
+        out_text(backups_text(job, j.mode, j.target_host, ds or j.target, pts))
+
+
+@app.command()
+def restore(
+    job: Annotated[str, typer.Argument(help="Replication job.")],
+    to: Annotated[str, typer.Option("--to", help="New dataset (whole restore), or a directory (with --path).")],
+    at: Annotated[str, typer.Option("--at", help="Snapshot name, or latest.")] = "latest",
+    path: Annotated[Optional[str], typer.Option("--path", help="A file or directory inside the backup, relative to its root.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing destination (even the live source).")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be restored; change nothing.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Get data back: a whole dataset into a NEW dataset, or one file or directory into a directory."""
+    from ..replicate import service
+    from ..views.replicate import restore_text
+    from .progress import ByteBar
+
+    cfg = load_config()
+    with Signals() as sig, ByteBar(f"restore {job}", enabled=not (as_json or dry_run or path)) as bar:
+        rep = service.restore(cfg, job, to=to, at=at, path=path, force=force, dry_run=dry_run, stop=sig.stop,
+                              progress=bar.update)
+    if as_json:
+        out_json(dataclasses.asdict(rep) | {"dry_run": dry_run})
+    else:
+        out_text(restore_text(job, rep, dry_run))
+
+
+@app.command()
+def verify(
+    job: Annotated[str, typer.Argument(help="Replication job.")],
+    sample: Annotated[str, typer.Option(help="How many files to hash on both sides, or all.")] = "20",
+    seed: Annotated[Optional[int], typer.Option(help="Seed of the random sample (reported, to repeat a check).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check the backup against the source: snapshot guid, file count and size, hashes of a sample.
+    Exit 0 good, 1 warning, 2 the backup differs (also a health finding and a notification)."""
+    import random
+
+    from .. import health as H
+    from ..replicate import service
+    from ..views.replicate import verify_text
+
+    seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+    level, rep = service.verify(load_config(), job, sample, seed)
+    if as_json:
+        out_json(rep.as_dict() | {"level": H.LEVEL_NAMES[level]})
+    else:
+        out_text(verify_text(job, rep, H.LEVEL_NAMES[level]))
+    raise typer.Exit(level)

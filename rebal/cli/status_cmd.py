@@ -1,0 +1,60 @@
+"""rebal status, rebal history."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from ..errors import RebalError
+from .app import JsonOpt, app, load_config, open_state, out_json, out_text, warn
+
+
+@app.command()
+def status(
+    pools: Annotated[Optional[list[str]], typer.Argument(help="Pools to show [default: config 'pools', else all].")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Fill of every data vdev (size, alloc, free, CAP) and the pool's spread; records a sample."""
+    from .. import fill, state
+    from ..zfs.cli import Zpool
+
+    cfg = load_config()
+    found = Zpool().pools(list(pools or cfg.pools))
+    target = cfg.rebalance.target_spread
+    replication: list[dict] = []
+    try:
+        conn = open_state(cfg)
+        for p in found:
+            state.record_sample(conn, p)
+        if cfg.replicate:
+            replication = state.last_successes(conn, cfg)
+        conn.close()
+    except RebalError as e:
+        warn(f"sample not recorded: {e}")
+    if as_json:
+        out_json({"pools": [fill.pool_json(p, target) for p in found], "replication": replication})
+        return
+    from ..views.status import status_text
+
+    out_text(status_text(found, target, replication))
+
+
+@app.command()
+def history(
+    pool: Annotated[str, typer.Argument(help="Pool name.")],
+    since: Annotated[Optional[str], typer.Option(help="Only samples newer than this: 7d, 12h, or a date.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Per-vdev CAP over time, from the samples that status and the daemon record."""
+    from .. import fill, names, state
+
+    names.pool(pool)
+    cfg = load_config()
+    rows = state.samples(open_state(cfg), pool, fill.parse_since(since) if since else None)
+    if as_json:
+        out_json(fill.history_json(pool, rows))
+        return
+    from ..views.status import history_text
+
+    out_text(history_text(pool, rows))

@@ -1,0 +1,87 @@
+"""What the copier and the journal share: rebal's hidden names beside a file, a file as the scan saw
+it, the outcome of one copy, and the byte-rate limit of all workers."""
+
+from __future__ import annotations
+
+import enum
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+
+def tmp_name(ino: int) -> bytes:
+    """Hidden name of the new copy: short, whatever the length of the original's name."""
+    return b".rebal-%x.tmp" % ino
+
+
+def old_name(ino: int) -> bytes:
+    """Hidden second name the original keeps for the instant of the swap."""
+    return b".rebal-%x.old" % ino
+
+
+def group_tmp_name(ino: int, k: int) -> bytes:
+    """Hidden name of the copy beside the k-th name (k >= 1) of a hardlink group."""
+    return b".rebal-%x-%d.tmp" % (ino, k)
+
+
+def is_temp_name(name: bytes) -> bool:
+    return name.startswith(b".rebal-") and (name.endswith(b".tmp") or name.endswith(b".old"))
+
+
+class Outcome(str, enum.Enum):
+    SWAPPED = "swapped"
+    CHANGED = "changed"  # modified or replaced meanwhile: copy dropped, retry later
+    IN_USE = "in-use"  # open for writing (lease refused or broken)
+    GONE = "gone"  # deleted meanwhile
+    NOSPACE = "nospace"  # ENOSPC / EDQUOT while copying: copy dropped
+    ABORTED = "aborted"  # stop requested mid-copy: copy dropped
+    FAILED = "failed"  # any other I/O error: copy dropped, original untouched
+    VERIFY = "verify-failed"  # the copy read back differs: copy dropped
+
+
+@dataclass(frozen=True)
+class FileRef:
+    """A file as the scan saw it."""
+
+    dir: bytes
+    name: bytes
+    ino: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def from_stat(cls, d: bytes, name: bytes, st: os.stat_result) -> FileRef:
+        return cls(d, name, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    @property
+    def path(self) -> bytes:
+        return os.path.join(self.dir, self.name)
+
+
+@dataclass
+class Result:
+    outcome: Outcome
+    written: int = 0
+    reason: str = ""
+    copy_ino: int | None = None
+
+
+class Throttle:
+    """A shared byte-rate limit (token bucket, 1 s burst) for all workers."""
+
+    def __init__(self, rate: float | None) -> None:
+        self.rate = rate
+        self._lock = threading.Lock()
+        self._next = time.monotonic()
+
+    def consume(self, n: int, stop: threading.Event) -> None:
+        if not self.rate:
+            return
+        with self._lock:
+            now = time.monotonic()
+            self._next = max(self._next, now - 1.0) + n / self.rate
+            wait = self._next - now
+        if wait > 0:
+            stop.wait(wait)

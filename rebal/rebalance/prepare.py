@@ -1,0 +1,241 @@
+"""Before a rebalance: resolve the targets, measure the pool, scan, choose the method, plan, and say
+what stands in the way (snapshots, dedup, hardlinks, space). Changes nothing.
+
+Library code: it never prints; problems a user can act on are `RebalError`s."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from ..errors import RebalError, UsageError
+from ..units import human
+from ..zfs.model import Pool
+from . import journal, rewrite
+from .planner import Plan, VdevFill, make_plan
+from .scan import Filters, ScanResult, scan
+
+
+class RefusedError(RebalError):
+    exit_code = 2
+
+
+@dataclass
+class Options:
+    targets: list[str]
+    target_spread: float = 10.0
+    max_bytes: int | None = None
+    until: float | None = None  # epoch seconds
+    max_rate: float | None = None
+    verify: str = "hash"
+    method: str = "auto"
+    jobs: int = 0
+    allow_snapshots: bool = False
+    rewrite_all: bool = False  # every eligible file, whatever the spread (after a RAIDZ expansion, say)
+    hardlinks: bool = False  # re-create hardlink groups whose every name lies in the targets
+    reserve_percent: float = 10.0
+    filters: Filters = field(default_factory=Filters)
+
+
+@dataclass
+class Target:
+    dataset: str
+    mountpoint: str
+    root: bytes  # the directory to rewrite (the mountpoint, or a directory below it)
+
+
+@dataclass
+class Prepared:
+    pool: Pool
+    targets: list[Target]
+    scan: ScanResult
+    plan: Plan
+    method: str  # copy or rewrite
+    physical: bool
+    jobs: int
+    snapshots: list[tuple[str, int]]
+    warnings: list[str]
+    notes: list[str]
+    resume_run: int | None = None
+    done_dirs: set[bytes] = field(default_factory=set)
+
+    @property
+    def key(self) -> str:
+        return run_key(self.pool.name, [t.root for t in self.targets])
+
+
+# -- resolve and plan ---------------------------------------------------------------------------
+
+
+def run_key(pool: str, roots: list[bytes]) -> str:
+    return json.dumps({"pool": pool, "roots": sorted(os.fsdecode(r) for r in roots)})
+
+
+def fills(pool: Pool) -> list[VdevFill]:
+    return [VdevFill(v.name, v.size, v.alloc) for v in pool.data_vdevs]
+
+
+def resolve_targets(zfs, specs: list[str]) -> list[Target]:
+    """Each TARGET is a dataset name or a directory inside a mounted dataset."""
+    from .. import names
+
+    out: list[Target] = []
+    for spec in specs:
+        if spec.startswith("/") or spec.startswith("."):
+            path = os.path.realpath(spec)
+            if not os.path.isdir(path):
+                raise UsageError(f"{spec}: not a directory")
+            ds, mp = zfs.dataset_for_path(path)
+            out.append(Target(ds, mp, os.fsencode(path)))
+        else:
+            names.dataset(spec)
+            mp = zfs.mountpoint(spec)
+            out.append(Target(spec, mp, os.fsencode(mp)))
+    # a target inside another one would be walked twice
+    out.sort(key=lambda t: len(t.root))
+    kept: list[Target] = []
+    for t in out:
+        if not any(t.root == k.root or t.root.startswith(k.root.rstrip(b"/") + b"/") for k in kept):
+            kept.append(t)
+    pools = {t.dataset.split("/")[0] for t in kept}
+    if len(pools) > 1:
+        raise UsageError(f"targets lie on several pools ({', '.join(sorted(pools))}); rebalance one pool at a time")
+    return kept
+
+
+def default_jobs(n_data_vdevs: int) -> int:
+    """Enough files in flight to keep every data vdev busy, bounded by the cores."""
+    # Measured on zfs-fuse, 2 cores, 2 vdevs, 6,000 files of 4-64 KiB (bench/rebalance.py):
+    # 1 job 3.3x the baseline's files/s, 2 jobs 5.0x, 4 jobs 5.5x, 8 jobs 5.6x. Small files wait
+    # on fsync and metadata round trips, so more files in flight than cores pays.
+    cores = os.cpu_count() or 2
+    return max(4, min(16, 2 * n_data_vdevs, 4 * cores))
+
+
+def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
+    targets = resolve_targets(zfs, opts.targets)
+    pool_name = targets[0].dataset.split("/")[0]
+    [pool] = zpool.pools([pool_name])
+    if len(pool.data_vdevs) < 2:
+        raise RefusedError(f"pool {pool_name} has {len(pool.data_vdevs)} data vdev: nothing to balance")
+    warnings: list[str] = []
+    notes: list[str] = []
+
+    # snapshots pin old blocks: rewriting what they reference grows the pool, moves nothing
+    snaps: list[tuple[str, int]] = []
+    datasets = sorted({t.dataset for t in targets})
+    for ds in datasets:
+        snaps += zfs.snapshots(ds)
+        if zfs.get(ds, ["dedup"]).get("dedup", "off") not in ("off", "-"):
+            warnings.append(f"dedup is on for {ds}: a rewrite there may only add a reference, not move data")
+    newest = max((c for _, c in snaps), default=None)
+
+    # resume: directories finished by an earlier, unfinished run of the same targets
+    resume_run, done = None, set()
+    key = run_key(pool_name, [t.root for t in targets])
+    if conn is not None:
+        row = conn.execute(
+            "SELECT id FROM runs WHERE kind = 'rebalance' AND key = ? ORDER BY id DESC LIMIT 1", (key,)
+        ).fetchone()
+        if row is not None:
+            last = conn.execute("SELECT outcome FROM runs WHERE id = ?", (row[0],)).fetchone()[0]
+            if last in (None, "interrupted", "stopped", "failed"):
+                resume_run = row[0]
+                done = journal.done_dirs(conn, resume_run)
+
+    method, physical = "copy", False
+    if opts.method in ("auto", "rewrite"):
+        sup = rewrite.detect(zfs, zpool, pool_name)
+        if sup.available:
+            method, physical = "rewrite", sup.physical
+        elif opts.method == "rewrite":
+            raise RefusedError("this zfs has no 'zfs rewrite' (OpenZFS 2.3.4+); use --method copy")
+        else:
+            notes.append("zfs rewrite is not available here: files are rewritten by copy-and-rename")
+
+    filters = opts.filters
+    sc = scan([t.root for t in targets], filters, newest_snapshot=newest, hardlinks_ok=(method == "rewrite"),
+              link_groups=(opts.hardlinks and method == "copy"))
+    remaining = [d for d in sc.dirs if d.path not in done]
+    pinned_fraction = (sc.pinned_bytes / sc.bytes) if sc.bytes else 0.0
+    plan = make_plan(fills(pool), remaining, opts.target_spread, max_bytes=opts.max_bytes, pinned_fraction=pinned_fraction)
+
+    if sc.pinned_bytes:
+        newest_name = max(snaps, key=lambda s: s[1])[0]
+        warnings.append(
+            f"{human(sc.pinned_bytes)} of the data to rewrite is referenced by {len(snaps)} snapshot(s) "
+            f"(newest {newest_name}): rewriting it grows the pool by that much instead of moving it"
+        )
+    hl = sc.skips.counts.get("hardlinked", 0)
+    if hl:
+        warnings.append(f"{hl} hardlinked file(s) ({human(sc.skips.bytes.get('hardlinked', 0))}) will be skipped "
+                        "(--hardlinks re-creates link groups that lie wholly in the target)")
+    out = sc.skips.counts.get("hardlinked, with names outside the target", 0)
+    if out:
+        warnings.append(f"{out} hardlinked file(s) have names outside the target and will be skipped")
+    if sc.groups:
+        notes.append(f"{len(sc.groups)} hardlink group(s) ({human(sc.group_bytes)}) will be re-created as groups "
+                     "after the directories")
+    sp = sc.skips.counts.get("special file (socket, fifo or device)", 0)
+    if sp:
+        warnings.append(f"{sp} special file(s) (sockets, fifos, devices) will be skipped")
+    reserve = pool.size * opts.reserve_percent / 100
+    avail = _avail(targets[0].root)
+    if sc.largest and avail - sc.largest < reserve:
+        warnings.append(
+            f"not enough free space for the largest file ({human(sc.largest)}) plus the reserve "
+            f"({human(reserve)}): {human(avail)} available; files that do not fit are skipped"
+        )
+    try:
+        for st in zpool.status([pool_name]):
+            if "expanded raidz" in st.scan or "expansion of raidz" in st.scan:
+                notes.append(
+                    "a RAIDZ vdev of this pool was expanded: rewriting old blocks also moves them to the new "
+                    "data:parity ratio and reclaims space"
+                )
+    except RebalError:
+        pass
+    if plan.needed_bytes is None and plan.spread_before > opts.target_spread:
+        warnings.append(
+            f"rewriting all {human(plan.candidate_bytes)} under the targets is predicted to leave the spread at "
+            f"{plan.spread_after:.1f} points, above the target {opts.target_spread:g}"
+        )
+    jobs = opts.jobs or default_jobs(len(pool.data_vdevs))
+    return Prepared(pool, targets, sc, plan, method, physical, jobs, snaps, warnings, notes, resume_run, done)
+
+
+def _avail(path: bytes) -> int:
+    s = os.statvfs(path)
+    return s.f_bavail * s.f_frsize
+
+
+
+
+def build_options(rb, targets: list[str], *, target_spread: float | None = None, exclude=(), min_age: float | None = None,
+                  min_size: str | None = None, max_size: str | None = None, max_bytes: str | None = None,
+                  **kw) -> Options:
+    """Options from the config's [rebalance] table, with what the command line overrides."""
+    from ..units import parse_size
+
+    spread = rb.target_spread if target_spread is None else target_spread
+    if not 0 < spread <= 100:
+        raise UsageError("--target-spread must be more than 0 and at most 100")
+    filters = Filters(
+        exclude=tuple(rb.exclude) + tuple(exclude or ()),
+        min_age_days=rb.min_age_days if min_age is None else min_age,
+        min_size=parse_size(min_size) if min_size else 0,
+        max_size=parse_size(max_size) if max_size else None,
+    )
+    return Options(targets=list(targets), target_spread=spread, max_bytes=parse_size(max_bytes) if max_bytes else None,
+                   reserve_percent=rb.reserve_percent, filters=filters, **kw)
+
+
+def check_pinned(prep: Prepared, opts: Options) -> None:
+    """Refuse to rewrite snapshot-pinned data unless allowed: it would grow the pool and move nothing."""
+    if prep.scan.pinned_bytes and not opts.allow_snapshots:
+        raise RefusedError(
+            f"{human(prep.scan.pinned_bytes)} of the data to rewrite is held by snapshots of "
+            f"{', '.join(sorted({t.dataset for t in prep.targets}))}: rewriting it would grow the pool by that much "
+            "and move nothing. Destroy or expire the snapshots first, or pass --allow-snapshots to accept the cost."
+        )

@@ -1,0 +1,108 @@
+"""What the backup commands do beyond one replication: restore and verify with their run records,
+the backup host's scrub. Library code: returns reports, never prints."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import asdict
+
+from .. import state
+from ..config import Config
+from ..errors import UsageError
+from .job import endpoint, find_job
+from .transport import Ssh
+
+
+def list_points(cfg: Config, job: str):
+    """(job config, dataset on the backup host, restore points)."""
+    from .restore import points
+
+    j = find_job(cfg, job)
+    with Ssh(endpoint(j)) as ssh:
+        ds, pts = points(j, ssh)
+    return j, ds, pts
+
+
+def restore(cfg: Config, job: str, *, to: str, at: str, path: str | None, force: bool, dry_run: bool,
+            stop: threading.Event, progress=None):
+    """Restore a point of a job (whole dataset, or one path) and record the run (not for a dry run)."""
+    from .restore import choose, points, restore_dataset, restore_path
+
+    j = find_job(cfg, job)
+    conn = None if dry_run else state.connect(cfg.state_db)
+    rid = None if dry_run else state.start_run(conn, "restore", job=job, pool=None)
+    last = [0.0]
+
+    def on_bytes(nbytes: int) -> None:
+        if progress:
+            progress(nbytes)
+        if rid is not None and time.monotonic() - last[0] >= 0.5:
+            last[0] = time.monotonic()
+            state.set_progress(cfg.state_db, rid, nbytes)
+
+    try:
+        with Ssh(endpoint(j)) as ssh:
+            _ds, pts = points(j, ssh)
+            point = choose(pts, at)
+            if path:
+                rep = restore_path(j, ssh, point, path, to, force=force, dry_run=dry_run, stop=stop)
+            else:
+                rep = restore_dataset(j, ssh, point, to, force=force, dry_run=dry_run, stop=stop, progress=on_bytes)
+    except BaseException as e:
+        if rid is not None:
+            state.end_run(conn, rid, "failed", error=str(e))
+        raise
+    if rid is not None:
+        state.end_run(conn, rid, "ok", details=asdict(rep))
+    return rep
+
+
+def verify(cfg: Config, job: str, sample: str, seed: int):
+    """Check a job's backup against the source; record, notify; returns (level, report)."""
+    from .. import health as H
+    from .. import services
+    from .verify import verify_rsync, verify_zfs
+
+    j = find_job(cfg, job)
+    if sample != "all" and not sample.isdigit():
+        raise UsageError("--sample takes a number of files or all")
+    n = None if sample == "all" else int(sample)
+    conn = state.connect(cfg.state_db)
+    rid = state.start_run(conn, "verify", job=job)
+    try:
+        with Ssh(endpoint(j)) as ssh:
+            if j.mode == "zfs":
+                rep = verify_zfs(j, ssh, n, seed)
+            else:
+                row = conn.execute("SELECT details FROM runs WHERE kind = 'replicate' AND job = ? AND outcome IN "
+                                   "('ok', 'warning') ORDER BY id DESC LIMIT 1", (job,)).fetchone()
+                snap = json.loads(row["details"]).get("snapshot") if row else None
+                rep = verify_rsync(j, ssh, n, seed, snap)
+    except BaseException as e:
+        state.end_run(conn, rid, "error", error=str(e))
+        raise
+    level = rep.level
+    outcome = {H.OK: "ok", H.WARNING: "warning", H.CRITICAL: "failed"}[level]
+    state.end_run(conn, rid, outcome, details=rep.as_dict())
+    services.notify_outcome(cfg, conn, f"verify:{job}", outcome, "; ".join(f.message for f in rep.findings) or None)
+    return level, rep
+
+
+def scrub_backup(cfg: Config, job: str) -> tuple[str, str, str]:
+    """Start a scrub of the pool that holds a job's backup: (host, pool, 'started' or 'running')."""
+    from .restore import _remote_dataset_of
+
+    j = find_job(cfg, job)
+    with Ssh(endpoint(j)) as ssh:
+        ds = j.target if j.mode == "zfs" else _remote_dataset_of(ssh, j.target)
+        if not ds:
+            raise UsageError(f"the target of job {job} is not on a ZFS dataset: nothing to scrub")
+        target_pool = ds.split("/")[0]
+        res = ssh.run(["zpool", "scrub", target_pool], readonly=False, check=False)
+        if res.returncode == 0:
+            return ssh.ep.host, target_pool, "started"
+        if ("scrub" in res.stderr and "progress" in res.stderr) or "currently scrubbing" in res.stderr:
+            return ssh.ep.host, target_pool, "running"
+        raise UsageError(f"backup host: {res.stderr.strip()}")

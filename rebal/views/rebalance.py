@@ -1,0 +1,108 @@
+"""`rebal plan`, the rebalance report and `rebal runs`, as text and as JSON-ready dicts."""
+
+from __future__ import annotations
+
+import os
+
+from .. import fill
+from ..units import human
+from .text import lines, table
+
+
+def plan_json(prep) -> dict:
+    plan = prep.plan
+    after = {v.name: v for v in plan.after}
+    return {
+        "pool": prep.pool.name,
+        "targets": [{"dataset": t.dataset, "path": os.fsdecode(t.root)} for t in prep.targets],
+        "method": prep.method + (" -P" if prep.physical else ""),
+        "jobs": prep.jobs,
+        "target_spread": plan.target,
+        "spread_now": round(plan.spread_before, 2),
+        "spread_predicted": round(plan.spread_after, 2),
+        "bytes_needed": plan.needed_bytes,
+        "bytes_planned": plan.bytes,
+        "files_planned": plan.files,
+        "bytes_eligible": plan.candidate_bytes,
+        "files_eligible": prep.scan.files,
+        "pinned_bytes": prep.scan.pinned_bytes,
+        "vdevs": [
+            {"name": v.name, "size": v.size, "alloc": v.alloc, "cap": round(v.cap, 2),
+             "predicted_alloc": after[v.name].alloc, "predicted_cap": round(after[v.name].cap, 2)}
+            for v in plan.before
+        ],
+        "dirs": [{"path": os.fsdecode(d.path), "files": d.files, "bytes": d.bytes} for d in plan.dirs],
+        "skipped": {
+            k: {"count": n, "bytes": prep.scan.skips.bytes.get(k, 0), "examples": prep.scan.skips.examples.get(k, [])}
+            for k, n in prep.scan.skips.counts.items()
+        },
+        "warnings": prep.warnings,
+        "notes": prep.notes,
+        "resumes_run": prep.resume_run,
+    }
+
+
+def plan_text(prep, max_dirs: int = 30) -> str:
+    plan = prep.plan
+    short = fill.short_names([v.name for v in plan.before])
+    out = [f"{prep.pool.name}: spread now {plan.spread_before:.1f} points, target {plan.target:g}; "
+           f"method: {prep.method}{' -P' if prep.physical else ''}, {prep.jobs} files at once"]
+    after = {v.name: v for v in plan.after}
+    rows = [("VDEV", "SIZE", "ALLOC", "CAP NOW", "CAP AFTER (predicted)")]
+    for v in plan.before:
+        rows.append((short[v.name], human(v.size), human(v.alloc), f"{v.cap:.1f}%", f"{after[v.name].cap:.1f}%"))
+    out += table(rows, right={1, 2, 3, 4})
+    if plan.needed_bytes == 0:
+        out.append("the spread is already within the target: nothing to do")
+    elif plan.needed_bytes is None:
+        out.append(f"predicted spread after rewriting everything eligible: {plan.spread_after:.1f} points "
+                   "(the target is not reachable with these directories)")
+    else:
+        out.append(f"predicted spread after: {plan.spread_after:.1f} points, after rewriting about "
+                   f"{human(plan.needed_bytes)} (of {human(plan.candidate_bytes)} eligible in {prep.scan.files} files)")
+    if plan.dirs:
+        out.append("")
+        out.append(f"directories to rewrite, in order ({len(plan.dirs)}; the rebalance goes on past them "
+                   "if the measured spread is still over the target):")
+        rows = [("BYTES", "FILES", "DIRECTORY")]
+        for e in plan.dirs[:max_dirs]:
+            rows.append((human(e.bytes), str(e.files), os.fsdecode(e.path)))
+        if len(plan.dirs) > max_dirs:
+            rows.append(("", "", f"... and {len(plan.dirs) - max_dirs} more (--json lists all)"))
+        out += table(rows, right={0, 1})
+    skips = prep.scan.skips
+    if skips.counts:
+        out.append("")
+        out.append("left alone:")
+        for k, n in skips.counts.items():
+            b = skips.bytes.get(k, 0)
+            out.append(f"  {n} {k}" + (f", {human(b)}" if b else "") + f"  (e.g. {skips.examples[k][0]})")
+    out += [f"warning: {w}" for w in prep.warnings]
+    out += [f"note: {n}" for n in prep.notes]
+    if prep.resume_run is not None:
+        out.append(f"note: continues unfinished run {prep.resume_run} ({len(prep.done_dirs)} directories already done)")
+    return lines(out)
+
+
+def report_text(rep) -> str:
+    rate = rep.bytes / rep.seconds if rep.seconds else 0
+    out = [f"{rep.outcome}: {rep.reason}",
+           f"rewrote {rep.files} files, {human(rep.bytes)} in {rep.dirs} directories, {rep.seconds:.1f} s "
+           f"({human(rate)}/s); spread {rep.spread_before:.1f} -> {rep.spread_after:.1f} points "
+           f"(predicted {rep.predicted_after:.1f}); run {rep.run_id}"]
+    if rep.skipped:
+        out.append("skipped: " + ", ".join(f"{n} {k}" for k, n in rep.skipped.items()))
+    return lines(out)
+
+
+def runs_text(runs: list[dict]) -> str:
+    if not runs:
+        return lines("no runs recorded yet")
+    rows = [("ID", "KIND", "POOL/JOB", "STARTED UTC", "FILES", "BYTES", "SPREAD", "OUTCOME")]
+    for r in runs:
+        d = r["details"]
+        spread = f"{d['spread_before']:.1f}->{d['spread_after']:.1f}" if "spread_before" in d else ""
+        outcome = r["outcome"] + (f" ({r['error']})" if r.get("error") and r["outcome"] != "ok" else "")
+        rows.append((str(r["id"]), r["kind"], r["job"] or r["pool"] or "", r["started"][5:16].replace("T", " "),
+                     str(d.get("files", "")), human(d["bytes"]) if "bytes" in d else "", spread, outcome))
+    return lines(table(rows, right={0, 4, 5}))

@@ -1,0 +1,125 @@
+"""The OpenZFS lane: build (or reuse) the guest image, boot it, install this checkout's rebal in it,
+run the tests marked `openzfs` inside it, then the host-side tests marked `openzfs_vm` (which boot
+guests of their own to cut their power). Prints each pytest summary and one closing line.
+
+    python3 tests/openzfs/vm/lane.py [-k EXPR] [--guest-only | --host-only] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+sys.path.insert(0, str(HERE))
+from guest import Guest, GuestError, image_dir  # noqa: E402
+
+SUMMARY = re.compile(r"(\d+) (passed|failed|error|errors|skipped|xfailed|xpassed)")
+
+
+def counts(text: str) -> dict[str, int]:
+    """The figures of pytest's last summary line in ``text``."""
+    lines = [ln for ln in text.splitlines() if re.search(r"\d+ (passed|failed|error)", ln) and " in " in ln]
+    out: dict[str, int] = {}
+    if lines:
+        for n, what in SUMMARY.findall(lines[-1]):
+            out["error" if what.startswith("error") else what] = int(n)
+    return out
+
+
+def install(g: Guest, work: Path) -> None:
+    """This checkout's rebal, installed in the guest by its own pip from the source (its dependencies
+    are Debian's, baked into the image: the guest has no network), and the tests beside it."""
+    g.ssh("rm -rf /root/lane && mkdir -p /root/lane/src")
+    for part in ("rebal", "tests", "pyproject.toml", "README.md"):
+        g.put(ROOT / part, "/root/lane/src")
+    g.ssh("pip install -q --no-deps --no-index --no-build-isolation --break-system-packages --force-reinstall "
+          "/root/lane/src 2>&1 | grep -v -e WARNING -e 'as the .root. user' ; rm -rf /root/lane/src/build "
+          "/root/lane/src/rebal.egg-info; mv /root/lane/src/rebal /root/lane/rebal-source", timeout=300)
+
+
+def run_guest_tests(args, work: Path) -> tuple[int, dict]:
+    g = Guest(work / "guest", disks=8, disk_size="2G")
+    t0 = time.monotonic()
+    try:
+        took = g.boot()
+        print(f"lane: guest up in {took:.0f} s ({g.ssh('zfs version | head -1').stdout.strip()})", flush=True)
+        install(g, work)
+        pytest = ["cd /root/lane/src &&", "REBAL_LANE=openzfs", "python3 -m pytest -p no:cacheprovider -m 'openzfs or lane' -q",
+                  "--basetemp=/var/tmp/lane-pytest",
+                  "-o addopts='-ra'", "tests"]
+        if args.k:
+            pytest += ["-k", subprocess.list2cmdline([args.k])]
+        r = subprocess.run(g._ssh_argv(" ".join(pytest) + " 2>&1"), stdout=subprocess.PIPE, text=True,
+                           timeout=3600)
+        sys.stdout.write(r.stdout)
+        print(f"lane: guest tests took {time.monotonic() - t0:.0f} s", flush=True)
+        return r.returncode, counts(r.stdout)
+    finally:
+        if args.keep:
+            print(f"lane: guest kept running: ssh -i {g.key} -p {g.port} root@127.0.0.1", flush=True)
+        else:
+            g.shutdown()
+
+
+def run_host_tests(args) -> tuple[int, dict]:
+    env = dict(os.environ, REBAL_LANE_HOST="1")
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "openzfs_vm", "-q", "-o", "addopts=-ra",
+            str(ROOT / "tests" / "openzfs")]
+    if args.k:
+        argv += ["-k", args.k]
+    r = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, timeout=3600)
+    sys.stdout.write(r.stdout)
+    return r.returncode, counts(r.stdout)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-k", help="only tests matching this pytest expression")
+    ap.add_argument("--guest-only", action="store_true")
+    ap.add_argument("--host-only", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="leave the guest running (for a look inside)")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("lane: run as root (the image build uses debootstrap and chroot)", file=sys.stderr)
+        return 2
+    t0 = time.monotonic()
+    try:
+        image_dir(build=True)
+    except GuestError as e:
+        print(f"lane: {e}", file=sys.stderr)
+        return 2
+    print(f"lane: image ready after {time.monotonic() - t0:.0f} s", flush=True)
+    total: dict[str, int] = {}
+    rc = 0
+    with tempfile.TemporaryDirectory(prefix="rebal-lane-", dir="/var/tmp") as tmp:
+        parts = []
+        if not args.host_only:
+            parts.append(lambda: run_guest_tests(args, Path(tmp)))
+        if not args.guest_only:
+            parts.append(lambda: run_host_tests(args))
+        for part in parts:
+            try:
+                code, c = part()
+            except (GuestError, subprocess.SubprocessError, OSError) as e:
+                print(f"lane: {e}", file=sys.stderr)
+                code, c = 1, {"error": 1}
+            # pytest exits 5 when a -k selects nothing on one side: not a failure of the lane
+            rc = rc or (0 if code == 5 else code)
+            for k, v in c.items():
+                total[k] = total.get(k, 0) + v
+    failed = total.get("failed", 0) + total.get("error", 0)
+    print(f"lane ({time.monotonic() - t0:.0f} s): {total.get('passed', 0)} passed, {failed} failed"
+          + (f", {total['skipped']} skipped" if total.get("skipped") else ""), flush=True)
+    return rc or (1 if failed else 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""The views are pure: result objects in, text or dicts out. Built here from recorded OpenZFS output
+and hand-made results, without ZFS."""
+
+from __future__ import annotations
+
+from conftest import fixture_text
+
+from rebal.rebalance.engine import Report
+from rebal.rebalance.planner import DirEntry, VdevFill, make_plan
+from rebal.rebalance.prepare import Prepared, Target
+from rebal.rebalance.scan import ScanResult, Skips
+from rebal.state import SampleRow
+from rebal.views import rebalance as RV
+from rebal.views import replicate as PV
+from rebal.views import status as SV
+from rebal.views.text import age, table
+from rebal.zfs.parse import parse_zpool_list_hp
+
+
+def imbalanced():
+    [pool] = parse_zpool_list_hp(fixture_text("tank-imbalanced_zpool-list-v-Hp.txt"))
+    return pool
+
+
+def test_table_aligns_and_cuts_trailing_space():
+    rows = table([("A", "BB", "C"), ("long", "1", "")], right={1})
+    assert rows == ["A     BB  C", "long   1"]
+
+
+def test_age_units():
+    assert age(30) == "30 s" and age(90) == "1.5 min" and age(7200) == "2.0 h" and age(86400 * 3) == "3.0 d"
+
+
+def test_status_text_lists_every_data_vdev_and_the_verdict():
+    pool = imbalanced()
+    text = SV.status_text([pool], 10.0, [])
+    assert text.startswith(f"{pool.name}  ")
+    assert f"spread {pool.spread:.1f} points (over the target 10)" in text
+    for v in pool.data_vdevs:
+        assert f"{v.cap:.1f}%" in text
+    assert SV.status_text([], 10.0, []) == "no pools imported\n"
+
+
+def test_status_text_replication_lines():
+    text = SV.status_text([], 10, [
+        {"job": "a", "mode": "zfs", "last_success": None, "age_seconds": None, "snapshot": None},
+        {"job": "b", "mode": "rsync", "last_success": 0.0, "age_seconds": 7200, "snapshot": "rebal-b-x"},
+    ])
+    assert "replication a (zfs): never succeeded" in text
+    assert "replication b (rsync): last success 1970-01-01" in text and "2.0 h ago, snapshot rebal-b-x" in text
+
+
+def test_history_text():
+    rows = [SampleRow(1000.0 + i, 20.0 - i, {"mirror-0": (100, 80 - i), "mirror-1": (100, 20 + i)}) for i in range(3)]
+    text = SV.history_text("tank", rows)
+    assert text.splitlines()[0].startswith("tank: 3 samples, ")
+    assert "mirror-0" in text and "78.0%" in text and "22.0%" in text
+    assert "no samples of pool tank yet" in SV.history_text("tank", [])
+
+
+def _prep():
+    pool = imbalanced()
+    fills = [VdevFill(v.name, v.size, v.alloc) for v in pool.data_vdevs]
+    dirs = [DirEntry(b"/tank/a", 10, 5 << 30), DirEntry(b"/tank/b", 3, 1 << 20)]
+    skips = Skips()
+    skips.add("hardlinked", b"/tank/a/x", 4096)
+    sc = ScanResult(dirs, files=13, bytes=sum(d.bytes for d in dirs), skips=skips)
+    plan = make_plan(fills, dirs, 10.0)
+    return Prepared(pool, [Target("tank/data", "/tank", b"/tank")], sc, plan, "copy", False, 4, [],
+                    ["a warning"], ["a note"], resume_run=7, done_dirs={b"/tank/c"})
+
+
+def test_plan_json_and_text_agree():
+    prep = _prep()
+    d = RV.plan_json(prep)
+    assert d["pool"] == prep.pool.name and d["method"] == "copy" and d["files_eligible"] == 13
+    assert [v["name"] for v in d["vdevs"]] == [v.name for v in prep.pool.data_vdevs]
+    assert d["skipped"]["hardlinked"] == {"count": 1, "bytes": 4096, "examples": ["/tank/a/x"]}
+    assert d["resumes_run"] == 7 and d["warnings"] == ["a warning"]
+    text = RV.plan_text(prep)
+    assert f"spread now {prep.plan.spread_before:.1f} points, target 10" in text
+    assert "/tank/a" in text and "warning: a warning" in text and "note: a note" in text
+    assert "continues unfinished run 7 (1 directories already done)" in text
+    assert "1 hardlinked, 4.00K" in text
+
+
+def test_report_and_runs_text():
+    rep = Report(5, "ok", "spread 3.0 is under the target 10", files=12, bytes=3 << 20, dirs=2,
+                 skipped={"in-use": 1}, spread_before=20, spread_after=3, predicted_after=4, seconds=2.0)
+    text = RV.report_text(rep)
+    assert text.startswith("ok: spread 3.0") and "rewrote 12 files, 3.00M in 2 directories" in text
+    assert "20.0 -> 3.0 points (predicted 4.0); run 5" in text and "skipped: 1 in-use" in text
+    runs = [{"id": 5, "kind": "rebalance", "job": None, "pool": "tank", "started": "2026-11-23T10:00:00Z",
+             "outcome": "failed", "error": "read-only file system", "details": rep.as_dict()}]
+    rt = RV.runs_text(runs)
+    assert "failed (read-only file system)" in rt and "20.0->3.0" in rt
+    assert RV.runs_text([]) == "no runs recorded yet\n"
+
+
+def test_replication_text():
+    d = {"job": "n", "mode": "zfs", "snapshot": "rebal-n-1", "bytes": 2048, "seconds": 1.5, "run_id": 3,
+         "datasets": [{"source": "tank/d", "target": "b/d", "kind": "incremental", "base": "rebal-n-0", "bytes": 2048}],
+         "resumed": ["tank/d@rebal-n-1"], "notes": ["x", "x"]}
+    text = PV.replication_text("ok", d)
+    assert text.splitlines()[0] == "ok: job n (zfs), snapshot rebal-n-1, 2.00K sent in 1.5 s (run 3)"
+    assert "tank/d -> b/d: incremental from @rebal-n-0, 2.00K" in text and "resumed: tank/d@rebal-n-1" in text
+    assert text.count("note: x") == 1
+    dry = PV.replication_text("ok", {"dry_run": True, "job": "n", "mode": "zfs", "planned": ["zfs snapshot x"]})
+    assert "would run: zfs snapshot x" in dry
