@@ -81,3 +81,16 @@ def vdev_spec(pool: TestPool, vdev: list, size: str = "256M") -> list[str]:
         return [str(pool.disk(size))]
     kind, n = vdev
     return [kind] + [str(pool.disk(size)) for _ in range(int(n))]
+
+
+def sh_busy_retry(*argv: str) -> subprocess.CompletedProcess:
+    """A zfs command that zfs-fuse may answer with "busy" for a moment after files were open
+    (bounded retry of a known quirk, not a synchronisation)."""
+    for attempt in range(50):
+        r = sh(*argv, check=False)
+        if r.returncode == 0 or "busy" not in r.stderr:
+            break
+        time.sleep(0.1 * min(attempt + 1, 5))
+    if r.returncode != 0:
+        raise AssertionError(f"{' '.join(argv)} failed ({r.returncode}): {r.stderr.strip()}")
+    return r

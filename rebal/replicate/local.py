@@ -147,6 +147,26 @@ def guid_query(dataset: str, recursive: bool = True) -> list[str]:
             "guid,createtxg", dataset]
 
 
+def tree_from(text: str) -> dict[str, list[Snap]]:
+    """Every dataset of a recursive guid query with its own snapshots, oldest first."""
+    rows = parse_guid_txg(text)
+    out: dict[str, list[Snap]] = {n: [] for n in rows if "@" not in n and "#" not in n}
+    for n, v in rows.items():
+        if "@" in n:
+            ds, snap = n.split("@", 1)
+            out.setdefault(ds, []).append(Snap(snap, v.get("guid", 0), v.get("createtxg", 0)))
+    for snaps in out.values():
+        snaps.sort(key=lambda s: s.txg)
+    return out
+
+
+def local_tree(root: str, recursive: bool, runner=run) -> dict[str, list[Snap]]:
+    """The job's datasets (the root, and its children for a recursive job) with their snapshots:
+    one `zfs get` for the whole tree."""
+    tree = tree_from(runner(guid_query(root, recursive=recursive)).stdout)
+    return {d: s for d, s in tree.items() if d == root or (recursive and d.startswith(root + "/"))}
+
+
 def local_snapshots(dataset: str, runner=run) -> list[Snap]:
     return snapshots_from(runner(guid_query(dataset, recursive=False)).stdout, dataset)
 

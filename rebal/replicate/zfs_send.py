@@ -28,6 +28,7 @@ from .policy import (
     Snap,
     explain_receive_error,
     is_ours,
+    newest_common,
     parse_send_size,
     parse_snapshot_name,
     parse_token_check,
@@ -50,7 +51,7 @@ class ReplicationError(RebalError):
 class DatasetReport:
     source: str
     target: str
-    kind: str = ""  # full, incremental, resumed, nothing, failed
+    kind: str = ""  # full, incremental, resumed, nothing, renamed (not sent twice), failed
     base: str | None = None
     bytes: int = 0
     expected: int | None = None
@@ -68,6 +69,7 @@ class ZfsReport:
     pruned_source: list[str] = field(default_factory=list)
     pruned_target: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the run worked but needs the admin (a rename)
     planned: list[str] = field(default_factory=list)  # dry run: what would be done
 
     @property
@@ -97,6 +99,20 @@ class Remote:
                 return None
             raise ReplicationError(f"backup host: {res.stderr.strip()}")
         return L.snapshots_from(res.stdout, dataset)
+
+    def tree(self, root: str) -> dict[str, list[Snap]] | None:
+        """Every dataset under ``root`` on the backup host with its snapshots (one call); None if
+        ``root`` does not exist there."""
+        res = self.ssh.run(L.guid_query(root, recursive=True), check=False)
+        if res.returncode != 0:
+            if "does not exist" in res.stderr:
+                return None
+            raise ReplicationError(f"backup host: {res.stderr.strip()}")
+        return L.tree_from(res.stdout)
+
+    def destroy_many(self, dataset: str, snaps: list[str]) -> None:
+        """Destroy snapshots of one dataset (not of its children) in one command."""
+        self.ssh.run(["zfs", "destroy", f"{dataset}@{','.join(snaps)}"], readonly=False)
 
     def token(self, dataset: str) -> str | None:
         res = self.ssh.run(["zfs", "get", "-H", "-o", "value", "receive_resume_token", dataset], check=False)
@@ -220,6 +236,8 @@ class ZfsReplicator:
             self.report.planned.append(f"zfs snapshot {'-r ' if self.job.recursive else ''}{self.job.source}@{snap}")
         else:
             self.local.snapshot([f"{self.job.source}@{snap}"], recursive=self.job.recursive)
+        self.target_tree = self.remote.tree(self.job.target) or {}
+        self.orphans = self.find_orphans(datasets)
         levels: dict[int, list[str]] = {}
         for ds in datasets:
             levels.setdefault(ds.count("/"), []).append(ds)
@@ -229,13 +247,36 @@ class ZfsReplicator:
             with ThreadPoolExecutor(max_workers=max(1, self.job.parallel)) as pool:
                 reports = list(pool.map(lambda d: self.replicate_dataset(d, snap), levels[depth]))
             self.report.datasets.extend(reports)
-            failed = {r.source for r in reports if r.kind == "failed"}
+            failed = {r.source for r in reports if r.kind in ("failed", "renamed")}
             # a child of a dataset that failed has no parent on the target: leave it for next time
             for deeper in [k for k in levels if k > depth]:
                 levels[deeper] = [d for d in levels[deeper] if not any(d.startswith(f + "/") for f in failed)]
         if not self.dry_run and not self.stop.is_set():
             self.prune(datasets)
         return self.report
+
+    def source_of(self, target: str) -> str:
+        return self.job.source + target[len(self.job.target):]
+
+    def find_orphans(self, datasets: list[str]) -> dict[str, list[Snap]]:
+        """Backups whose source dataset is gone (destroyed or renamed): kept, never destroyed."""
+        if not self.job.recursive:
+            return {}
+        have = set(datasets)
+        out = {t: snaps for t, snaps in self.target_tree.items()
+               if t != self.job.target and self.source_of(t) not in have}
+        for t in sorted(out):
+            self.report.notes.append(f"{t}: its source {self.source_of(t)} is gone; the backup is kept "
+                                     "(rebal never destroys a backup dataset)")
+        return out
+
+    def renamed_from(self, ds: str, src: list[Snap], snap: str) -> str | None:
+        """The orphaned backup that holds ``ds``'s older snapshots (same guid): ``ds`` was renamed."""
+        guids = {s.guid for s in src if s.name != snap and s.guid}
+        for t, tsnaps in sorted(self.orphans.items()):
+            if guids & {s.guid for s in tsnaps}:
+                return t
+        return None
 
     def resume(self, ds: str) -> None:
         target = self.target_of(ds)
@@ -256,7 +297,8 @@ class ZfsReplicator:
         if self.dry_run:
             self.report.planned.append(f"zfs send -t <token> | zfs receive -s {target}  ({info.toname})")
             return
-        rep = DatasetReport(ds, target, "resumed", expected=info.size)
+        rep = DatasetReport(ds, target, "resumed", base=info.toname, expected=info.size)
+        self.report.datasets.append(rep)  # its bytes count in the run, the record and the metrics
         res = self._stream([["zfs", "send", "-t", token]], self.receive_argv(target), rep)
         if res.ok:
             self.report.resumed.append(info.toname)
@@ -276,6 +318,18 @@ class ZfsReplicator:
                 to = Snap(snap, 0, 1 << 62)
                 src = src + [to]
             tgt = self.remote.snapshots(target)
+            if tgt is None and self.target_tree:
+                was = self.renamed_from(ds, src, snap)
+                if was is not None:
+                    rep.kind = "renamed"
+                    common = newest_common(src, self.orphans[was])
+                    rep.base = common.name if common else None  # kept: the next incremental starts there
+                    self.report.warnings.append(
+                        f"{ds} was renamed from {self.source_of(was)}: its backup is {was} on the backup host. "
+                        f"Not sent twice: run 'zfs rename {was} {target}' there, and the next run continues "
+                        "incrementally")
+                    return rep
+                self.report.notes.append(f"{ds} is new: sent in full")
             plan = plan_send(ds, src, tgt, to, self.force_rollback)
             rep.base = plan.base.name if plan.base else None
             if plan.kind in ("diverged", "unrelated"):
@@ -371,30 +425,43 @@ class ZfsReplicator:
                 protect.add(self.report.snapshot)  # the new common snapshot: the next base
             elif d.base:
                 protect.add(d.base)  # this dataset still depends on its old base
-        # source: by name over the whole (recursive) job
+        # source: by name over the whole job; each snapshot released and destroyed where it exists
+        # (`zfs release -r` fails when a child lacks the snapshot: a child added after it was taken)
         root = self.job.source
-        src = [s for s in L.local_snapshots(root, self._run) if is_ours(s.name, job)]
+        tree = L.local_tree(root, self.job.recursive, self._run)
+        src = [s for s in tree.get(root, []) if is_ours(s.name, job)]
         keep = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in src], self.job.retention_source, protect)
         for s in src:
-            if s.name not in keep:
-                try:
-                    self.local.release(f"rebal-{job}", [f"{root}@{s.name}"], recursive=self.job.recursive)
-                    self.local.destroy_snapshots(root, [s.name], recursive=self.job.recursive)
-                    self.report.pruned_source.append(s.name)
-                except CommandFailed as e:
-                    self.report.notes.append(f"could not prune {root}@{s.name}: {e}")
-        # target: per dataset that was replicated
+            if s.name in keep:
+                continue
+            having = [d for d in sorted(tree) if any(x.name == s.name for x in tree[d])]
+            try:
+                for d in having:
+                    self.local.release(f"rebal-{job}", [f"{d}@{s.name}"])
+                if self.job.recursive and len(having) == len(tree):
+                    self.local.destroy_snapshots(root, [s.name], recursive=True)  # one call for the tree
+                else:
+                    for d in having:
+                        self.local.destroy_snapshots(d, [s.name])
+                self.report.pruned_source.append(s.name)
+            except (CommandFailed, RebalError) as e:
+                self.report.notes.append(f"could not prune {root}@{s.name}: {e}")
+        # target: per dataset this job replicates (a backup whose source is gone is left alone)
         troot = self.target_of(root)
-        tgt = self.remote.snapshots(troot) or []
-        mine = [s for s in tgt if is_ours(s.name, job)]
+        ttree = self.remote.tree(troot) or {}
+        mine = [s for s in ttree.get(troot, []) if is_ours(s.name, job)]
         keep_t = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in mine], self.job.retention_target, protect)
-        for s in mine:
-            if s.name not in keep_t:
-                try:
-                    self.remote.destroy(troot, s.name, recursive=self.job.recursive)
-                    self.report.pruned_target.append(s.name)
-                except CommandFailed as e:
-                    self.report.notes.append(f"could not prune {troot}@{s.name} on the backup host: {e}")
+        drop = {s.name for s in mine if s.name not in keep_t}
+        for ds in datasets:
+            t = self.target_of(ds)
+            gone = [s.name for s in ttree.get(t, []) if s.name in drop]
+            if not gone:
+                continue
+            try:
+                self.remote.destroy_many(t, gone)
+            except (CommandFailed, RebalError) as e:
+                self.report.notes.append(f"could not prune {t}@{','.join(gone)} on the backup host: {e}")
+        self.report.pruned_target.extend(sorted(drop))
 
 
 def kill_all(procs: list) -> None:

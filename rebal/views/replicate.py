@@ -13,6 +13,14 @@ def replication_text(outcome: str, d: dict) -> str:
     out = [f"{outcome}: job {d['job']} ({d['mode']}), snapshot {d.get('snapshot') or '-'}, "
            f"{human(d.get('bytes') or 0)} sent in {d.get('seconds', 0):.1f} s (run {d.get('run_id')})"]
     for ds in d.get("datasets", []):
+        if ds["kind"] == "resumed":
+            of = f" of the {human(ds['expected'])} left" if ds.get("expected") else ""
+            out.append(f"  {ds['source']} -> {ds['target']}: resumed {ds.get('base') or ''}, sent "
+                       f"{human(ds['bytes'])}{of}" + (f"  {ds['error']}" if ds.get("error") else ""))
+            continue
+        if ds["kind"] == "renamed":
+            out.append(f"  {ds['source']} -> {ds['target']}: not sent (renamed; see the warning)")
+            continue
         base = f" from @{ds['base']}" if ds.get("base") and ds["kind"] != "full" else ""
         out.append(f"  {ds['source']} -> {ds['target']}: {ds['kind']}{base}, {human(ds['bytes'])}"
                    + (f"  {ds['error']}" if ds.get("error") else ""))

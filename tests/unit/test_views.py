@@ -107,3 +107,13 @@ def test_replication_text():
     assert text.count("note: x") == 1
     dry = PV.replication_text("ok", {"dry_run": True, "job": "n", "mode": "zfs", "planned": ["zfs snapshot x"]})
     assert "would run: zfs snapshot x" in dry
+
+
+def test_replication_text_resumed_and_renamed():
+    d = {"job": "n", "mode": "zfs", "snapshot": "s2", "bytes": 3 << 20, "seconds": 1, "run_id": 4, "datasets": [
+        {"source": "t/d", "target": "b/d", "kind": "resumed", "base": "t/d@s1", "bytes": 2 << 20, "expected": 2 << 20},
+        {"source": "t/d/x", "target": "b/d/x", "kind": "renamed", "base": None, "bytes": 0},
+    ], "warnings": ["t/d/x was renamed"]}
+    text = PV.replication_text("warning", d)
+    assert "t/d -> b/d: resumed t/d@s1, sent 2.00M of the 2.00M left" in text
+    assert "t/d/x -> b/d/x: not sent (renamed; see the warning)" in text and "warning: t/d/x was renamed" in text
