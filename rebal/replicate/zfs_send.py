@@ -364,11 +364,13 @@ class ZfsReplicator:
                 else:
                     rep.error = f"zfs send of {ds}@{snap} failed: {res.sender_err or res.sender_rc}"
                 return rep
-            if plan.kind == "full" and not self.recv_u:
-                # this receiver cannot leave the replica unmounted (-u): a mounted, writable replica
-                # is "modified" by atime alone, which makes the next incremental fail. Read-only it is.
+            if plan.kind == "full":
+                # a mounted, writable replica is "modified" by atime alone, which makes the next
+                # incremental fail: without -u it is mounted at once, and with -u an admin who mounts
+                # it to look inside breaks it the same way (seen on OpenZFS 2.4.4). Read-only it is.
                 self.remote.ssh.run(["zfs", "set", "readonly=on", target], readonly=False)
-                self.report.notes.append(f"{target} set readonly=on (the backup host's zfs has no receive -u)")
+                if not self.recv_u:
+                    self.report.notes.append(f"{target} set readonly=on (the backup host's zfs has no receive -u)")
             self.hold_base(ds, snap, rep.base if plan.kind == "incremental" else None)
             return rep
         except RebalError as e:

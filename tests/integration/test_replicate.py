@@ -11,8 +11,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from conftest import rebal, rebal_json
 from fsenv import manifest
+from replscenarios import tree_scenario
 from treegen import mixed_tree
-from zfsenv import sh, sh_busy_retry
+from zfsenv import sh
 
 pytestmark = pytest.mark.zfs
 
@@ -392,50 +393,4 @@ def test_zstd_stream_and_parallel_children(pools, backup_host, tmp_path):
 
 
 def test_tree_grows_shrinks_and_renames_between_runs(pools, backup_host, tmp_path):
-    """Children added, destroyed and renamed between runs of a recursive job: a new child goes in
-    full (said), old snapshots are pruned on every dataset that has them (none leaks), a destroyed
-    child keeps its backup (said), a renamed child is not sent twice and continues once its backup
-    is renamed too."""
-    src, dst = pools
-    cfg = cfg_for(tmp_path, backup_host, name="tree", source=f"{src.name}/data", target=f"{dst.name}/copy",
-                  recursive=True)
-    fill(src, 1)
-    r1 = rebal_json("replicate", "tree", config=cfg)
-    assert r1["outcome"] == "ok", r1
-
-    sh("zfs", "create", f"{src.name}/data/big")
-    with open(os.path.join(mountpoint(f"{src.name}/data/big"), "f"), "wb") as f:
-        f.write(os.urandom(300_000))
-    r2 = rebal_json("replicate", "tree", config=cfg)
-    assert r2["outcome"] == "ok", r2
-    kinds = {d["source"]: d["kind"] for d in r2["datasets"]}
-    assert kinds[f"{src.name}/data/big"] == "full" and kinds[f"{src.name}/data"] == "incremental"
-    assert f"{src.name}/data/big is new: sent in full" in r2["notes"]
-    assert not [n for n in r2["notes"] if "could not prune" in n], r2["notes"]
-    assert r1["snapshot"] in r2["pruned_source"]
-    for ds in ("data", "data/child", "data/child/grandchild", "data/sibling", "data/big"):
-        assert r1["snapshot"] not in snaps(f"{src.name}/{ds}"), ds  # pruned everywhere, nothing leaks
-        assert r2["snapshot"] in snaps(f"{src.name}/{ds}"), ds
-    assert manifest(mountpoint(f"{src.name}/data/big")) == manifest(mountpoint(f"{dst.name}/copy/big"))
-
-    # rebal holds its base snapshot: the admin releases the hold to destroy the child
-    sh("zfs", "release", "rebal-tree", f"{src.name}/data/sibling@{r2['snapshot']}")
-    sh_busy_retry("zfs", "destroy", "-r", f"{src.name}/data/sibling")
-    r3 = rebal_json("replicate", "tree", config=cfg)
-    assert r3["outcome"] == "ok", r3
-    assert any(f"{dst.name}/copy/sibling: its source" in n and "kept" in n for n in r3["notes"]), r3["notes"]
-    assert snaps(f"{dst.name}/copy/sibling"), "a backup whose source is gone keeps its snapshots"
-
-    sh_busy_retry("zfs", "rename", f"{src.name}/data/child", f"{src.name}/data/kid")
-    r4 = rebal("replicate", "tree", "--json", config=cfg, check=False)
-    out = json.loads(r4.stdout)
-    assert r4.returncode == 0 and out["outcome"] == "warning", out
-    assert any("renamed from" in w and f"zfs rename {dst.name}/copy/child {dst.name}/copy/kid" in w
-               for w in out["warnings"]), out["warnings"]
-    assert sh("zfs", "list", f"{dst.name}/copy/kid", check=False).returncode != 0, "not sent twice"
-    sh_busy_retry("zfs", "rename", f"{dst.name}/copy/child", f"{dst.name}/copy/kid")
-    r5 = rebal_json("replicate", "tree", config=cfg)
-    assert r5["outcome"] == "ok", r5
-    kinds = {d["source"]: d["kind"] for d in r5["datasets"]}
-    assert kinds[f"{src.name}/data/kid"] == "incremental" and kinds[f"{src.name}/data/kid/grandchild"] == "incremental"
-    assert manifest(mountpoint(f"{src.name}/data/kid")) == manifest(mountpoint(f"{dst.name}/copy/kid"))
+    tree_scenario(*pools, backup_host, tmp_path)

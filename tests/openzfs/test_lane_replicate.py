@@ -1,0 +1,205 @@
+"""Replication on real OpenZFS, over the guest's own sshd: holds, `receive -u`, a 1 GiB send killed
+half way and resumed from its token (bytes counted), a stale token aborted once, diverged and
+modified targets, rsync from `.zfs/snapshot`, restore and verify, and a growing dataset tree."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import rebal, rebal_json
+from fsenv import manifest
+from lanelib import write_random
+from replscenarios import backup_root, cfg_for, fill, make_tree, mountpoint, snaps, tree_scenario
+from zfsenv import sh
+
+pytestmark = pytest.mark.openzfs
+
+
+@pytest.fixture
+def pools(make_pool):
+    src = make_pool([[], []], size="512M")
+    dst = make_pool([[]], size="1G")
+    make_tree(src)
+    return src, dst
+
+
+@pytest.fixture
+def disk_pools(zfs_ready, tmp_path):
+    """A source and a backup pool on the guest's virtio disks (2 GiB each), for the 1 GiB send."""
+    from zfsenv import TestPool
+
+    made = []
+    for name, dev in ((f"lanesrc{os.getpid()}", "/dev/vdb"), (f"lanedst{os.getpid()}", "/dev/vdc")):
+        mp = tmp_path / name
+        sh("zpool", "create", "-f", "-m", str(mp), name, dev)
+        made.append(TestPool(name, tmp_path, mp, []))
+    sh("zfs", "create", f"{made[0].name}/data")
+    yield made
+    for p in made:
+        p.destroy()
+    for dev in ("/dev/vdb", "/dev/vdc"):
+        sh("zpool", "labelclear", "-f", dev, check=False)
+
+
+def holds(snap: str) -> set[str]:
+    out = sh("zfs", "holds", "-H", snap).stdout
+    return {line.split("\t")[1] for line in out.splitlines() if line.strip()}
+
+
+def token(ds: str) -> str:
+    r = sh("zfs", "get", "-H", "-o", "value", "receive_resume_token", ds, check=False)
+    return r.stdout.strip() if r.returncode == 0 else "-"
+
+
+def wait_for(pred, what: str, timeout: float = 120):
+    """Wait for a state of the system (a token saved, a receive gone): bounded polling."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def receiving(target: str) -> bool:
+    return subprocess.run(["pgrep", "-f", f"zfs receive .*{target}"], capture_output=True).returncode == 0
+
+
+def progress_of_running(cfg) -> int:
+    runs = rebal_json("runs", "--limit", "1", config=cfg)["runs"]
+    return (runs[0]["progress"] or 0) if runs and runs[0]["outcome"] == "running or crashed" else 0
+
+
+def kill_run_when(cfg, job: str, nbytes: int) -> None:
+    """Start `rebal replicate JOB` and SIGKILL it with its children once ``nbytes`` went through."""
+    p = subprocess.Popen([sys.executable, "-m", "rebal", "--config", str(cfg), "replicate", job, "--json"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    wait_for(lambda: progress_of_running(cfg) >= nbytes or p.poll() is not None, f"{nbytes} bytes sent")
+    assert p.poll() is None, "the send ended before it could be cut"
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+
+
+def test_full_incremental_holds_and_receive_u(pools, backup_host, tmp_path):
+    src, dst = pools
+    cfg = cfg_for(tmp_path, backup_host, name="night", source=f"{src.name}/data", target=f"{dst.name}/copy",
+                  recursive=True)
+    fill(src, 1)
+    r1 = rebal_json("replicate", "night", config=cfg)
+    assert r1["outcome"] == "ok" and {d["kind"] for d in r1["datasets"]} == {"full"}, r1
+    assert not [n for n in r1["notes"] if "readonly=on" in n], "OpenZFS receives with -u"
+    assert sh("zfs", "get", "-H", "-o", "value", "mounted", f"{dst.name}/copy").stdout.strip() == "no"
+    assert sh("zfs", "get", "-H", "-o", "value", "readonly", f"{dst.name}/copy").stdout.strip() == "on"
+    for ds in ("data", "data/child", "data/child/grandchild", "data/sibling"):
+        assert "rebal-night" in holds(f"{src.name}/{ds}@{r1['snapshot']}"), ds
+    fill(src, 2)
+    r2 = rebal_json("replicate", "night", config=cfg)
+    assert r2["outcome"] == "ok" and {d["kind"] for d in r2["datasets"]} == {"incremental"}, r2
+    assert "rebal-night" in holds(f"{src.name}/data@{r2['snapshot']}")
+    assert r1["snapshot"] not in snaps(f"{src.name}/data"), "the old base is released and pruned"
+    assert manifest(mountpoint(f"{src.name}/data"), exclude=("child", "sibling")) == \
+        manifest(backup_root(f"{dst.name}/copy"), exclude=("child", "sibling"))
+
+
+def test_1gib_send_killed_half_way_resumes_from_its_token(disk_pools, backup_host, tmp_path):
+    src, dst = disk_pools
+    sh("zfs", "set", "compression=off", f"{src.name}/data")
+    cfg = cfg_for(tmp_path, backup_host, name="big", source=f"{src.name}/data", target=f"{dst.name}/copy")
+    write_random(os.path.join(mountpoint(f"{src.name}/data"), "big.bin"), 1024)
+    sh("zpool", "sync", src.name)
+    kill_run_when(cfg, "big", 400 << 20)
+    target = f"{dst.name}/copy"
+    wait_for(lambda: not receiving(target), "the cut receive to end")
+    assert token(target) not in ("-", ""), "zfs receive -s kept a resume token"
+    r = rebal("replicate", "big", config=cfg)
+    assert "resumed" in r.stdout and "of the" in r.stdout, r.stdout  # "resumed ..., sent X of the Y left"
+    run = rebal_json("runs", "--job", "big", "--limit", "1", config=cfg)["runs"][0]
+    d = run["details"]
+    [res] = [x for x in d["datasets"] if x["kind"] == "resumed"]
+    full = 1024 << 20
+    assert 100 << 20 < res["bytes"] < 0.8 * full, res  # well under the full size: only the rest went
+    assert res["expected"] and abs(res["bytes"] - res["expected"]) < 0.1 * res["expected"] + (8 << 20), res
+    assert d["bytes"] >= res["bytes"] and run["outcome"] == "ok"
+    assert token(target) in ("-", "")
+    a = sh("sha256sum", os.path.join(mountpoint(f"{src.name}/data"), "big.bin")).stdout.split()[0]
+    b = sh("sha256sum", os.path.join(backup_root(target), "big.bin")).stdout.split()[0]
+    assert a == b
+
+
+def test_stale_token_is_aborted_once(pools, backup_host, tmp_path):
+    src, dst = pools
+    cfg = cfg_for(tmp_path, backup_host, name="st", source=f"{src.name}/data", target=f"{dst.name}/copy",
+                  bwlimit="16M")
+    write_random(os.path.join(mountpoint(f"{src.name}/data"), "f.bin"), 80)
+    kill_run_when(cfg, "st", 16 << 20)
+    target = f"{dst.name}/copy"
+    wait_for(lambda: not receiving(target), "the cut receive to end")
+    assert token(target) not in ("-", "")
+    [cut] = [s for s in snaps(f"{src.name}/data") if s.startswith("rebal-st-")]
+    sh("zfs", "destroy", f"{src.name}/data@{cut}")  # the token's snapshot is gone: it cannot resume
+    r1 = rebal_json("replicate", "st", config=cfg)
+    assert r1["outcome"] == "ok" and r1["aborted_tokens"] == [target], r1
+    assert [d["kind"] for d in r1["datasets"]] == ["full"]
+    r2 = rebal_json("replicate", "st", config=cfg)
+    assert r2["outcome"] == "ok" and r2["aborted_tokens"] == [] and r2["datasets"][0]["kind"] == "incremental"
+
+
+def test_diverged_and_modified_targets_fail_with_nothing_destroyed(pools, backup_host, tmp_path):
+    src, dst = pools
+    cfg = cfg_for(tmp_path, backup_host, name="j", source=f"{src.name}/data", target=f"{dst.name}/copy")
+    fill(src, 1)
+    assert rebal_json("replicate", "j", config=cfg)["outcome"] == "ok"
+    target = f"{dst.name}/copy"
+    sh("zfs", "snapshot", f"{target}@made-on-the-backup")
+    before = snaps(target)
+    fill(src, 2)
+    r = rebal("replicate", "j", "--json", config=cfg, check=False)
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and "diverged" in out["error"] and "@made-on-the-backup" in out["error"], out
+    assert snaps(target) == before
+    sh("zfs", "destroy", f"{target}@made-on-the-backup")
+    sh("zfs", "set", "readonly=off", target)  # rebal leaves replicas read-only: someone undid that
+    with open(os.path.join(backup_root(target), "written-on-backup"), "w") as f:
+        f.write("x")
+    sh("zpool", "sync", dst.name)
+    before = snaps(target)
+    r = rebal("replicate", "j", "--json", config=cfg, check=False)
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and "was written to" in out["error"], out
+    assert snaps(target) == before and os.path.exists(os.path.join(mountpoint(target), "written-on-backup"))
+
+
+def test_rsync_reads_the_snapshot_directory(pools, backup_host, tmp_path):
+    src, dst = pools
+    target = os.path.join(mountpoint(dst.name), "files")
+    cfg = cfg_for(tmp_path, backup_host, name="files", mode="rsync", source=f"{src.name}/data", target=target)
+    fill(src, 1)
+    r1 = rebal_json("replicate", "files", config=cfg)
+    assert r1["outcome"] == "ok", r1
+    assert not [n for n in r1.get("notes", []) if "clone" in n], "OpenZFS has .zfs/snapshot: no clone"
+    kids = ("child", "sibling")
+    assert manifest(mountpoint(f"{src.name}/data"), exclude=kids) == manifest(target, exclude=kids)
+    fill(src, 2)
+    r2 = rebal_json("replicate", "files", config=cfg)
+    assert r2["outcome"] == "ok"
+    assert manifest(mountpoint(f"{src.name}/data"), exclude=kids) == manifest(target, exclude=kids)
+
+
+def test_restore_and_verify_round_trip(pools, backup_host, tmp_path):
+    src, dst = pools
+    cfg = cfg_for(tmp_path, backup_host, name="j", source=f"{src.name}/data", target=f"{dst.name}/copy")
+    fill(src, 1)
+    assert rebal_json("replicate", "j", config=cfg)["outcome"] == "ok"
+    v = rebal("verify", "j", "--sample", "all", "--json", config=cfg)
+    assert json.loads(v.stdout)["level"] == "OK"
+    out = rebal_json("restore", "j", "--to", f"{src.name}/restored", config=cfg)
+    assert out["to"] == f"{src.name}/restored"
+    kids = ("child", "sibling")
+    assert manifest(mountpoint(f"{src.name}/data"), exclude=kids) == \
+        manifest(backup_root(f"{src.name}/restored"), exclude=kids)
+
+
+def test_growing_tree_with_holds(pools, backup_host, tmp_path):
+    tree_scenario(*pools, backup_host, tmp_path)

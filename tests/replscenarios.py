@@ -1,0 +1,99 @@
+"""Replication scenarios run on zfs-fuse (tests/integration) and on OpenZFS (the lane) alike."""
+
+import json
+import os
+
+from conftest import rebal, rebal_json
+from fsenv import manifest
+from zfsenv import sh, sh_busy_retry
+
+
+def cfg_for(tmp_path, host, **job):
+    p = tmp_path / "config.toml"
+    p.write_text(f'state_db = "{tmp_path / "state.db"}"\n' + host.config_block(**job))
+    return p
+
+
+def mountpoint(ds):
+    return sh("zfs", "get", "-H", "-o", "value", "mountpoint", ds).stdout.strip()
+
+
+def backup_root(ds):
+    """Where a backup dataset's files are read: OpenZFS receives with -u (not mounted), and zfs-fuse
+    sometimes leaves a renamed, then received, file system unmounted: mount it to read it."""
+    if sh("zfs", "get", "-H", "-o", "value", "mounted", ds).stdout.strip() != "yes":
+        sh("zfs", "mount", ds)
+    return mountpoint(ds)
+
+
+def snaps(ds):
+    out = sh("zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-r", ds).stdout.split()
+    return sorted(n.split("@", 1)[1] for n in out if n.startswith(ds + "@"))
+
+
+def make_tree(src):
+    for ds in ("data", "data/child", "data/child/grandchild", "data/sibling"):
+        sh("zfs", "create", f"{src.name}/{ds}")
+
+
+def fill(src, seed):
+    from treegen import mixed_tree
+
+    root = mountpoint(f"{src.name}/data")
+    mixed_tree(os.path.join(root, "top", str(seed)), small=60, large=1, large_mib=(2, 3), seed=seed, xattrs=False)
+    for kid in ("child", "child/grandchild", "sibling"):
+        d = os.path.join(root, kid, f"f{seed}")
+        with open(d, "wb") as f:
+            f.write(os.urandom(50_000 + seed))
+
+
+def tree_scenario(src, dst, backup_host, tmp_path):
+    """Children added, destroyed and renamed between runs of a recursive job: a new child goes in
+    full (said), old snapshots are pruned on every dataset that has them (none leaks), a destroyed
+    child keeps its backup (said), a renamed child is not sent twice and continues once its backup
+    is renamed too."""
+    cfg = cfg_for(tmp_path, backup_host, name="tree", source=f"{src.name}/data", target=f"{dst.name}/copy",
+                  recursive=True)
+    fill(src, 1)
+    r1 = rebal_json("replicate", "tree", config=cfg)
+    assert r1["outcome"] == "ok", r1
+
+    sh("zfs", "create", f"{src.name}/data/big")
+    with open(os.path.join(mountpoint(f"{src.name}/data/big"), "f"), "wb") as f:
+        f.write(os.urandom(300_000))
+    r2 = rebal_json("replicate", "tree", config=cfg)
+    assert r2["outcome"] == "ok", r2
+    kinds = {d["source"]: d["kind"] for d in r2["datasets"]}
+    assert kinds[f"{src.name}/data/big"] == "full" and kinds[f"{src.name}/data"] == "incremental"
+    assert f"{src.name}/data/big is new: sent in full" in r2["notes"]
+    assert not [n for n in r2["notes"] if "could not prune" in n], r2["notes"]
+    assert r1["snapshot"] in r2["pruned_source"]
+    for ds in ("data", "data/child", "data/child/grandchild", "data/sibling", "data/big"):
+        assert r1["snapshot"] not in snaps(f"{src.name}/{ds}"), ds  # pruned everywhere, nothing leaks
+        assert r2["snapshot"] in snaps(f"{src.name}/{ds}"), ds
+    assert manifest(mountpoint(f"{src.name}/data/big")) == manifest(backup_root(f"{dst.name}/copy/big"))
+
+    # rebal holds its base snapshot: the admin releases the hold to destroy the child
+    sh("zfs", "release", "rebal-tree", f"{src.name}/data/sibling@{r2['snapshot']}")
+    sh_busy_retry("zfs", "destroy", "-r", f"{src.name}/data/sibling")
+    r3 = rebal_json("replicate", "tree", config=cfg)
+    assert r3["outcome"] == "ok", r3
+    assert any(f"{dst.name}/copy/sibling: its source" in n and "kept" in n for n in r3["notes"]), r3["notes"]
+    assert snaps(f"{dst.name}/copy/sibling"), "a backup whose source is gone keeps its snapshots"
+
+    sh_busy_retry("zfs", "rename", f"{src.name}/data/child", f"{src.name}/data/kid")
+    r4 = rebal("replicate", "tree", "--json", config=cfg, check=False)
+    out = json.loads(r4.stdout)
+    assert r4.returncode == 0 and out["outcome"] == "warning", out
+    assert any("renamed from" in w and f"zfs rename {dst.name}/copy/child {dst.name}/copy/kid" in w
+               for w in out["warnings"]), out["warnings"]
+    assert sh("zfs", "list", f"{dst.name}/copy/kid", check=False).returncode != 0, "not sent twice"
+    sh_busy_retry("zfs", "rename", f"{dst.name}/copy/child", f"{dst.name}/copy/kid")
+    r5 = rebal_json("replicate", "tree", config=cfg)
+    assert r5["outcome"] == "ok", r5
+    kinds = {d["source"]: d["kind"] for d in r5["datasets"]}
+    assert kinds[f"{src.name}/data/kid"] == "incremental" and kinds[f"{src.name}/data/kid/grandchild"] == "incremental"
+    backup_root(f"{dst.name}/copy/kid")  # the parent first, then its child on top
+    backup_root(f"{dst.name}/copy/kid/grandchild")
+    a, b = manifest(mountpoint(f"{src.name}/data/kid")), manifest(backup_root(f"{dst.name}/copy/kid"))
+    assert a == b, {k: (a.get(k), b.get(k)) for k in set(a) | set(b) if a.get(k) != b.get(k)}
