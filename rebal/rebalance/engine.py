@@ -57,9 +57,10 @@ class Report:
     predicted_after: float = 0.0
     seconds: float = 0.0
     recovered: journal.Recovery | None = None
+    reclaim: dict | None = None  # after a RAIDZ expansion: available before/after, reclaimed, predicted
 
     def as_dict(self) -> dict:
-        return {
+        return ({"reclaim": self.reclaim} if self.reclaim else {}) | {
             "run_id": self.run_id,
             "outcome": self.outcome,
             "reason": self.reason,
@@ -106,6 +107,8 @@ class _Run:
         self.last_settle = time.monotonic()
         self.spread_now = prep.pool.spread
         self.linked_seen: set[int] = set()  # hardlinked inodes already rewritten in place
+        self.filters = prep.filters or opts.filters
+        self.all = opts.rewrite_all or prep.reclaim_only  # every eligible file, whatever the spread
 
     # measuring
 
@@ -125,7 +128,7 @@ class _Run:
         target may be reached, and otherwise at most every SETTLE_EVERY seconds."""
         target = self.opts.target_spread
         raw = self.measure(settle=False)
-        if self.opts.rewrite_all:
+        if self.all:
             return False
         predicted = spread(simulate(fills(self.prep.pool), self.report.bytes, self.prep.plan.pinned_fraction))
         if raw <= target or predicted <= target or time.monotonic() - self.last_settle >= SETTLE_EVERY:
@@ -157,7 +160,7 @@ class _Run:
         try:
             dst = os.fstat(dfd)
             journal.start_dir(self.conn, self.report.run_id, d.path, dst)
-            todo = [FileRef.from_stat(d.path, n, st) for n, st in candidates(d.path, root, dev, self.opts.filters)]
+            todo = [FileRef.from_stat(d.path, n, st) for n, st in candidates(d.path, root, dev, self.filters)]
             for attempt in range(RETRIES + 1):
                 retry: list[FileRef] = []
                 while todo:
@@ -243,7 +246,7 @@ class _Run:
         rep = DirReport(d.path)
         journal.start_dir(self.conn, self.report.run_id, d.path, os.lstat(d.path))
         files = []
-        for n, st in candidates(d.path, root, dev, self.opts.filters, hardlinks_ok=True):
+        for n, st in candidates(d.path, root, dev, self.filters, hardlinks_ok=True):
             if st.st_nlink > 1:  # an inode with several names is rewritten once
                 if st.st_ino in self.linked_seen:
                     continue
@@ -338,6 +341,11 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
             run_id = state.start_run(conn, "rebalance", pool=prep.pool.name, key=prep.key)
         r = _Run(prep, opts, zpool, zfs, conn, events, stop)
         r.report = Report(run_id, "failed", "", spread_before=prep.pool.spread, predicted_after=prep.plan.spread_after)
+        avail_ds = prep.targets[0].dataset
+        if prep.reclaim:
+            zpool.settle(prep.pool.name)
+            r.report.reclaim = {"available_before": _available(zfs, avail_ds),
+                                "predicted": prep.reclaim["reclaim_bytes"]}
         r.report.recovered = recovered
         t0 = time.monotonic()
         timer = None
@@ -367,14 +375,23 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
                 r.report.spread_after = r.measure(settle=True)
             except RebalError:
                 r.report.spread_after = r.spread_now
+            if r.report.reclaim is not None:
+                after = _available(zfs, avail_ds)
+                r.report.reclaim |= {"available_after": after,
+                                     "reclaimed": after - r.report.reclaim["available_before"]}
             state.end_run(conn, run_id, r.report.outcome, error=r.report.reason if r.report.outcome == "failed" else None,
                           details=r.report.as_dict() | {"method": prep.method, "jobs": prep.jobs})
         return r.report
 
 
+def _available(zfs, dataset: str) -> int:
+    v = zfs.get(dataset, ["available"]).get("available", "0")
+    return int(v) if v.isdigit() else 0
+
+
 def _step_done(r: _Run, rep: DirReport) -> bool:
     """After a directory (or the hardlink groups): measure, tally, report; True at the target."""
-    reached = r.target_reached() and not r.opts.rewrite_all
+    reached = r.target_reached() and not r.all
     rep.spread = r.spread_now
     for k, n in rep.skipped.items():
         r.report.skipped[k] = r.report.skipped.get(k, 0) + n
@@ -384,7 +401,7 @@ def _step_done(r: _Run, rep: DirReport) -> bool:
 
 def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
     prep, opts = r.prep, r.opts
-    if r.spread_now <= opts.target_spread and not opts.rewrite_all:
+    if r.spread_now <= opts.target_spread and not r.all:
         return "ok", f"spread {r.spread_now:.1f} is within the target {opts.target_spread:g}"
     roots = {t.root: os.lstat(t.root).st_dev for t in prep.targets}
     with ThreadPoolExecutor(max_workers=prep.jobs, thread_name_prefix="rebal-copy") as pool:
@@ -406,6 +423,8 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
     why = r.limit_hit()
     if why:
         return ("interrupted" if why == "interrupted" else "stopped"), why
+    if prep.reclaim_only:
+        return "ok", "every file stored at the old data:parity ratio was rewritten"
     if opts.rewrite_all:
         return "ok", f"every eligible file was rewritten (--all); the spread is {r.spread_now:.1f}"
     return "incomplete", (f"every eligible directory was rewritten; the spread is {r.spread_now:.1f}, "

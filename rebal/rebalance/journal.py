@@ -98,6 +98,15 @@ def done_dirs(conn: sqlite3.Connection, run_id: int) -> set[bytes]:
     return {bytes(r[0]) for r in rows}
 
 
+def dirs_done_since(conn: sqlite3.Connection, pool: str, since: float) -> set[bytes]:
+    """Directories that any rebalance of ``pool`` started after ``since`` finished (after a RAIDZ
+    expansion: their files were rewritten at the new ratio, whatever their ctime says)."""
+    rows = conn.execute(
+        "SELECT d.path FROM rebalance_dirs d JOIN runs r ON r.id = d.run_id "
+        "WHERE r.kind = 'rebalance' AND r.pool = ? AND r.started > ? AND d.state = 'done'", (pool, since))
+    return {bytes(r[0]) for r in rows}
+
+
 def skipped(conn: sqlite3.Connection, run_id: int) -> list[tuple[bytes, str, str]]:
     rows = conn.execute(
         "SELECT dir, name, state, reason FROM journal WHERE run_id = ? AND state != ? ORDER BY id", (run_id, OPEN)

@@ -59,6 +59,9 @@ class Prepared:
     notes: list[str]
     resume_run: int | None = None
     done_dirs: set[bytes] = field(default_factory=set)
+    reclaim: dict | None = None  # after a RAIDZ expansion: what is at the old ratio, what a rewrite returns
+    reclaim_only: bool = False  # one (expanded) data vdev: rewrite every old file, no spread goal
+    filters: Filters | None = None  # the filters in force (with the expansion's), for the run
 
     @property
     def key(self) -> str:
@@ -117,8 +120,21 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
     targets = resolve_targets(zfs, opts.targets)
     pool_name = targets[0].dataset.split("/")[0]
     [pool] = zpool.pools([pool_name])
-    if len(pool.data_vdevs) < 2:
-        raise RefusedError(f"pool {pool_name} has {len(pool.data_vdevs)} data vdev: nothing to balance")
+    expansions = _expansions(zpool, pool_name)
+    if any(not e.done for e in expansions):
+        raise RefusedError(f"a RAIDZ expansion of pool {pool_name} is still running: wait for it "
+                           f"(zpool wait -t raidz_expand {pool_name}), then rewrite the old blocks")
+    expanded = [e for e in expansions if e.done and e.ended is not None]
+    if len(pool.data_vdevs) < 2 and not expanded:
+        raise RefusedError(f"pool {pool_name} has {len(pool.data_vdevs)} data vdev and no expanded RAIDZ vdev: "
+                           "nothing to balance or reclaim")
+    # one data vdev, expanded: the goal is the capacity the old data:parity ratio holds back
+    reclaim_only = len(pool.data_vdevs) < 2
+    if expanded:
+        from dataclasses import replace
+
+        opts = replace(opts, filters=replace(opts.filters, expanded_at=max(e.ended for e in expanded),
+                                             only_old=reclaim_only))
     warnings: list[str] = []
     notes: list[str] = []
 
@@ -143,6 +159,8 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
             if last in (None, "interrupted", "stopped", "failed"):
                 resume_run = row[0]
                 done = journal.done_dirs(conn, resume_run)
+        if expanded and reclaim_only:  # rewritten since the expansion: at the new ratio already
+            done = done | journal.dirs_done_since(conn, pool_name, opts.filters.expanded_at)
 
     method, physical = "copy", False
     if opts.method in ("auto", "rewrite"):
@@ -187,22 +205,45 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
             f"not enough free space for the largest file ({human(sc.largest)}) plus the reserve "
             f"({human(reserve)}): {human(avail)} available; files that do not fit are skipped"
         )
-    try:
-        for st in zpool.status([pool_name]):
-            if "expanded raidz" in st.scan or "expansion of raidz" in st.scan:
-                notes.append(
-                    "a RAIDZ vdev of this pool was expanded: rewriting old blocks also moves them to the new "
-                    "data:parity ratio and reclaims space"
-                )
-    except RebalError:
-        pass
+    reclaim = None
+    if expanded:
+        old_alloc = sum(d.alloc for d in remaining) if reclaim_only else sc.old_alloc
+        if reclaim_only:
+            old_files = sum(d.files for d in remaining)
+        else:
+            old_files = sc.old_files
+        e = expanded[0]
+        reclaim = {
+            "vdevs": [x.as_dict() for x in expanded],
+            "old_ratio_files": old_files,
+            "old_ratio_bytes": old_alloc,
+            "how": "estimated: files last changed (ctime) before the expansion completed, less directories "
+                   "rewritten since; not measured from block pointers",
+            "reclaim_bytes": int(old_alloc * e.reclaim_fraction),
+            "goal": "reclaim" if reclaim_only else "spread and reclaim (with --all)",
+        }
+        notes.append(
+            f"{e.vdev} was expanded from {e.width_before} to {e.width_after} disks: about {human(old_alloc)} in "
+            f"{old_files} files is stored at the old data:parity ratio; rewriting it returns about "
+            f"{human(reclaim['reclaim_bytes'])} ({100 * e.reclaim_fraction:.1f}%)"
+            + ("" if reclaim_only else " (--all rewrites everything; the spread goal alone may stop sooner)"))
     if plan.needed_bytes is None and plan.spread_before > opts.target_spread:
         warnings.append(
             f"rewriting all {human(plan.candidate_bytes)} under the targets is predicted to leave the spread at "
             f"{plan.spread_after:.1f} points, above the target {opts.target_spread:g}"
         )
     jobs = opts.jobs or default_jobs(len(pool.data_vdevs))
-    return Prepared(pool, targets, sc, plan, method, physical, jobs, snaps, warnings, notes, resume_run, done)
+    return Prepared(pool, targets, sc, plan, method, physical, jobs, snaps, warnings, notes, resume_run, done,
+                    reclaim=reclaim, reclaim_only=reclaim_only, filters=filters)
+
+
+def _expansions(zpool, pool_name: str) -> list:
+    from ..zfs.expansion import parse_expansions
+
+    try:
+        return [e for st in zpool.status([pool_name]) for e in parse_expansions(st)]
+    except RebalError:
+        return []
 
 
 def _avail(path: bytes) -> int:

@@ -26,6 +26,8 @@ class Filters:
     min_size: int = 0
     max_size: int | None = None
     now: float = field(default_factory=time.time)
+    expanded_at: float | None = None  # a RAIDZ expansion completed then: older data is at the old ratio
+    only_old: bool = False  # only files written before expanded_at (a reclaim after the expansion)
 
     def excluded(self, rel: bytes) -> bool:
         if not self.exclude:
@@ -77,6 +79,8 @@ class ScanResult:
     skips: Skips = field(default_factory=Skips)
     groups: list[list[FileRef]] = field(default_factory=list)  # complete hardlink groups (--hardlinks)
     group_bytes: int = 0
+    old_files: int = 0  # eligible files last written before the RAIDZ expansion (by their ctime)
+    old_alloc: int = 0  # and the space they take
 
 
 def candidates(
@@ -128,6 +132,10 @@ def candidates(
             if not filters.wants(st):
                 if skips is not None:
                     skips.add("filtered (age or size)", path, st.st_size)
+                continue
+            if filters.only_old and filters.expanded_at is not None and st.st_ctime >= filters.expanded_at:
+                if skips is not None:
+                    skips.add("written since the RAIDZ expansion (already at the new ratio)", path, st.st_size)
                 continue
             yield name, st
 
@@ -193,6 +201,9 @@ def scan(
                 res.largest = max(res.largest, st.st_size)
                 if newest_snapshot is not None and st.st_mtime < newest_snapshot:
                     res.pinned_bytes += st.st_size
+                if filters.expanded_at is not None and st.st_ctime < filters.expanded_at:
+                    res.old_files += 1
+                    res.old_alloc += used
             if files:
                 res.dirs.append(DirEntry(d, files, nbytes, alloc))
                 res.files += files

@@ -39,6 +39,7 @@ def plan_json(prep) -> dict:
         "warnings": prep.warnings,
         "notes": prep.notes,
         "resumes_run": prep.resume_run,
+        "expansion": prep.reclaim,
     }
 
 
@@ -52,7 +53,17 @@ def plan_text(prep, max_dirs: int = 30) -> str:
     for v in plan.before:
         rows.append((short[v.name], human(v.size), human(v.alloc), f"{v.cap:.1f}%", f"{after[v.name].cap:.1f}%"))
     out += table(rows, right={1, 2, 3, 4})
-    if plan.needed_bytes == 0:
+    rc = prep.reclaim
+    if rc:
+        for e in rc["vdevs"]:
+            out.append(f"RAIDZ expansion: {e['vdev']} grew from {e['width_before']} to {e['width_after']} disks "
+                       f"(raidz{e['parity']}; a rewrite returns {100 * e['reclaim_fraction']:.1f}% of what it rewrites)")
+        out.append(f"at the old data:parity ratio: about {human(rc['old_ratio_bytes'])} in {rc['old_ratio_files']} files "
+                   f"({rc['how']})")
+        out.append(f"a rewrite of it returns about {human(rc['reclaim_bytes'])} of free space; goal: {rc['goal']}")
+    if prep.reclaim_only:
+        pass
+    elif plan.needed_bytes == 0:
         out.append("the spread is already within the target: nothing to do")
     elif plan.needed_bytes is None:
         out.append(f"predicted spread after rewriting everything eligible: {plan.spread_after:.1f} points "
@@ -90,6 +101,10 @@ def report_text(rep) -> str:
            f"rewrote {rep.files} files, {human(rep.bytes)} in {rep.dirs} directories, {rep.seconds:.1f} s "
            f"({human(rate)}/s); spread {rep.spread_before:.1f} -> {rep.spread_after:.1f} points "
            f"(predicted {rep.predicted_after:.1f}); run {rep.run_id}"]
+    if rep.reclaim and "available_after" in rep.reclaim:
+        rc = rep.reclaim
+        out.append(f"free space {human(rc['available_before'])} -> {human(rc['available_after'])}: reclaimed "
+                   f"{human(rc['reclaimed'])} (predicted {human(rc['predicted'])})")
     if rep.skipped:
         out.append("skipped: " + ", ".join(f"{n} {k}" for k, n in rep.skipped.items()))
     return lines(out)
