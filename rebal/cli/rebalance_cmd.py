@@ -137,7 +137,8 @@ def runs(
     from .. import state
     from ..views.rebalance import runs_text
 
-    rows = state.list_runs(open_state(load_config()), kind=kind, job=job, limit=limit)
+    cfg = load_config()
+    rows = state.list_runs(open_state(cfg), kind=kind, job=job, limit=limit, state_db=cfg.state_db)
     if as_json:
         out_json({"runs": rows})
     else:

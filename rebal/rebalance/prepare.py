@@ -195,6 +195,11 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
     if sc.groups:
         notes.append(f"{len(sc.groups)} hardlink group(s) ({human(sc.group_bytes)}) will be re-created as groups "
                      "after the directories")
+    if sc.skips.temps:
+        warnings.append(
+            f"{len(sc.skips.temps)} rebal temp or anchor name(s) found (e.g. {os.fsdecode(sc.skips.temps[0])}): "
+            "left by a crash; the rebalance recovers them from the journal, or removes them where that is "
+            "provably safe, and lists the rest")
     sp = sc.skips.counts.get("special file (socket, fifo or device)", 0)
     if sp:
         warnings.append(f"{sp} special file(s) (sockets, fifos, devices) will be skipped")

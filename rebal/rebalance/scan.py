@@ -53,6 +53,7 @@ class Skips:
     counts: dict[str, int] = field(default_factory=dict)
     bytes: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[str]] = field(default_factory=dict)
+    temps: list[bytes] = field(default_factory=list)  # every rebal temp or anchor name found
 
     def add(self, kind: str, path: bytes, size: int = 0) -> None:
         self.counts[kind] = self.counts.get(kind, 0) + 1
@@ -67,6 +68,7 @@ class Skips:
             self.bytes[k] = self.bytes.get(k, 0) + other.bytes.get(k, 0)
             ex = self.examples.setdefault(k, [])
             ex.extend(other.examples.get(k, [])[: EXAMPLES - len(ex)])
+        self.temps.extend(other.temps)
 
 
 @dataclass
@@ -122,6 +124,7 @@ def candidates(
             if is_temp_name(name):
                 if skips is not None:
                     skips.add("rebal temp file", path, st.st_size)
+                    skips.temps.append(path)
                 continue
             if st.st_dev != dev:
                 continue

@@ -59,6 +59,7 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
         return "ok", {"job": name, "mode": j.mode, "dry_run": True} | dataclasses.asdict(rep)
     conn = conn or state.connect(cfg.state_db)
     with FileLock(cfg.state_db, f"replicate-{name}", f"run of replication job {name}"):
+        state.mark_dead_runs(conn, "replicate", job=name)
         run_id = state.start_run(conn, "replicate", job=name, pool=j.source.split("/")[0])
         t0 = time.monotonic()
         details: dict = {"job": name, "mode": j.mode, "run_id": run_id}

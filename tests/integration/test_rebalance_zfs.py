@@ -304,3 +304,41 @@ def test_time_window_end_stops_cleanly(make_pool, tmp_path):
     assert 0 < rep.bytes < prep.scan.bytes
     assert manifest(data) == before and temp_leftovers(data) == []
     assert conn.execute("SELECT count(*) FROM journal WHERE state = 'copying'").fetchone()[0] == 0
+
+
+def test_killed_run_shows_interrupted_and_journal_less_temps_are_cleaned(make_pool, tmp_path):
+    """A run killed with SIGKILL is listed as interrupted (its process is gone); a temp copy that no
+    journal names (as a power cut with a non-durable journal left them) is removed by the next run,
+    and its file is rewritten instead of failing for ever."""
+    from rebal.rebalance.files import tmp_name
+
+    pool, data = grown_pool(make_pool, tmp_path, size="128M",
+                            tree=lambda root: mixed_tree(root, small=200, large=4, large_mib=(6, 8), seed=5))
+    cfg = write_cfg(tmp_path)
+    victim = next(p for p in sorted((data).rglob("small*")) if p.is_file())
+    stale = victim.parent / os.fsdecode(tmp_name(victim.stat().st_ino))
+    stale.write_bytes(b"a copy cut short")
+    plan = rebal_json("plan", f"{pool.name}/data", config=cfg)
+    assert any("temp or anchor name(s) found" in w for w in plan["warnings"]), plan["warnings"]
+    proc = subprocess.Popen([sys.executable, "-m", "rebal", "--config", str(cfg), "rebalance", f"{pool.name}/data",
+                             "--target-spread", "0.01", "--max-rate", "4M", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = []
+    for line in proc.stdout:
+        first.append(json.loads(line))
+        if first[-1]["event"] == "start":
+            break
+    proc.kill()
+    proc.communicate()
+    notes = [e["text"] for e in first if e["event"] == "note"]
+    assert any("removed 1 leftover rebal temp name" in n for n in notes), notes
+    assert not stale.exists()
+    [run] = rebal_json("runs", "--kind", "rebalance", config=cfg)["runs"]
+    assert run["outcome"] == "interrupted" and "process died" in run["error"], run
+    before = manifest(data, exclude=())
+    r = rebal("rebalance", f"{pool.name}/data", "--target-spread", "0.01", "--json", config=cfg)
+    events = [json.loads(x) for x in r.stdout.splitlines()]
+    assert events[-1]["skipped"].get("failed", 0) == 0, events[-1]
+    assert temp_leftovers(data) == []
+    after = manifest(data)
+    assert {k: v for k, v in after.items()} == {k: v for k, v in before.items() if k != os.fsencode(stale.relative_to(data))}

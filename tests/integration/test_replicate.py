@@ -174,7 +174,7 @@ def test_retention_prunes_only_this_jobs_snapshots(pools, backup_host, tmp_path)
 def progress_of_running(cfg) -> int:
     """Bytes the running run has moved so far, as rebal records them (rebal runs)."""
     runs = rebal_json("runs", "--limit", "1", config=cfg)["runs"]
-    return (runs[0]["progress"] or 0) if runs and runs[0]["outcome"] == "running or crashed" else 0
+    return (runs[0]["progress"] or 0) if runs and runs[0]["outcome"] == "running" else 0
 
 
 def test_killed_transfer_then_next_run_completes(pools, backup_host, tmp_path):

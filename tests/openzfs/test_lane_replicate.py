@@ -69,7 +69,7 @@ def receiving(target: str) -> bool:
 
 def progress_of_running(cfg) -> int:
     runs = rebal_json("runs", "--limit", "1", config=cfg)["runs"]
-    return (runs[0]["progress"] or 0) if runs and runs[0]["outcome"] == "running or crashed" else 0
+    return (runs[0]["progress"] or 0) if runs and runs[0]["outcome"] == "running" else 0
 
 
 def kill_run_when(cfg, job: str, nbytes: int) -> None:

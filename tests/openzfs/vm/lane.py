@@ -116,7 +116,8 @@ def main() -> int:
             for k, v in c.items():
                 total[k] = total.get(k, 0) + v
     failed = total.get("failed", 0) + total.get("error", 0)
-    print(f"lane ({time.monotonic() - t0:.0f} s): {total.get('passed', 0)} passed, {failed} failed"
+    print(f"lane: took {time.monotonic() - t0:.0f} s", flush=True)
+    print(f"lane: {total.get('passed', 0)} passed, {failed} failed"
           + (f", {total['skipped']} skipped" if total.get("skipped") else ""), flush=True)
     return rc or (1 if failed else 0)
 
