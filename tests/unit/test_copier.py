@@ -1,7 +1,9 @@
 """The copier on a real tmpfs: content, holes, owner, mode, ns times, xattrs and POSIX ACLs survive;
 changed, deleted and in-use files are never replaced."""
 
+import fcntl
 import os
+import time
 import stat
 import subprocess
 import threading
@@ -10,7 +12,7 @@ from pathlib import Path
 import pytest
 from fsenv import manifest, temp_leftovers
 
-from rebal.rebalance.copier import Copier, FileRef, Outcome, Throttle, old_name, tmp_name
+from rebal.rebalance.copier import F_GETLEASE, Copier, FileRef, Outcome, Throttle, old_name, tmp_name
 
 
 def ref_of(path: Path) -> FileRef:
@@ -146,7 +148,23 @@ def test_file_appended_during_copy_is_not_replaced(richfs, lease):
 
     if lease:
         t = threading.Thread(target=append)
-        res = run_hooked(f, t.start, use_lease=True)
+
+        class WaitsForBreak(_Hook):
+            def _copy_metadata(self, src, *args):
+                # start the writer, and go on only once its open is blocked on our lease (the kernel
+                # then reports the lease as breaking): the append really lands during the copy
+                t.start()
+                deadline = time.monotonic() + 10
+                while fcntl.fcntl(src, F_GETLEASE) == fcntl.F_RDLCK and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                Copier._copy_metadata(src, *args)
+
+        c = WaitsForBreak(lambda: None, use_lease=True)
+        dfd = os.open(f.parent, os.O_RDONLY)
+        try:
+            res = c.copy(dfd, ref_of(f))
+        finally:
+            os.close(dfd)
         t.join()
     else:
         res = run_hooked(f, append, use_lease=False)

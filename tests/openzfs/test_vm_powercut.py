@@ -1,0 +1,133 @@
+"""Power cuts (issue 18): the whole guest is killed (qemu SIGKILL: the guest loses its page cache and
+everything in flight, as a machine losing power) at random moments during a copy rebalance, a
+`--hardlinks` rebalance and a replication; then it boots, the pool is imported, rebal recovers.
+After each cut: the tree equals its manifest (content, modes, owners, ns times, xattrs, link groups),
+no rebal temp or anchor name is left, the cut run is in `rebal runs` as interrupted, and a cut
+replication resumes or restarts with the backup intact. Both ends of the replication are in the one
+guest, so each of its cuts cuts the sending and the receiving side at once.
+
+Runs on the host in the lane (marker openzfs_vm): REBAL_POWERCUT_CUTS (default 10), seed
+REBAL_POWERCUT_SEED."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "vm"))
+
+pytestmark = pytest.mark.openzfs_vm
+
+CFG = "/root/pc/config.toml"
+POOL = "pc"
+DATA = "/pc/data"
+
+
+@pytest.fixture(scope="module")
+def guest(tmp_path_factory):
+    from guest import Guest
+    from lane import install
+
+    g = Guest(tmp_path_factory.mktemp("powercut"), disks=8, disk_size="1G")
+    g.boot()
+    install(g, Path(g.dir))
+    yield g
+    g.power_cut()
+
+
+def sh(g, line: str, check: bool = True, timeout: float = 600):
+    return g.ssh(line, check=check, timeout=timeout)
+
+
+def rebal(g, args: str, check: bool = True):
+    return sh(g, f"rebal --config {CFG} {args}", check=check)
+
+
+def setup_guest(g) -> str:
+    sh(g, f"zpool create -f -o cachefile=/etc/zfs/zpool.cache {POOL} mirror /dev/vdb /dev/vdc mirror /dev/vdd /dev/vde"
+          f" && zfs create -o xattr=sa {POOL}/data"
+          f" && zpool create -f -o cachefile=/etc/zfs/zpool.cache bk /dev/vdh")
+    made = json.loads(sh(g, f"python3 /root/lane/src/tests/openzfs/guestcheck.py make {DATA}").stdout)
+    sh(g, f"zpool sync {POOL} && zpool add -f {POOL} mirror /dev/vdf /dev/vdg")
+    # replication to the guest's own sshd, as to a backup host
+    sh(g, "mkdir -p /root/pc && ssh-keygen -q -t ed25519 -N '' -f /root/pc/id -C pc && "
+          "cat /root/pc/id.pub >> /root/.ssh/authorized_keys && "
+          "ssh-keyscan -t ed25519 127.0.0.1 2>/dev/null > /root/pc/known_hosts && test -s /root/pc/known_hosts")
+    cfg = (f'state_db = "/root/pc/state.db"\n'
+           f'[[replicate]]\nname = "pcjob"\nsource = "{POOL}/data"\ntarget = "bk/copy"\ntarget_host = "127.0.0.1"\n'
+           f'identity_file = "/root/pc/id"\nknown_hosts = "/root/pc/known_hosts"\nbwlimit = "8M"\n')
+    sh(g, f"cat > {CFG} <<'EOF'\n{cfg}EOF\nsync")
+    return made["digest"]
+
+
+def boot_again(g) -> None:
+    g.boot()
+    if sh(g, f"zpool list {POOL}", check=False).returncode != 0:
+        sh(g, f"zpool import -f {POOL}")
+    if sh(g, "zpool list bk", check=False).returncode != 0:
+        sh(g, "zpool import -f bk")
+
+
+def check(g, want: str, what: str, i: int) -> dict:
+    c = json.loads(sh(g, f"python3 /root/lane/src/tests/openzfs/guestcheck.py check {DATA}").stdout)
+    assert c["temps"] == [], (i, what, c["temps"])
+    assert c["digest"] == want, (i, what, "the tree changed")
+    return c
+
+
+def test_power_cuts(guest, tmp_path):
+    g = guest
+    seed = int(os.environ.get("REBAL_POWERCUT_SEED", "20261123"))
+    cuts = int(os.environ.get("REBAL_POWERCUT_CUTS", "10"))
+    rng = random.Random(seed)
+    want = setup_guest(g)
+    log = []
+    for i in range(cuts):
+        what = ("replicate" if i % 4 == 3 else "copy --hardlinks" if i % 2 else "copy")
+        if what == "replicate":
+            sh(g, f"echo {i} > {DATA}/cut-{i} && sync")  # something new to send each time
+            want = json.loads(sh(g, f"python3 /root/lane/src/tests/openzfs/guestcheck.py check {DATA}").stdout)["digest"]
+            cmd = f"rebal --config {CFG} replicate pcjob --json"
+        else:
+            extra = " --hardlinks" if "hardlinks" in what else ""
+            cmd = (f"rebal --config {CFG} rebalance {DATA} --method copy --target-spread 0.01{extra} "
+                   "--max-rate 20M --json")
+        sh(g, f"nohup {cmd} > /root/pc/run-{i}.out 2>&1 &")
+        # cut at a random moment once the run is under way (its run row exists)
+        deadline = time.monotonic() + 120
+        while '"outcome": "running"' not in rebal(g, "runs --limit 1 --json", check=False).stdout:
+            assert time.monotonic() < deadline, f"cut {i}: the run never started"
+        # the instant of the power cut (not a synchronisation): a replication is cut early, while it sends
+        time.sleep(rng.uniform(0.3, 2.5) if what == "replicate" else rng.uniform(0.5, 6.0))
+        g.power_cut()
+        boot_again(g)
+        runs = json.loads(rebal(g, "runs --limit 3 --json").stdout)["runs"]
+        cut_run = runs[0]
+        assert cut_run["outcome"] == "interrupted", (i, what, cut_run)
+        if what == "replicate":
+            r = json.loads(rebal(g, "replicate pcjob --json", check=False).stdout)
+            assert r["outcome"] == "ok", (i, r)
+            found = {"resumed": r.get("resumed"), "aborted": r.get("aborted_tokens"),
+                     "kinds": [d["kind"] for d in r["datasets"]]}
+            b = sh(g, "zfs mount bk/copy 2>/dev/null; python3 /root/lane/src/tests/openzfs/guestcheck.py check "
+                      "$(zfs get -H -o value mountpoint bk/copy)").stdout
+            assert json.loads(b)["digest"] == want, (i, "the backup differs from the source")
+            sh(g, "zfs umount bk/copy")
+        else:
+            # recovery: the next run cleans up first; --max-bytes 1 stops it right after
+            r = rebal(g, f"rebalance {DATA} --method copy --target-spread 0.01 --max-bytes 1 --json")
+            notes = [json.loads(x).get("text") for x in r.stdout.splitlines() if '"note"' in x]
+            found = {"notes": notes}
+        check(g, want, what, i)
+        log.append({"cut": i, "what": what, "progress": cut_run.get("progress"), **found})
+    with open(os.environ.get("REBAL_LANE_FIGURES", "/var/tmp/lane-figures.jsonl"), "a") as f:
+        for entry in log:
+            f.write(json.dumps({"test": "powercut", **entry}) + "\n")
+    assert len(log) >= 10
