@@ -199,10 +199,7 @@ class _Run:
                     break
             return rep
         finally:
-            try:
-                os.utime(dfd, ns=(dst.st_atime_ns, dst.st_mtime_ns))
-            except OSError:
-                pass
+            _restore_times(dfd, dst)
             os.close(dfd)
 
     def take_batch(self, todo: list[FileRef], rep: DirReport) -> tuple[list[FileRef], list[FileRef]]:
@@ -303,13 +300,21 @@ def _copy_groups(r: _Run) -> DirReport:
             rep.skipped[f"group failed ({e.strerror})"] = rep.skipped.get(f"group failed ({e.strerror})", 0) + 1
         finally:
             for d, fd in fds.items():
-                try:
-                    os.utime(fd, ns=(times[d].st_atime_ns, times[d].st_mtime_ns))
-                except OSError:
-                    pass
+                _restore_times(fd, times[d])
                 os.close(fd)
                 journal.end_dir(r.conn, r.report.run_id, d, 0, 0, True)
     return rep
+
+
+def _restore_times(dfd: int, st: os.stat_result) -> None:
+    """Give a directory back its times, durably: the journal marks it done next, after which a
+    power cut must not bring back the times our renames gave it (seen on OpenZFS 2.4.4: the
+    setattr sat in an unsynced transaction group while the journal said done)."""
+    try:
+        os.utime(dfd, ns=(st.st_atime_ns, st.st_mtime_ns))
+        os.fsync(dfd)
+    except OSError:
+        pass
 
 
 def _restat(dfd: int, ref: FileRef) -> FileRef | None:

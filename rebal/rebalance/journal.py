@@ -151,6 +151,11 @@ def recover(conn: sqlite3.Connection, pool: str | None = None) -> Recovery:
         st = _lstat(bytes(path))
         if st is not None and stat.S_ISDIR(st.st_mode) and st.st_ino == ino:
             os.utime(bytes(path), ns=(atime_ns, mtime_ns), follow_symlinks=False)
+            fd = os.open(bytes(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)  # durable before the journal stops naming the directory
+            finally:
+                os.close(fd)
             rec.dirs += 1
     if dirs:
         with atomic(conn):

@@ -1,9 +1,9 @@
-"""Run inside the lane's guest by the power-cut test (python3 guestcheck.py CMD ...): make the tree,
-record its manifest, check it after a cut. Prints one JSON line."""
+"""Run inside the lane's guest by the power-cut test (python3 guestcheck.py CMD ROOT [SAVED]): make
+the tree and save its manifest, or check the tree against a saved manifest. Prints one JSON line."""
 
-import hashlib
 import json
 import os
+import pickle
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -11,18 +11,26 @@ from fsenv import manifest, temp_leftovers  # noqa: E402
 from treegen import mixed_tree  # noqa: E402
 
 
-def digest(root: str) -> str:
-    m = manifest(root)
-    return hashlib.sha256(repr(sorted(m.items(), key=lambda kv: repr(kv[0]))).encode()).hexdigest()
-
-
 def main() -> None:
-    cmd, root = sys.argv[1], sys.argv[2]
+    cmd, root, saved = sys.argv[1], sys.argv[2], sys.argv[3]
     if cmd == "make":
         mixed_tree(root, small=400, large=12, large_mib=(4, 8), seed=18)
-        print(json.dumps({"digest": digest(root)}))
-    elif cmd == "check":
-        print(json.dumps({"digest": digest(root), "temps": [os.fsdecode(p) for p in temp_leftovers(root)]}))
+    if cmd in ("make", "save"):
+        with open(saved + ".new", "wb") as f:
+            pickle.dump(manifest(root), f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(saved + ".new", saved)
+        print(json.dumps({"saved": saved}))
+        return
+    with open(saved, "rb") as f:
+        want = pickle.load(f)
+    have = manifest(root)
+    diff = sorted({repr(k) for k in set(want) | set(have) if want.get(k) != have.get(k)})
+    print(json.dumps({"same": not diff, "differ": diff[:10], "ndiff": len(diff),
+                      "examples": [{"path": d, "want": repr(want.get(eval(d)))[:300], "have": repr(have.get(eval(d)))[:300]}
+                                   for d in diff[:3]],
+                      "temps": [os.fsdecode(p) for p in temp_leftovers(root)]}))
 
 
 main()

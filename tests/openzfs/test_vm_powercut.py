@@ -26,6 +26,7 @@ sys.path.insert(0, str(HERE / "vm"))
 pytestmark = pytest.mark.openzfs_vm
 
 CFG = "/root/pc/config.toml"
+CHECK = "/root/lane/src/tests/openzfs/guestcheck.py"
 POOL = "pc"
 DATA = "/pc/data"
 
@@ -54,7 +55,7 @@ def setup_guest(g) -> str:
     sh(g, f"zpool create -f -o cachefile=/etc/zfs/zpool.cache {POOL} mirror /dev/vdb /dev/vdc mirror /dev/vdd /dev/vde"
           f" && zfs create -o xattr=sa {POOL}/data"
           f" && zpool create -f -o cachefile=/etc/zfs/zpool.cache bk /dev/vdh")
-    made = json.loads(sh(g, f"python3 /root/lane/src/tests/openzfs/guestcheck.py make {DATA}").stdout)
+    sh(g, f"mkdir -p /root/pc && python3 {CHECK} make {DATA} /root/pc/source.manifest")
     sh(g, f"zpool sync {POOL} && zpool add -f {POOL} mirror /dev/vdf /dev/vdg")
     # replication to the guest's own sshd, as to a backup host
     sh(g, "mkdir -p /root/pc && ssh-keygen -q -t ed25519 -N '' -f /root/pc/id -C pc && "
@@ -62,9 +63,9 @@ def setup_guest(g) -> str:
           "ssh-keyscan -t ed25519 127.0.0.1 2>/dev/null > /root/pc/known_hosts && test -s /root/pc/known_hosts")
     cfg = (f'state_db = "/root/pc/state.db"\n'
            f'[[replicate]]\nname = "pcjob"\nsource = "{POOL}/data"\ntarget = "bk/copy"\ntarget_host = "127.0.0.1"\n'
-           f'identity_file = "/root/pc/id"\nknown_hosts = "/root/pc/known_hosts"\nbwlimit = "8M"\n')
+           f'identity_file = "/root/pc/id"\nknown_hosts = "/root/pc/known_hosts"\nbwlimit = "4M"\n')
     sh(g, f"cat > {CFG} <<'EOF'\n{cfg}EOF\nsync")
-    return made["digest"]
+    return "/root/pc/source.manifest"
 
 
 def boot_again(g) -> None:
@@ -75,11 +76,8 @@ def boot_again(g) -> None:
         sh(g, "zpool import -f bk")
 
 
-def check(g, want: str, what: str, i: int) -> dict:
-    c = json.loads(sh(g, f"python3 /root/lane/src/tests/openzfs/guestcheck.py check {DATA}").stdout)
-    assert c["temps"] == [], (i, what, c["temps"])
-    assert c["digest"] == want, (i, what, "the tree changed")
-    return c
+def check(g, root: str, saved: str) -> dict:
+    return json.loads(sh(g, f"python3 {CHECK} check {root} {saved}").stdout)
 
 
 def test_power_cuts(guest, tmp_path):
@@ -93,17 +91,19 @@ def test_power_cuts(guest, tmp_path):
         what = ("replicate" if i % 4 == 3 else "copy --hardlinks" if i % 2 else "copy")
         if what == "replicate":
             sh(g, f"echo {i} > {DATA}/cut-{i} && sync")  # something new to send each time
-            want = json.loads(sh(g, f"python3 /root/lane/src/tests/openzfs/guestcheck.py check {DATA}").stdout)["digest"]
+            sh(g, f"python3 {CHECK} save {DATA} {want}")
             cmd = f"rebal --config {CFG} replicate pcjob --json"
         else:
             extra = " --hardlinks" if "hardlinks" in what else ""
             cmd = (f"rebal --config {CFG} rebalance {DATA} --method copy --target-spread 0.01{extra} "
-                   "--max-rate 20M --json")
+                   "--max-rate 4M --json")
         sh(g, f"nohup {cmd} > /root/pc/run-{i}.out 2>&1 &")
-        # cut at a random moment once the run is under way (its run row exists)
-        deadline = time.monotonic() + 120
-        while '"outcome": "running"' not in rebal(g, "runs --limit 1 --json", check=False).stdout:
-            assert time.monotonic() < deadline, f"cut {i}: the run never started"
+        # cut at a random moment once the run is under way: its start event, or the receive running
+        started = ("pgrep -f '[z]fs receive' >/dev/null" if what == "replicate"
+                   else f"grep -q '\"start\"' /root/pc/run-{i}.out")
+        r = sh(g, f"for n in $(seq 1200); do {started} && exit 0; sleep 0.1; done; cat /root/pc/run-{i}.out; exit 1",
+               check=False)
+        assert r.returncode == 0, f"cut {i}: the run never started: {r.stdout}"
         # the instant of the power cut (not a synchronisation): a replication is cut early, while it sends
         time.sleep(rng.uniform(0.3, 2.5) if what == "replicate" else rng.uniform(0.5, 6.0))
         g.power_cut()
@@ -116,16 +116,18 @@ def test_power_cuts(guest, tmp_path):
             assert r["outcome"] == "ok", (i, r)
             found = {"resumed": r.get("resumed"), "aborted": r.get("aborted_tokens"),
                      "kinds": [d["kind"] for d in r["datasets"]]}
-            b = sh(g, "zfs mount bk/copy 2>/dev/null; python3 /root/lane/src/tests/openzfs/guestcheck.py check "
-                      "$(zfs get -H -o value mountpoint bk/copy)").stdout
-            assert json.loads(b)["digest"] == want, (i, "the backup differs from the source")
+            sh(g, "zfs mount bk/copy 2>/dev/null; true")
+            b = check(g, "/bk/copy", want)
+            assert b["same"], (i, "the backup differs from the source", b)
             sh(g, "zfs umount bk/copy")
         else:
             # recovery: the next run cleans up first; --max-bytes 1 stops it right after
             r = rebal(g, f"rebalance {DATA} --method copy --target-spread 0.01 --max-bytes 1 --json")
             notes = [json.loads(x).get("text") for x in r.stdout.splitlines() if '"note"' in x]
             found = {"notes": notes}
-        check(g, want, what, i)
+        c = check(g, DATA, want)
+        assert c["temps"] == [], (i, what, c["temps"])
+        assert c["same"], (i, what, "the tree changed", c)
         log.append({"cut": i, "what": what, "progress": cut_run.get("progress"), **found})
     with open(os.environ.get("REBAL_LANE_FIGURES", "/var/tmp/lane-figures.jsonl"), "a") as f:
         for entry in log:
