@@ -95,7 +95,7 @@ def test_power_cuts(guest, tmp_path):
             cmd = f"rebal --config {CFG} replicate pcjob --json"
         else:
             extra = " --hardlinks" if "hardlinks" in what else ""
-            cmd = (f"rebal --config {CFG} rebalance {DATA} --method copy --target-spread 0.01{extra} "
+            cmd = (f"rebal --config {CFG} rebalance {DATA} --method copy --target-spread 0.01 --allow-snapshots{extra} "
                    "--max-rate 4M --json")
         sh(g, f"nohup {cmd} > /root/pc/run-{i}.out 2>&1 &")
         # cut at a random moment once the run is under way: its start event, or the receive running
@@ -122,7 +122,7 @@ def test_power_cuts(guest, tmp_path):
             sh(g, "zfs umount bk/copy")
         else:
             # recovery: the next run cleans up first; --max-bytes 1 stops it right after
-            r = rebal(g, f"rebalance {DATA} --method copy --target-spread 0.01 --max-bytes 1 --json")
+            r = rebal(g, f"rebalance {DATA} --method copy --target-spread 0.01 --allow-snapshots --max-bytes 1 --json")
             notes = [json.loads(x).get("text") for x in r.stdout.splitlines() if '"note"' in x]
             found = {"notes": notes}
         c = check(g, DATA, want)
