@@ -94,3 +94,14 @@ def sh_busy_retry(*argv: str) -> subprocess.CompletedProcess:
     if r.returncode != 0:
         raise AssertionError(f"{' '.join(argv)} failed ({r.returncode}): {r.stderr.strip()}")
     return r
+
+
+def write_cfg(tmp_path, **rebalance):
+    """A config with the state database in ``tmp_path`` and these [rebalance] keys."""
+    import json
+
+    p = tmp_path / "config.toml"
+    lines = [f'state_db = "{tmp_path / "state.db"}"', "[rebalance]"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in rebalance.items()]
+    p.write_text("\n".join(lines) + "\n")
+    return p

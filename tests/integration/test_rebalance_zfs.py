@@ -12,17 +12,11 @@ import pytest
 from conftest import rebal, rebal_json
 from fsenv import manifest, temp_leftovers
 from treegen import mixed_tree
-from zfsenv import sh
+from zfsenv import sh, write_cfg
 
 pytestmark = pytest.mark.zfs
 
 
-def write_cfg(tmp_path, **rebalance):
-    p = tmp_path / "config.toml"
-    lines = [f'state_db = "{tmp_path / "state.db"}"', "[rebalance]"]
-    lines += [f"{k} = {json.dumps(v)}" for k, v in rebalance.items()]
-    p.write_text("\n".join(lines) + "\n")
-    return p
 
 
 def grown_pool(make_pool, tmp_path, size="256M", tree=None):

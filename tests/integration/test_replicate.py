@@ -11,26 +11,16 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from conftest import rebal, rebal_json
 from fsenv import manifest
-from replscenarios import tree_scenario
-from treegen import mixed_tree
+from replscenarios import cfg_for, fill, mountpoint, snaps, tree_scenario
 from zfsenv import sh
 
 pytestmark = pytest.mark.zfs
 
 
-def cfg_for(tmp_path, host, **job):
-    p = tmp_path / "config.toml"
-    p.write_text(f'state_db = "{tmp_path / "state.db"}"\n' + host.config_block(**job))
-    return p
 
 
-def mountpoint(ds):
-    return sh("zfs", "get", "-H", "-o", "value", "mountpoint", ds).stdout.strip()
 
 
-def snaps(ds):
-    out = sh("zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-r", ds).stdout.split()
-    return sorted(n.split("@", 1)[1] for n in out if n.startswith(ds + "@"))
 
 
 @pytest.fixture
@@ -44,13 +34,6 @@ def pools(make_pool):
     return src, dst
 
 
-def fill(src, seed):
-    root = mountpoint(f"{src.name}/data")
-    mixed_tree(os.path.join(root, "top", str(seed)), small=60, large=1, large_mib=(2, 3), seed=seed, xattrs=False)
-    for kid in ("child", "child/grandchild", "sibling"):
-        d = os.path.join(root, kid, f"f{seed}")
-        with open(d, "wb") as f:
-            f.write(os.urandom(50_000 + seed))
 
 
 def same_trees(src, dst):
