@@ -13,10 +13,25 @@ class LockedError(RebalError):
     exit_code = 4
 
 
+def lock_path(state_db: str, key: str) -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(state_db)) or ".", f"{key}.lock")
+
+
+def holder_alive(state_db: str, key: str) -> bool:
+    """Whether the process that last took this lock still lives (read without taking the lock, so
+    asking never makes a starting run fail). The pid is the one the holder wrote."""
+    try:
+        with open(lock_path(state_db, key)) as f:
+            pid = int(f.read().strip() or 0)
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"rebal" in f.read()
+    except (OSError, ValueError):
+        return False
+
+
 class FileLock:
     def __init__(self, state_db: str, key: str, what: str) -> None:
-        d = os.path.dirname(os.path.abspath(state_db)) or "."
-        self.path = os.path.join(d, f"{key}.lock")
+        self.path = lock_path(state_db, key)
         self.what = what
         self.fd = -1
 

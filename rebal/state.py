@@ -288,25 +288,14 @@ def mark_dead_runs(conn: sqlite3.Connection, kind: str, *, pool: str | None = No
         return conn.execute(q, args).rowcount
 
 
-def _alive(state_db: str | None, kind: str, pool: str | None, job: str | None) -> bool:
-    """Whether the process holding a run's lock still lives (its pid, from the lock file)."""
-    if not state_db or kind not in ("rebalance", "replicate"):
-        return True
-    key = f"rebalance-{pool}" if kind == "rebalance" else f"replicate-{job}"
-    path = os.path.join(os.path.dirname(os.path.abspath(state_db)) or ".", f"{key}.lock")
-    try:
-        with open(path) as f:
-            pid = int(f.read().strip() or 0)
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"rebal" in f.read()
-    except (OSError, ValueError):
-        return False
-
-
 def _live_state(state_db: str | None, kind: str, pool: str | None, job: str | None) -> str:
+    """What a run that never ended is: running while the holder of its lock lives, else interrupted."""
     if not state_db or kind not in ("rebalance", "replicate"):
         return "running or crashed"  # no lock tells
-    return "running" if _alive(state_db, kind, pool, job) else "interrupted"
+    from .locks import holder_alive
+
+    return "running" if holder_alive(state_db, f"rebalance-{pool}" if kind == "rebalance" else f"replicate-{job}") \
+        else "interrupted"
 
 
 def list_runs(conn: sqlite3.Connection, *, kind: str | None = None, job: str | None = None, limit: int = 20,
@@ -325,12 +314,13 @@ def list_runs(conn: sqlite3.Connection, *, kind: str | None = None, job: str | N
     args.append(max(1, limit))
     out = []
     for r in conn.execute(q, args).fetchall():
+        live = None if r["outcome"] else _live_state(state_db, r["kind"], r["pool"], r["job"])
         out.append({
             "id": r["id"], "kind": r["kind"], "job": r["job"], "pool": r["pool"],
             "started": _iso(r["started"]), "ended": _iso(r["ended"]) if r["ended"] else None,
             "seconds": round(r["ended"] - r["started"], 1) if r["ended"] else None,
-            "outcome": r["outcome"] or _live_state(state_db, r["kind"], r["pool"], r["job"]),
-            "error": r["error"] if r["outcome"] or _alive(state_db, r["kind"], r["pool"], r["job"]) else DIED,
+            "outcome": r["outcome"] or live,
+            "error": DIED if live == "interrupted" else r["error"],
             "details": json.loads(r["details"]) if r["details"] else {},
             "progress": r["progress"],
         })

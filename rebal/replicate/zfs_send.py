@@ -122,9 +122,6 @@ class Remote:
     def abort(self, dataset: str) -> None:
         self.ssh.run(["zfs", "receive", "-A", dataset], readonly=False)
 
-    def destroy(self, dataset: str, snap: str, recursive: bool) -> None:
-        self.ssh.run(["zfs", "destroy", *(["-r"] if recursive else []), f"{dataset}@{snap}"], readonly=False)
-
     def usage(self, command: str) -> str:
         res = self.ssh.run(["zfs", command], check=False)
         return res.stdout + res.stderr

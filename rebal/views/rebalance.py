@@ -61,16 +61,8 @@ def plan_text(prep, max_dirs: int = 30) -> str:
         out.append(f"at the old data:parity ratio: about {human(rc['old_ratio_bytes'])} in {rc['old_ratio_files']} files "
                    f"({rc['how']})")
         out.append(f"a rewrite of it returns about {human(rc['reclaim_bytes'])} of free space; goal: {rc['goal']}")
-    if prep.reclaim_only:
-        pass
-    elif plan.needed_bytes == 0:
-        out.append("the spread is already within the target: nothing to do")
-    elif plan.needed_bytes is None:
-        out.append(f"predicted spread after rewriting everything eligible: {plan.spread_after:.1f} points "
-                   "(the target is not reachable with these directories)")
-    else:
-        out.append(f"predicted spread after: {plan.spread_after:.1f} points, after rewriting about "
-                   f"{human(plan.needed_bytes)} (of {human(plan.candidate_bytes)} eligible in {prep.scan.files} files)")
+    if not prep.reclaim_only:  # one expanded vdev has no spread to predict: the reclaim says it all
+        out.append(_spread_line(prep))
     if plan.dirs:
         out.append("")
         out.append(f"directories to rewrite, in order ({len(plan.dirs)}; the rebalance goes on past them "
@@ -93,6 +85,17 @@ def plan_text(prep, max_dirs: int = 30) -> str:
     if prep.resume_run is not None:
         out.append(f"note: continues unfinished run {prep.resume_run} ({len(prep.done_dirs)} directories already done)")
     return lines(out)
+
+
+def _spread_line(prep) -> str:
+    plan = prep.plan
+    if plan.needed_bytes == 0:
+        return "the spread is already within the target: nothing to do"
+    if plan.needed_bytes is None:
+        return (f"predicted spread after rewriting everything eligible: {plan.spread_after:.1f} points "
+                "(the target is not reachable with these directories)")
+    return (f"predicted spread after: {plan.spread_after:.1f} points, after rewriting about "
+            f"{human(plan.needed_bytes)} (of {human(plan.candidate_bytes)} eligible in {prep.scan.files} files)")
 
 
 def report_text(rep) -> str:

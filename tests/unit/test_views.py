@@ -117,3 +117,16 @@ def test_replication_text_resumed_and_renamed():
     text = PV.replication_text("warning", d)
     assert "t/d -> b/d: resumed t/d@s1, sent 2.00M of the 2.00M left" in text
     assert "t/d/x -> b/d/x: not sent (renamed; see the warning)" in text and "warning: t/d/x was renamed" in text
+
+
+def test_plan_text_after_a_raidz_expansion_shows_the_reclaim_not_a_spread():
+    prep = _prep()
+    prep.reclaim_only = True
+    prep.reclaim = {"vdevs": [{"vdev": "raidz1-0", "width_before": 3, "width_after": 4, "parity": 1,
+                               "reclaim_fraction": 1 / 9}], "old_ratio_files": 30, "old_ratio_bytes": 9 << 20,
+                    "how": "estimated", "reclaim_bytes": 1 << 20, "goal": "reclaim"}
+    text = RV.plan_text(prep)
+    assert "raidz1-0 grew from 3 to 4 disks (raidz1; a rewrite returns 11.1%" in text
+    assert "about 9.00M in 30 files" in text and "returns about 1.00M of free space; goal: reclaim" in text
+    assert "predicted spread" not in text and "nothing to do" not in text
+    assert RV.plan_json(prep)["expansion"]["goal"] == "reclaim"
