@@ -135,14 +135,21 @@ def connect(path: str | os.PathLike, *, migrate_to: int = SCHEMA_VERSION) -> sql
 
 
 def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
+    """Bring the schema to ``target``. Two processes may open a new database at once (a run and a
+    `rebal runs` beside it): the version is read again inside each write transaction, so the second
+    one finds the work done instead of creating the tables twice."""
     current = conn.execute("PRAGMA user_version").fetchone()[0]
     if current > SCHEMA_VERSION:
         raise StateError(f"state database has schema {current}, newer than this rebal knows ({SCHEMA_VERSION}); upgrade rebal")
-    for version in range(current, target):
+    while current < target:
         with atomic(conn):
-            for stmt in _statements(MIGRATIONS[version]):
+            current = conn.execute("PRAGMA user_version").fetchone()[0]
+            if current >= target:
+                break
+            for stmt in _statements(MIGRATIONS[current]):
                 conn.execute(stmt)
-            conn.execute(f"PRAGMA user_version = {version + 1}")
+            conn.execute(f"PRAGMA user_version = {current + 1}")
+            current += 1
     return target
 
 

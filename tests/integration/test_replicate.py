@@ -348,6 +348,7 @@ def test_cut_network_fails_clearly_and_the_next_run_completes(pools, netns_backu
         out, err = proc.communicate(timeout=90)
     finally:
         sh("ip", "link", "set", host.link, "up")
+    assert out.strip(), f"rc={proc.returncode} stderr={err!r}"
     first = json.loads(out)
     assert proc.returncode == 1 and first["outcome"] == "failed", first
     assert "cannot reach the backup host" in first["error"] or "timeout" in first["error"].lower(), first["error"]

@@ -37,6 +37,31 @@ def test_upgrade_from_version_1_keeps_data(tmp_path):
     assert conn.execute("SELECT type FROM sample_vdevs").fetchone()[0] == ""  # column added by v2
 
 
+def _open(path, barrier, errors):
+    barrier.wait()
+    try:
+        state.connect(path).close()
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        errors.put(repr(e))
+
+
+def test_many_processes_open_a_new_database_at_once(tmp_path):
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    barrier, errors = ctx.Barrier(6), ctx.Queue()
+    procs = [ctx.Process(target=_open, args=(tmp_path / "new.db", barrier, errors)) for _ in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert all(p.exitcode == 0 for p in procs)
+    found = []
+    while not errors.empty():
+        found.append(errors.get())
+    assert found == []
+
+
 def test_newer_schema_is_refused(tmp_path):
     path = tmp_path / "new.db"
     c = sqlite3.connect(path)
