@@ -111,6 +111,26 @@ def _create_private(path: Path) -> None:
     os.close(fd)
 
 
+def _use_wal(conn: sqlite3.Connection, patience: float = 30.0) -> None:
+    """Switch a database to WAL (a lasting property of the file). The switch needs the database to
+    itself, and SQLite answers "locked" at once, without waiting, when another process opening the
+    same new database holds it: retry for a while, as the busy timeout does for other statements."""
+    import time
+
+    deadline = time.monotonic() + patience
+    delay = 0.005
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+
 def connect(path: str | os.PathLike, *, migrate_to: int = SCHEMA_VERSION) -> sqlite3.Connection:
     """Open (creating with mode 0600) and migrate the state database."""
     p = Path(path)
@@ -121,7 +141,7 @@ def connect(path: str | os.PathLike, *, migrate_to: int = SCHEMA_VERSION) -> sql
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA foreign_keys = ON")
         if str(path) != ":memory:":
-            conn.execute("PRAGMA journal_mode = WAL")
+            _use_wal(conn)
         # FULL: a commit is on disk when it returns. With NORMAL (in WAL mode) a power cut loses the
         # last commits while ZFS keeps what it had written: the journal entry naming a temp file
         # must be durable before the temp file exists (seen on OpenZFS 2.4.4 under power cuts).
