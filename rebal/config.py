@@ -134,11 +134,17 @@ class Notify(Strict):
 
 
 class Retention(Strict):
-    last: int = Field(1, ge=1)  # the newest N, whatever their times
+    last: int = Field(1, ge=0)  # the newest N, whatever their times
     hourly: int = Field(24, ge=0)
     daily: int = Field(7, ge=0)
     weekly: int = Field(4, ge=0)
     monthly: int = Field(6, ge=0)
+
+
+# The source keeps none of the job's snapshots beyond the next incremental's base: where the ZFS has
+# bookmarks that base is a bookmark, so no snapshot stays and nothing pins the blocks a rebalance
+# rewrites; without bookmarks (zfs-fuse) the base snapshot stays, held. History lives on the backup.
+SOURCE_RETENTION = Retention(last=0, hourly=0, daily=0, weekly=0, monthly=0)
 
 
 class Replicate(Strict):
@@ -162,7 +168,7 @@ class Replicate(Strict):
     snapshot_target: bool = False
     schedule: Cron = None
     keepalive: int = Field(10, ge=1, le=600)  # seconds between ssh keepalives; 3 missed = link down
-    retention_source: Retention = Retention()
+    retention_source: Retention = SOURCE_RETENTION
     retention_target: Retention = Retention()
 
     @field_validator("target")

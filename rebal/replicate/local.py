@@ -59,6 +59,10 @@ class CliLocal:
         for s in snaps:
             self._run(["zfs", "destroy", *(["-r"] if recursive else []), f"{dataset}@{s}"], readonly=False, dry_run=dry_run)
 
+    def destroy_bookmark(self, dataset: str, name: str) -> None:
+        names.dataset(dataset)
+        self._run(["zfs", "destroy", f"{dataset}#{name}"], readonly=False)
+
 
 class LzcLocal(CliLocal):
     """pyzfs fast path: the same calls through libzfs_core, no process per call."""
@@ -131,15 +135,16 @@ def parse_guid_txg(text: str) -> dict[str, dict[str, int]]:
     return out
 
 
-def snapshots_from(text: str, dataset: str) -> list[Snap]:
-    """Snapshots of ``dataset`` itself (not its children), oldest first."""
+def snapshots_from(text: str, dataset: str, bookmarks: bool = False) -> list[Snap]:
+    """Snapshots of ``dataset`` itself (not its children), oldest first; with ``bookmarks``, its
+    bookmarks too (`zfs get` lists them where the ZFS has them)."""
     rows = parse_guid_txg(text)
     snaps = [
-        Snap(n.split("@", 1)[1], v.get("guid", 0), v.get("createtxg", 0))
+        Snap(n[len(dataset) + 1:], v.get("guid", 0), v.get("createtxg", 0), bookmark=n[len(dataset)] == "#")
         for n, v in rows.items()
-        if n.startswith(dataset + "@")
+        if n.startswith(dataset + "@") or (bookmarks and n.startswith(dataset + "#"))
     ]
-    return sorted(snaps, key=lambda s: s.txg)
+    return sorted(snaps, key=lambda s: (s.txg, not s.bookmark))
 
 
 def guid_query(dataset: str, recursive: bool = True) -> list[str]:
@@ -147,28 +152,30 @@ def guid_query(dataset: str, recursive: bool = True) -> list[str]:
             "guid,createtxg", dataset]
 
 
-def tree_from(text: str) -> dict[str, list[Snap]]:
-    """Every dataset of a recursive guid query with its own snapshots, oldest first."""
+def tree_from(text: str, bookmarks: bool = False) -> dict[str, list[Snap]]:
+    """Every dataset of a recursive guid query with its own snapshots (and, with ``bookmarks``, its
+    bookmarks), oldest first."""
     rows = parse_guid_txg(text)
     out: dict[str, list[Snap]] = {n: [] for n in rows if "@" not in n and "#" not in n}
     for n, v in rows.items():
-        if "@" in n:
-            ds, snap = n.split("@", 1)
-            out.setdefault(ds, []).append(Snap(snap, v.get("guid", 0), v.get("createtxg", 0)))
+        sep = "@" if "@" in n else "#" if "#" in n else None
+        if sep == "@" or (sep == "#" and bookmarks):
+            ds, snap = n.split(sep, 1)
+            out.setdefault(ds, []).append(Snap(snap, v.get("guid", 0), v.get("createtxg", 0), bookmark=sep == "#"))
     for snaps in out.values():
-        snaps.sort(key=lambda s: s.txg)
+        snaps.sort(key=lambda s: (s.txg, not s.bookmark))
     return out
 
 
-def local_tree(root: str, recursive: bool, runner=run) -> dict[str, list[Snap]]:
+def local_tree(root: str, recursive: bool, runner=run, bookmarks: bool = False) -> dict[str, list[Snap]]:
     """The job's datasets (the root, and its children for a recursive job) with their snapshots:
     one `zfs get` for the whole tree."""
-    tree = tree_from(runner(guid_query(root, recursive=recursive)).stdout)
+    tree = tree_from(runner(guid_query(root, recursive=recursive)).stdout, bookmarks)
     return {d: s for d, s in tree.items() if d == root or (recursive and d.startswith(root + "/"))}
 
 
-def local_snapshots(dataset: str, runner=run) -> list[Snap]:
-    return snapshots_from(runner(guid_query(dataset, recursive=False)).stdout, dataset)
+def local_snapshots(dataset: str, runner=run, bookmarks: bool = False) -> list[Snap]:
+    return snapshots_from(runner(guid_query(dataset, recursive=False)).stdout, dataset, bookmarks)
 
 
 def local_datasets(source: str, recursive: bool, runner=run) -> list[str]:

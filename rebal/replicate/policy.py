@@ -34,18 +34,30 @@ def is_ours(snap: str, job: str) -> bool:
 
 @dataclass(frozen=True)
 class Snap:
-    name: str  # the part after '@'
+    name: str  # the part after '@' (or after '#' for a bookmark)
     guid: int
     txg: int = 0
+    bookmark: bool = False  # a bookmark of the source: an incremental base that pins no blocks
+
+    def ref(self, dataset: str) -> str:
+        return f"{dataset}{'#' if self.bookmark else '@'}{self.name}"
 
 
 def newest_common(source: list[Snap], target: list[Snap]) -> Snap | None:
-    """The newest source snapshot that the target has, matched by guid (names may differ)."""
+    """The newest source snapshot (or bookmark) that the target has, matched by guid (names may
+    differ). A bookmark keeps its snapshot's guid and txg: where both exist the snapshot wins, since
+    `send -I` from a snapshot also carries the snapshots in between."""
     have = {s.guid for s in target}
-    for s in sorted(source, key=lambda s: s.txg, reverse=True):
+    for s in sorted(source, key=lambda s: (s.txg, not s.bookmark), reverse=True):
         if s.guid in have:
             return s
     return None
+
+
+def base_args(dataset: str, base: Snap) -> list[str]:
+    """The incremental part of `zfs send`: `-I @snap` (every snapshot in between too) from a snapshot,
+    `-i ds#bookmark` from a bookmark (a bookmark cannot be the start of `-I`)."""
+    return ["-i", base.ref(dataset)] if base.bookmark else ["-I", f"@{base.name}"]
 
 
 @dataclass
@@ -213,13 +225,13 @@ def _bucket_keys(t: datetime) -> dict[str, tuple]:
 
 
 def retain(snaps: list[tuple[str, datetime]], buckets: Buckets, protect: set[str] = frozenset()) -> set[str]:
-    """Names to keep: the newest ``last`` snapshots, the newest snapshot of each of the last N hours /
+    """Names to keep: the newest ``last`` snapshots (none with 0), the newest snapshot of each of the last N hours /
     days / weeks / months (per bucket count), and every name in ``protect`` (the common base)."""
     keep = set(protect)
     if not snaps:
         return keep
     ordered = sorted(snaps, key=lambda s: s[1], reverse=True)
-    keep.update(name for name, _t in ordered[: max(1, buckets.last)])
+    keep.update(name for name, _t in ordered[: max(0, buckets.last)])
     for kind in ("hourly", "daily", "weekly", "monthly"):
         n = getattr(buckets, kind)
         seen: list[tuple] = []

@@ -223,7 +223,9 @@ class RsyncReplicator:
     def _prune(self, snap: str) -> None:
         job = self.job.name
         src = [s for s in L.local_snapshots(self.job.source, self._run) if is_ours(s.name, job)]
-        keep = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in src], self.job.retention_source, {snap})
+        # after a good run nothing needs the source snapshot (rsync has no incremental base): retention
+        # alone decides, so with the default (none kept) no snapshot pins the source between runs
+        keep = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in src], self.job.retention_source)
         for s in src:
             if s.name not in keep:
                 self.local.destroy_snapshots(self.job.source, [s.name], recursive=self.job.recursive)

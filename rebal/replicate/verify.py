@@ -125,12 +125,12 @@ def verify_zfs(job: Replicate, ssh: Ssh, sample_n: int | None, seed: int, runner
 
     rep = VerifyReport(job.name, seed=seed)
     subject = f"job:{job.name}"
-    src = L.local_snapshots(job.source, runner)
+    src = L.local_snapshots(job.source, runner, bookmarks=True)
     tgt = Remote(ssh).snapshots(job.target)
     if tgt is None:
         rep.findings.append(Finding(CRITICAL, subject, f"the target {job.target} does not exist on the backup host"))
         return rep
-    by_name = {s.name: s for s in src}
+    by_name = {s.name: s for s in src if not s.bookmark}
     for t in tgt:
         s = by_name.get(t.name)
         if s is not None and s.guid != t.guid:
@@ -141,8 +141,17 @@ def verify_zfs(job: Replicate, ssh: Ssh, sample_n: int | None, seed: int, runner
     if not common:
         rep.findings.append(Finding(CRITICAL, subject, "no snapshot in common between the source and the backup"))
         return rep
-    base = max(common, key=lambda s: s.txg)
+    base = max(common, key=lambda s: (s.txg, not s.bookmark))
     rep.snapshot = base.name
+    if base.bookmark:
+        # the source keeps the point as a bookmark only (retention_source keeps no snapshot): the
+        # backup is the same point by guid, but there is no source content of that time to compare
+        rep.findings.append(Finding(WARNING, subject, (
+            f"contents not compared: the source keeps @{base.name} only as a bookmark (the job's retention_source "
+            "keeps no snapshot), so there is nothing of that time to compare the backup with; the backup's "
+            f"@{base.name} is that point by guid. Set retention_source.last = 1 to verify contents "
+            "(that snapshot then pins what a rebalance rewrites)")))
+        return rep
     newest_tgt = max(tgt, key=lambda s: s.txg)
     if _modified_since(ssh, job.target, newest_tgt.name, rep):
         rep.findings.append(Finding(WARNING, subject, f"the backup dataset {job.target} was written to since its last "

@@ -1,13 +1,14 @@
 """Replication by `zfs send | ssh backup zfs receive`: snapshots, incrementals, resume tokens,
-holds, retention.
+the cursor that keeps the next base, retention.
 
 Order of a run: (1) a receive cut in a previous run is resumed first where the ZFS on both ends can
 (`receive -s` left a `receive_resume_token`), or aborted when its snapshot is gone on the source;
 (2) one atomic (recursive) snapshot `rebal-<job>-<UTC>`; (3) per dataset, parents before children,
-siblings in parallel: the newest snapshot common to both sides (by guid) is the base of an `-I`
-incremental (a full send when the target does not exist); (4) the new snapshot is held on the source
-so the next incremental has its base; (5) rebal's own snapshots of this job are pruned on both
-sides by the retention policy, never the base.
+siblings in parallel: the newest snapshot or bookmark common to both sides (by guid) is the base of an
+incremental (`-I @snap`, or `-i #bookmark`; a full send when the target does not exist); (4) the
+cursor: where the source has bookmarks, a bookmark of the new snapshot, so no snapshot need stay on
+the source; else the new snapshot is held (retention.py); (5) rebal's own snapshots of this job are
+pruned on both sides by the retention policy, never a base, and older cursor bookmarks destroyed.
 """
 
 from __future__ import annotations
@@ -19,26 +20,25 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from .. import names
-from ..errors import CommandFailed, RebalError
+from ..errors import RebalError
 from ..rebalance.files import Throttle
 from ..runner import run
 from . import local as L
 from .policy import (
     Buckets,
     Snap,
+    base_args,
     explain_receive_error,
-    is_ours,
     newest_common,
     parse_send_size,
-    parse_snapshot_name,
     parse_token_check,
     plan_send,
     receive_has_u,
     receive_resumable,
-    retain,
     send_features,
     snapshot_name,
 )
+from .retention import keep_cursor
 from .stream import pump
 from .transport import Ssh
 
@@ -57,6 +57,8 @@ class DatasetReport:
     expected: int | None = None
     error: str = ""
     seconds: float = 0.0  # time the stream took
+    base_bookmark: bool = False  # the incremental started from a bookmark
+    cursor: str = ""  # what keeps the next base: "bookmark" (pins nothing) or "hold" (a held snapshot)
 
 
 @dataclass
@@ -68,6 +70,7 @@ class ZfsReport:
     tokens: dict[str, str] = field(default_factory=dict)  # target -> receive_resume_token found
     pruned_source: list[str] = field(default_factory=list)
     pruned_target: list[str] = field(default_factory=list)
+    pruned_bookmarks: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # the run worked but needs the admin (a rename)
     planned: list[str] = field(default_factory=list)  # dry run: what would be done
@@ -166,6 +169,7 @@ class ZfsReplicator:
         self.clock = clock
         self.throttle = Throttle(job.bwlimit)
         self.report = ZfsReport()
+        self.bookmarks = True  # until this ZFS says it has none (zfs-fuse)
         self.procs: list = []
         self._lock = threading.Lock()
         self._sent = 0
@@ -307,8 +311,8 @@ class ZfsReplicator:
         target = self.target_of(ds)
         rep = DatasetReport(ds, target)
         try:
-            src = L.local_snapshots(ds, self._run)
-            to = next((s for s in src if s.name == snap), None)
+            src = L.local_snapshots(ds, self._run, bookmarks=True)
+            to = next((s for s in src if s.name == snap and not s.bookmark), None)
             if to is None:
                 if not self.dry_run:
                     raise ReplicationError(f"{ds}@{snap} is missing right after it was taken")
@@ -329,6 +333,7 @@ class ZfsReplicator:
                 self.report.notes.append(f"{ds} is new: sent in full")
             plan = plan_send(ds, src, tgt, to, self.force_rollback)
             rep.base = plan.base.name if plan.base else None
+            rep.base_bookmark = bool(plan.base and plan.base.bookmark)
             if plan.kind in ("diverged", "unrelated"):
                 rep.kind, rep.error = "failed", plan.message
                 return rep
@@ -339,7 +344,7 @@ class ZfsReplicator:
             if plan.kind == "full":
                 send = ["zfs", "send", *flags, f"{ds}@{snap}"]
             else:
-                send = ["zfs", "send", *flags, "-I", f"@{plan.base.name}", f"{ds}@{snap}"]
+                send = ["zfs", "send", *flags, *base_args(ds, plan.base), f"{ds}@{snap}"]
             rep.kind = plan.kind
             rep.expected = self.estimate(send, ds, snap, plan.kind)
             force = plan.kind == "incremental" and self.force_rollback
@@ -368,7 +373,7 @@ class ZfsReplicator:
                 self.remote.ssh.run(["zfs", "set", "readonly=on", target], readonly=False)
                 if not self.recv_u:
                     self.report.notes.append(f"{target} set readonly=on (the backup host's zfs has no receive -u)")
-            self.hold_base(ds, snap, rep.base if plan.kind == "incremental" else None)
+            rep.cursor = keep_cursor(self, ds, snap, plan.base if plan.kind == "incremental" else None)
             return rep
         except RebalError as e:
             rep.kind, rep.error = "failed", str(e)
@@ -385,16 +390,6 @@ class ZfsReplicator:
                 return int(res.stdout.strip())
         return None
 
-    def hold_base(self, ds: str, snap: str, old_base: str | None) -> None:
-        """Hold the new common snapshot so nothing destroys the next incremental's base; release the old."""
-        tag = f"rebal-{self.job.name}"
-        try:
-            self.local.hold(tag, [f"{ds}@{snap}"])
-            if old_base and old_base != snap:
-                self.local.release(tag, [f"{ds}@{old_base}"])
-        except (CommandFailed, RebalError) as e:
-            self.report.notes.append(f"{ds}: could not hold the base snapshot: {e}")
-
     def _stream(self, senders: list[list[str]], recv: list[str], rep: DatasetReport):
         def progress(n: int, rep=rep) -> None:
             rep.bytes = n
@@ -410,57 +405,10 @@ class ZfsReplicator:
         rep.bytes = res.bytes
         return res
 
-    # -- retention ----------------------------------------------------------------------------
-
     def prune(self, datasets: list[str]) -> None:
-        """Destroy this job's snapshots that the retention policy does not keep, on both sides.
-        Never the base of any dataset (the newest common snapshot), never another job's or a
-        snapshot rebal did not make."""
-        job = self.job.name
-        sent_ok = {d.source for d in self.report.datasets if d.kind in ("full", "incremental", "nothing")}
-        protect: set[str] = set()
-        for d in self.report.datasets:
-            if d.source in sent_ok:
-                protect.add(self.report.snapshot)  # the new common snapshot: the next base
-            elif d.base:
-                protect.add(d.base)  # this dataset still depends on its old base
-        # source: by name over the whole job; each snapshot released and destroyed where it exists
-        # (`zfs release -r` fails when a child lacks the snapshot: a child added after it was taken)
-        root = self.job.source
-        tree = L.local_tree(root, self.job.recursive, self._run)
-        src = [s for s in tree.get(root, []) if is_ours(s.name, job)]
-        keep = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in src], self.job.retention_source, protect)
-        for s in src:
-            if s.name in keep:
-                continue
-            having = [d for d in sorted(tree) if any(x.name == s.name for x in tree[d])]
-            try:
-                for d in having:
-                    self.local.release(f"rebal-{job}", [f"{d}@{s.name}"])
-                if self.job.recursive and len(having) == len(tree):
-                    self.local.destroy_snapshots(root, [s.name], recursive=True)  # one call for the tree
-                else:
-                    for d in having:
-                        self.local.destroy_snapshots(d, [s.name])
-                self.report.pruned_source.append(s.name)
-            except (CommandFailed, RebalError) as e:
-                self.report.notes.append(f"could not prune {root}@{s.name}: {e}")
-        # target: per dataset this job replicates (a backup whose source is gone is left alone)
-        troot = self.target_of(root)
-        ttree = self.remote.tree(troot) or {}
-        mine = [s for s in ttree.get(troot, []) if is_ours(s.name, job)]
-        keep_t = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in mine], self.job.retention_target, protect)
-        drop = {s.name for s in mine if s.name not in keep_t}
-        for ds in datasets:
-            t = self.target_of(ds)
-            gone = [s.name for s in ttree.get(t, []) if s.name in drop]
-            if not gone:
-                continue
-            try:
-                self.remote.destroy_many(t, gone)
-            except (CommandFailed, RebalError) as e:
-                self.report.notes.append(f"could not prune {t}@{','.join(gone)} on the backup host: {e}")
-        self.report.pruned_target.extend(sorted(drop))
+        from .retention import prune
+
+        prune(self, datasets)
 
 
 def kill_all(procs: list) -> None:

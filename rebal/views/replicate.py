@@ -21,11 +21,13 @@ def replication_text(outcome: str, d: dict) -> str:
         if ds["kind"] == "renamed":
             out.append(f"  {ds['source']} -> {ds['target']}: not sent (renamed; see the warning)")
             continue
-        base = f" from @{ds['base']}" if ds.get("base") and ds["kind"] != "full" else ""
+        sep = "#" if ds.get("base_bookmark") else "@"
+        base = f" from {sep}{ds['base']}" if ds.get("base") and ds["kind"] != "full" else ""
         out.append(f"  {ds['source']} -> {ds['target']}: {ds['kind']}{base}, {human(ds['bytes'])}"
                    + (f"  {ds['error']}" if ds.get("error") else ""))
     for k, label in (("resumed", "resumed"), ("aborted_tokens", "aborted interrupted receive"),
-                     ("pruned_source", "pruned on the source"), ("pruned_target", "pruned on the backup host")):
+                     ("pruned_source", "pruned on the source"), ("pruned_target", "pruned on the backup host"),
+                     ("pruned_bookmarks", "old cursor bookmarks destroyed")):
         if d.get(k):
             out.append(f"  {label}: {', '.join(d[k])}")
     out += [f"  warning: {w}" for w in d.get("warnings", [])]

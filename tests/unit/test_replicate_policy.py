@@ -91,7 +91,42 @@ def test_retention_keeps_bucket_newest_and_protected():
     assert {"s0", "s6"} <= keep
     assert len(keep) <= 2 + 3 + 2 + 2 + 1
     assert P.retain([], P.Buckets()) == set()
-    assert P.retain(snaps, P.Buckets(0, 0, 0, 0)) == {"s0"}  # the newest always stays
+    assert P.retain(snaps, P.Buckets(0, 0, 0, 0)) == {"s0"}  # last = 1: the newest stays
+    assert P.retain(snaps, P.Buckets(0, 0, 0, 0, last=0)) == set()  # the source default: none
+    assert P.retain(snaps, P.Buckets(0, 0, 0, 0, last=0), protect={"s6"}) == {"s6"}  # but a base
+
+
+def test_a_bookmark_is_a_base_and_the_snapshot_wins_a_tie():
+    snap = P.Snap("rebal-j-1", guid=11, txg=100)
+    mark = P.Snap("rebal-j-1", guid=11, txg=100, bookmark=True)
+    older = P.Snap("rebal-j-0", guid=10, txg=50, bookmark=True)
+    target = [P.Snap("rebal-j-0", 10, 40), P.Snap("rebal-j-1", 11, 90)]
+    assert P.newest_common([older, mark, snap], target) == snap
+    assert P.newest_common([older, mark], target) == mark  # the snapshot went: the bookmark is the base
+    assert P.base_args("tank/d", mark) == ["-i", "tank/d#rebal-j-1"]
+    assert P.base_args("tank/d", snap) == ["-I", "@rebal-j-1"]
+    to = P.Snap("rebal-j-2", 12, 200)
+    plan = P.plan_send("tank/d", [older, mark, to], target, to, force_rollback=False)
+    assert plan.kind == "incremental" and plan.base == mark
+    # a target with a snapshot newer than the bookmark's has diverged, bookmark or not
+    diverged = P.plan_send("tank/d", [mark, to], target + [P.Snap("manual", 99, 95)], to, force_rollback=False)
+    assert diverged.kind == "diverged" and diverged.newer_on_target == ["manual"]
+
+
+def test_listings_with_bookmarks():
+    from rebal.replicate import local as L
+
+    # `zfs get -Hp -r -o name,property,value guid,createtxg` lists bookmarks beside snapshots (OpenZFS)
+    text = fixture_text("openzfs-2.4.4_zfs-get-guid-createtxg-bookmarks.txt")
+    tree = L.tree_from(text, bookmarks=True)
+    plain = L.tree_from(text)
+    root = next(iter(sorted(tree)))
+    assert any(s.bookmark for s in tree[root]) and not any(s.bookmark for s in plain[root])
+    marks = {s.name: s for s in tree[root] if s.bookmark}
+    snaps = {s.name: s for s in tree[root] if not s.bookmark}
+    for name in set(marks) & set(snaps):  # a bookmark keeps its snapshot's guid and txg
+        assert (marks[name].guid, marks[name].txg) == (snaps[name].guid, snaps[name].txg)
+    assert L.snapshots_from(text, root, bookmarks=True) == tree[root]
 
 
 def test_rsync_stats_and_warnings():

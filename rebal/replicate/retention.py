@@ -1,0 +1,114 @@
+"""What keeps the next incremental's base, and retention of a zfs job's snapshots and bookmarks.
+
+The cursor: after a dataset is sent, its new snapshot is the next base. Where the source has
+bookmarks (OpenZFS), a bookmark `ds#<snapshot name>` marks it: a bookmark holds no blocks, so the
+source snapshot itself may go (retention on the source may be zero snapshots) and a rebalance of the
+source is not pinned by replication. Where it has none (zfs-fuse), the snapshot is held
+(`zfs hold rebal-<job>`) so nothing destroys it, and retention keeps it.
+"""
+
+from __future__ import annotations
+
+from ..errors import CommandFailed, RebalError
+from . import local as L
+from .policy import Snap, is_ours, parse_snapshot_name, retain
+
+
+def keep_cursor(rep, ds: str, snap: str, old_base: Snap | None) -> str:
+    """Mark ``ds@snap`` as the next base; release what kept the old one. ``rep`` is the
+    ZfsReplicator (its local backend, job and report). Returns "bookmark" or "hold" ("" if neither
+    could be made: the next run then finds the base by guid on both sides, as before)."""
+    tag = f"rebal-{rep.job.name}"
+    if getattr(rep, "bookmarks", True):
+        try:
+            rep.local.bookmark(f"{ds}@{snap}", f"{ds}#{snap}")
+            if old_base is not None and not old_base.bookmark:
+                rep.local.release(tag, [f"{ds}@{old_base.name}"])  # held by an earlier run
+            return "bookmark"
+        except L.LocalError:
+            rep.bookmarks = False  # this ZFS has none: holds from now on
+        except (CommandFailed, RebalError) as e:
+            rep.report.notes.append(f"{ds}: could not bookmark the new base ({e}); it is held instead")
+    try:
+        rep.local.hold(tag, [f"{ds}@{snap}"])
+        if old_base is not None and not old_base.bookmark and old_base.name != snap:
+            rep.local.release(tag, [f"{ds}@{old_base.name}"])
+        return "hold"
+    except (CommandFailed, RebalError) as e:
+        rep.report.notes.append(f"{ds}: could not hold the base snapshot: {e}")
+        return ""
+
+
+def prune(rep, datasets: list[str]) -> None:
+    """Destroy this job's snapshots that the retention policy does not keep, on both sides, and its
+    cursor bookmarks older than each dataset's newest. Never a base still needed (a snapshot that is
+    a dataset's cursor by hold, or the old base of a dataset that failed this time), never another
+    job's, never a snapshot rebal did not make."""
+    job, report = rep.job.name, rep.report
+    sent_ok = {d.source: d for d in report.datasets if d.kind in ("full", "incremental", "nothing")}
+    protect_src: set[str] = set()
+    protect_tgt: set[str] = set()
+    for d in report.datasets:
+        if d.source in sent_ok:
+            protect_tgt.add(report.snapshot)  # the new common snapshot: the next base
+            if d.cursor != "bookmark":
+                protect_src.add(report.snapshot)
+        elif d.base:
+            protect_tgt.add(d.base)  # this dataset still depends on its old base
+            if not d.base_bookmark:
+                protect_src.add(d.base)
+    # source: by name over the whole job; each snapshot released and destroyed where it exists
+    # (`zfs release -r` fails when a child lacks the snapshot: a child added after it was taken)
+    root = rep.job.source
+    tree = L.local_tree(root, rep.job.recursive, rep._run, bookmarks=True)
+    snaps = {d: [s for s in v if not s.bookmark] for d, v in tree.items()}
+    src = [s for s in snaps.get(root, []) if is_ours(s.name, job)]
+    keep = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in src], rep.job.retention_source, protect_src)
+    for s in src:
+        if s.name in keep:
+            continue
+        having = [d for d in sorted(snaps) if any(x.name == s.name for x in snaps[d])]
+        try:
+            for d in having:
+                rep.local.release(f"rebal-{job}", [f"{d}@{s.name}"])
+            if rep.job.recursive and len(having) == len(snaps):
+                rep.local.destroy_snapshots(root, [s.name], recursive=True)  # one call for the tree
+            else:
+                for d in having:
+                    rep.local.destroy_snapshots(d, [s.name])
+            report.pruned_source.append(s.name)
+        except (CommandFailed, RebalError) as e:
+            report.notes.append(f"could not prune {root}@{s.name}: {e}")
+    _prune_bookmarks(rep, tree, sent_ok)
+    # target: per dataset this job replicates (a backup whose source is gone is left alone)
+    troot = rep.target_of(root)
+    ttree = rep.remote.tree(troot) or {}
+    mine = [s for s in ttree.get(troot, []) if is_ours(s.name, job)]
+    keep_t = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in mine], rep.job.retention_target, protect_tgt)
+    drop = {s.name for s in mine if s.name not in keep_t}
+    for ds in datasets:
+        t = rep.target_of(ds)
+        gone = [s.name for s in ttree.get(t, []) if s.name in drop]
+        if not gone:
+            continue
+        try:
+            rep.remote.destroy_many(t, gone)
+        except (CommandFailed, RebalError) as e:
+            report.notes.append(f"could not prune {t}@{','.join(gone)} on the backup host: {e}")
+    report.pruned_target.extend(sorted(drop))
+
+
+def _prune_bookmarks(rep, tree: dict[str, list[Snap]], sent_ok: dict) -> None:
+    """Per dataset sent this time with a bookmark cursor: this job's older bookmarks go (the new one
+    is the base now). A dataset that failed keeps its bookmarks: its base is among them."""
+    job = rep.job.name
+    for ds, d in sent_ok.items():
+        if d.cursor != "bookmark":
+            continue
+        for s in tree.get(ds, []):
+            if s.bookmark and is_ours(s.name, job) and s.name != rep.report.snapshot:
+                try:
+                    rep.local.destroy_bookmark(ds, s.name)
+                    rep.report.pruned_bookmarks.append(f"{ds}#{s.name}")
+                except (CommandFailed, RebalError) as e:
+                    rep.report.notes.append(f"could not destroy the old bookmark {ds}#{s.name}: {e}")
