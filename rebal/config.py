@@ -7,7 +7,8 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 from . import names
 from .errors import ConfigError
@@ -90,6 +91,7 @@ class Rebalance(Strict):
     method: Literal["auto", "copy", "rewrite"] = "auto"
     jobs: int = Field(0, ge=0, le=64)  # 0: chosen from the number of data vdevs and cores
     allow_snapshots: bool = False
+    max_growth: str | None = Field(None, pattern=r"^\d+(\.\d+)?[KMGTkmgt]?$")  # with allow_snapshots: the pool may grow this much
     hardlinks: bool = False
     exclude: list[str] = []
     min_age_days: float = Field(0, ge=0)
@@ -100,6 +102,7 @@ class Schedule(Strict):
     fill: Cron = "*/15 * * * *"
     health: Cron = "*/10 * * * *"
     rebalance: Cron = None
+    rebalance_after: str | None = None  # a replication job: the rebalance runs right after its run lands
     rebalance_end: HHMM | None = None
     scrub: Cron = None
 
@@ -201,6 +204,13 @@ class Config(Strict):
                 raise ValueError(f"two jobs are named {j.name!r}")
             seen.add(j.name)
         return jobs
+
+    @model_validator(mode="after")
+    def _chained(self) -> Config:
+        after = self.schedule.rebalance_after
+        if after is not None and self.job(after) is None:
+            raise ValueError(f"schedule.rebalance_after names {after!r}, which is no [[replicate]] job")
+        return self
 
     def job(self, name: str) -> Replicate | None:
         return next((j for j in self.replicate if j.name == name), None)

@@ -49,3 +49,52 @@ class FileLock:
 
     def __exit__(self, *exc) -> None:
         os.close(self.fd)
+
+
+class Together:
+    """Rebalance and replication of overlapping data take turns: each holds ``together-<job>`` for
+    every replication job involved while it runs, and waits (blocking, in key order, so two waiters
+    never deadlock) while the other holds it. A rebalance's copies then go into one replication run
+    whole, and the replication's snapshot is never taken half way through a rewrite.
+    ``on_wait(text)`` is told once per key it waits for; ``stop`` ends the wait (LockedError)."""
+
+    def __init__(self, state_db: str, jobs: list[str], what: str, *, stop=None, on_wait=None,
+                 timeout: float | None = None) -> None:
+        self.paths = [lock_path(state_db, f"together-{j}") for j in sorted(set(jobs))]
+        self.what, self.stop, self.on_wait, self.timeout = what, stop, on_wait, timeout
+        self.fds: list[int] = []
+
+    def __enter__(self) -> Together:
+        import time
+
+        try:
+            for path in self.paths:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                self.fds.append(fd)
+                told, t0 = False, time.monotonic()
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        pass
+                    if not told and self.on_wait:
+                        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another run"
+                        self.on_wait(f"{self.what} waits for {holder} to finish")
+                        told = True
+                    if self.stop is not None and self.stop.is_set():
+                        raise LockedError(f"{self.what}: stopped while waiting for {os.path.basename(path)}")
+                    if self.timeout is not None and time.monotonic() - t0 > self.timeout:
+                        raise LockedError(f"{self.what}: waited {self.timeout:.0f} s for {os.path.basename(path)}")
+                    time.sleep(0.5)  # waiting for another process's run: flock has no timed wait
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"the {self.what} (pid {os.getpid()})\n".encode(), 0)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []

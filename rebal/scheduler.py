@@ -75,10 +75,15 @@ def run_one(cfg: Config, name: str, stop: threading.Event | None = None) -> str:
         if cfg.job(name) is not None:
             from .replicate.job import run_job
 
-            outcome, details = run_job(cfg, name, stop=stop, conn=conn)
+            outcome, details = run_job(cfg, name, stop=stop, conn=conn, on_wait=jlog.info)
             services.notify_outcome(cfg, conn, f"job:{name}", outcome, details.get("error"))
             jlog.log(logging.ERROR if outcome == "failed" else logging.INFO, "%s: %s bytes%s", outcome,
                      details.get("bytes"), f" ({details['error']})" if details.get("error") else "")
+            if outcome in ("ok", "warning") and cfg.schedule.rebalance_after == name and not stop.is_set():
+                # chained: the rebalance's copies go out whole with the next run of this job
+                jlog.info("its replication landed: the chained rebalance runs now (schedule.rebalance_after)")
+                if run_one(cfg, "rebalance", stop) == "failed":
+                    return "failed"  # the unit (timer mode) fails: the chained part did not do its job
             return outcome
         if name == "fill":
             res = services.record(conn, "fill", lambda: services.fill_job(cfg, conn, zpool))
@@ -88,6 +93,16 @@ def run_one(cfg: Config, name: str, stop: threading.Event | None = None) -> str:
             res = services.record(conn, "scrub", lambda: services.scrub_job(cfg, conn, zpool))
         elif name == "rebalance":
             res = services.rebalance_job(cfg, conn, zpool, Zfs(), stop)
+            outcome = res.get("outcome", "ok")
+            if outcome in ("failed", "interrupted"):
+                jlog.error("%s: %s (run %s)", outcome, res.get("reason"), res.get("run_id"))
+                services.notify_outcome(cfg, conn, "job:rebalance", "failed", res.get("reason"))
+                return "failed"
+            jlog.info("%s: %s; %s files, %s bytes rewritten, spread %s -> %s (run %s)", outcome, res.get("reason"),
+                      res.get("files"), res.get("bytes"), res.get("spread_before"), res.get("spread_after"),
+                      res.get("run_id"))
+            services.notify_outcome(cfg, conn, "job:rebalance", "ok", None)
+            return outcome
         else:
             raise UsageError(f"no job named {name!r} (jobs: {', '.join(all_jobs(cfg))})")
         jlog.info("ok: %s", res)

@@ -115,10 +115,15 @@ def rebalance_job(cfg: Config, conn, zpool, zfs, stop: threading.Event) -> dict:
     opts = engine.build_options(
         rb, list(rb.targets), until=until, verify=rb.verify, method=rb.method,
         max_rate=parse_size(rb.max_rate) if rb.max_rate else None,
-        jobs=rb.jobs, allow_snapshots=rb.allow_snapshots, hardlinks=rb.hardlinks,
+        jobs=rb.jobs, allow_snapshots=rb.allow_snapshots, hardlinks=rb.hardlinks, replication_jobs=list(cfg.replicate),
     )
     prep = engine.prepare(opts, zpool, zfs, conn)
-    engine.check_pinned(prep, opts)
+    try:
+        engine.check_pinned(prep, opts)
+    except engine.RefusedError as e:  # a refusal is a run that could not do its job: recorded as failed
+        rid = state.start_run(conn, "rebalance", pool=prep.pool.name, key=prep.key)
+        state.end_run(conn, rid, "failed", error=str(e), details={"refused": True})
+        raise
     rep = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, stop=stop)
     return rep.as_dict()
 

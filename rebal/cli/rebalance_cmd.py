@@ -41,7 +41,8 @@ def plan(
     cfg = load_config()
     opts = build_options(cfg.rebalance, targets, target_spread=target_spread, exclude=exclude, min_age=min_age,
                          min_size=min_size, max_size=max_size, max_bytes=max_bytes,
-                         method=choice("--method", method, METHODS), hardlinks=hardlinks or cfg.rebalance.hardlinks)
+                         method=choice("--method", method, METHODS), hardlinks=hardlinks or cfg.rebalance.hardlinks,
+                         replication_jobs=list(cfg.replicate))
     prep = prepare(opts, Zpool(), Zfs(), state_or_none(cfg))
     if as_json:
         out_json(plan_json(prep))
@@ -63,7 +64,8 @@ def rebalance(
     min_age: MinAgeOpt = None,
     min_size: MinSizeOpt = None,
     max_size: MaxSizeOpt = None,
-    allow_snapshots: Annotated[bool, typer.Option("--allow-snapshots", help="Rewrite data that snapshots pin (grows the pool).")] = False,
+    allow_snapshots: Annotated[bool, typer.Option("--allow-snapshots", help="Rewrite data that snapshots pin (grows the pool until they go).")] = False,
+    max_growth: Annotated[Optional[str], typer.Option(help="With --allow-snapshots: stop before the pool grows by more than this (e.g. 50G) [default: config, else the reserve decides].")] = None,
     hardlinks: Annotated[bool, typer.Option("--hardlinks", help="Re-create hardlink groups that lie wholly in the targets [default: config].")] = False,
     rewrite_all: Annotated[bool, typer.Option("--all", help="Rewrite every eligible file, whatever the spread (e.g. after a RAIDZ expansion).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan and change nothing.")] = False,
@@ -83,7 +85,7 @@ def rebalance(
         raise UsageError("--jobs must be between 1 and 64")
     opts = engine.build_options(
         rb, targets, target_spread=target_spread, exclude=exclude, min_age=min_age, min_size=min_size,
-        max_size=max_size, max_bytes=max_bytes,
+        max_size=max_size, max_bytes=max_bytes, max_growth=max_growth, replication_jobs=list(cfg.replicate),
         until=engine.until_epoch(until) if until else None,
         max_rate=parse_size(max_rate) if max_rate else (parse_size(rb.max_rate) if rb.max_rate else None),
         verify=choice("--verify", verify or rb.verify, ("hash", "size", "none")),

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .app import JsonOpt, Signals, app, load_config, out_json, out_text
+from .app import JsonOpt, Signals, app, load_config, out_json, out_text, warn
 
 
 @app.command()
@@ -25,7 +25,7 @@ def replicate(
     cfg = load_config()
     with Signals() as sig, ByteBar(f"replicate {job}", enabled=not (as_json or dry_run)) as bar:
         outcome, details = run_job(cfg, job, dry_run=dry_run, force_rollback=force_rollback, stop=sig.stop,
-                                   progress=bar.update if bar.enabled else None)
+                                   progress=bar.update if bar.enabled else None, on_wait=warn)
     if as_json:
         out_json(details | {"outcome": outcome})
     else:

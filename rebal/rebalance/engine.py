@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import stat
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +21,7 @@ from ..locks import FileLock
 from ..units import human
 from . import journal, rewrite
 from .copier import Copier
-from .files import FileRef, Outcome, Result, Throttle
+from .files import FileRef, Outcome, Result, Throttle, restat, restore_times
 from .planner import DirEntry, order_dirs, simulate, spread
 from .prepare import (Options, Prepared, RefusedError, Target, _avail, build_options, check_pinned,  # noqa: F401
                       default_jobs, fills, prepare, resolve_targets, run_key)
@@ -58,9 +57,14 @@ class Report:
     seconds: float = 0.0
     recovered: journal.Recovery | None = None
     reclaim: dict | None = None  # after a RAIDZ expansion: available before/after, reclaimed, predicted
+    growth: int = 0  # bytes rewritten that snapshots still hold: the pool's growth until they go
+    waiting_on: list[str] = field(default_factory=list)  # those snapshots
+    spread_when_freed: float | None = None  # predicted, once they go
 
     def as_dict(self) -> dict:
-        return ({"reclaim": self.reclaim} if self.reclaim else {}) | {
+        return ({"reclaim": self.reclaim} if self.reclaim else {}) | (
+            {"growth": self.growth, "waiting_on": self.waiting_on, "spread_when_freed": self.spread_when_freed}
+            if self.growth else {}) | {
             "run_id": self.run_id,
             "outcome": self.outcome,
             "reason": self.reason,
@@ -76,13 +80,17 @@ class Report:
 
 
 class Events:
-    """Hooks for progress; the CLI renders them. All no-ops here."""
+    """Hooks for progress; the CLI renders them. Here (a scheduled run) notes go to the log."""
 
     def start(self, prep: Prepared, total_files: int, total_bytes: int) -> None: ...
     def file_done(self, ref: FileRef, result: Result) -> None: ...
     def dir_done(self, report: DirReport) -> None: ...
     def measured(self, spread: float) -> None: ...
-    def note(self, text: str) -> None: ...
+
+    def note(self, text: str) -> None:
+        import logging
+
+        logging.getLogger("rebal.job.rebalance").info("%s", text)
 
 
 # -- execute ------------------------------------------------------------------------------------
@@ -109,6 +117,22 @@ class _Run:
         self.linked_seen: set[int] = set()  # hardlinked inodes already rewritten in place
         self.filters = prep.filters or opts.filters
         self.all = opts.rewrite_all or prep.reclaim_only  # every eligible file, whatever the spread
+        # data last written before the newest snapshot is referenced by it: rewriting it grows the pool
+        self.pinned_ns = int((prep.snapshots[-1][1] + 1) * 1e9) if prep.snapshots else None  # whole seconds
+        self.growth = 0
+        self.moved = 0  # bytes allocated to what was rewritten: what the model moves (sparse files are small)
+
+    def pinned(self, mtime_ns: int) -> bool:
+        return self.pinned_ns is not None and mtime_ns < self.pinned_ns
+
+    def over_budget(self, more: int) -> bool:
+        """Would ``more`` bytes of pinned data take the pool's growth past --max-growth?"""
+        if self.opts.max_growth is None or self.growth + more <= self.opts.max_growth:
+            return False
+        self.stop_reason = (f"--max-growth reached: the pool grew by about {human(self.growth)} "
+                            "(rewritten data that snapshots still hold)")
+        self.stop.set()
+        return True
 
     # measuring
 
@@ -130,7 +154,10 @@ class _Run:
         raw = self.measure(settle=False)
         if self.all:
             return False
-        predicted = spread(simulate(fills(self.prep.pool), self.report.bytes, self.prep.plan.pinned_fraction))
+        if self.growth:  # old copies stay until their snapshots go: the model says when the goal holds then
+            self.report.spread_when_freed = spread(simulate(fills(self.prep.pool), self.moved))
+            return self.report.spread_when_freed <= target - max(0.3, 0.05 * target)
+        predicted = spread(simulate(fills(self.prep.pool), self.moved, self.prep.plan.pinned_fraction))
         if raw <= target or predicted <= target or time.monotonic() - self.last_settle >= SETTLE_EVERY:
             # stop a little under the target: figures rounded to 3 digits (old ZFS) and the last
             # frees landing must not put the spread back over it right after the run
@@ -168,7 +195,7 @@ class _Run:
                         return rep
                     batch, todo = self.take_batch(todo, rep)
                     if not batch:
-                        if todo:  # nothing more fits under --max-bytes
+                        if todo and not self.stop.is_set():  # nothing more fits under --max-bytes
                             self.stop_reason = f"--max-bytes reached ({human(self.report.bytes)} rewritten)"
                             self.stop.set()
                         continue
@@ -181,10 +208,13 @@ class _Run:
                         if res.outcome is Outcome.SWAPPED:
                             rep.files += 1
                             rep.bytes += ref.size
+                            if self.pinned(ref.mtime_ns):
+                                self.growth += ref.alloc
                             self.report.files += 1
                             self.report.bytes += ref.size
+                            self.moved += ref.alloc or ref.size
                         elif res.outcome is Outcome.CHANGED and attempt < RETRIES:
-                            fresh = _restat(dfd, ref)
+                            fresh = restat(dfd, ref)
                             if fresh:
                                 retry.append(fresh)
                         else:
@@ -199,19 +229,24 @@ class _Run:
                     break
             return rep
         finally:
-            _restore_times(dfd, dst)
+            restore_times(dfd, dst)
             os.close(dfd)
 
     def take_batch(self, todo: list[FileRef], rep: DirReport) -> tuple[list[FileRef], list[FileRef]]:
         """The next files to copy at once, as many as fit above the free-space reserve."""
         room = _avail(todo[0].dir) - self.reserve
         batch: list[FileRef] = []
-        size = 0
+        size = grow = 0
         rest: list[FileRef] = []
         for i, ref in enumerate(todo):
             if len(batch) >= BATCH_FILES or size >= BATCH_BYTES:
                 rest.extend(todo[i:])
                 break
+            if self.pinned(ref.mtime_ns):
+                if self.over_budget(grow + ref.alloc):
+                    rest.extend(todo[i:])
+                    break
+                grow += ref.alloc
             if self.opts.max_bytes is not None and self.report.bytes + size + ref.size > self.opts.max_bytes:
                 if not batch and self.report.bytes == 0 and ref.size > self.opts.max_bytes:
                     rep.skipped["larger than --max-bytes"] = rep.skipped.get("larger than --max-bytes", 0) + 1
@@ -251,8 +286,13 @@ class _Run:
             files.append((n, st))
         paths = [os.path.join(d.path, n) for n, _ in files]
         sizes = {os.path.join(d.path, n): st.st_size for n, st in files}
+        allocs = {os.path.join(d.path, n): st.st_blocks * 512 or st.st_size for n, st in files}
+        pinned = {os.path.join(d.path, n): st.st_blocks * 512 for n, st in files if self.pinned(st.st_mtime_ns)}
         for argv in rewrite.argv_batches(paths, self.prep.physical):
             if self.limit_hit():
+                break
+            grow = sum(pinned.get(os.fsencode(p), 0) for p in argv[2:])
+            if grow and self.over_budget(grow):  # a whole batch, or none of it
                 break
             try:
                 self.zfs.run_rewrite(argv)
@@ -267,6 +307,8 @@ class _Run:
                     rep.bytes += n
                     self.report.files += 1
                     self.report.bytes += n
+                    self.moved += allocs.get(os.fsencode(p), 0)
+            self.growth += grow
         return rep
 
 
@@ -300,38 +342,21 @@ def _copy_groups(r: _Run) -> DirReport:
             rep.skipped[f"group failed ({e.strerror})"] = rep.skipped.get(f"group failed ({e.strerror})", 0) + 1
         finally:
             for d, fd in fds.items():
-                _restore_times(fd, times[d])
+                restore_times(fd, times[d])
                 os.close(fd)
                 journal.end_dir(r.conn, r.report.run_id, d, 0, 0, True)
     return rep
-
-
-def _restore_times(dfd: int, st: os.stat_result) -> None:
-    """Give a directory back its times, durably: the journal marks it done next, after which a
-    power cut must not bring back the times our renames gave it (seen on OpenZFS 2.4.4: the
-    setattr sat in an unsynced transaction group while the journal said done)."""
-    try:
-        os.utime(dfd, ns=(st.st_atime_ns, st.st_mtime_ns))
-        os.fsync(dfd)
-    except OSError:
-        pass
-
-
-def _restat(dfd: int, ref: FileRef) -> FileRef | None:
-    try:
-        st = os.stat(ref.name, dir_fd=dfd, follow_symlinks=False)
-    except OSError:
-        return None
-    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
-        return None
-    return FileRef.from_stat(ref.dir, ref.name, st)
 
 
 def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, events: Events | None = None,
             stop: threading.Event | None = None) -> Report:
     events = events or Events()
     stop = stop or threading.Event()
-    with PoolLock(state_db, prep.pool.name):
+    from ..locks import Together
+
+    jobs = [r["job"] for r in (prep.costs or {}).get("replication", [])]  # replicating these targets
+    with PoolLock(state_db, prep.pool.name), Together(state_db, jobs, f"rebalance of pool {prep.pool.name}",
+                                                      stop=stop, on_wait=events.note):
         recovered = journal.recover(conn, prep.pool.name)
         if recovered.rows:
             events.note(f"recovered from an earlier crash: {recovered.rows} unfinished file(s), "
@@ -376,6 +401,10 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
             dirs = order_dirs([d for d in prep.scan.dirs if d.path not in prep.done_dirs])
             events.start(prep, sum(d.files for d in dirs), sum(d.bytes for d in dirs))
             r.report.outcome, r.report.reason = _loop(r, dirs)
+            if r.report.files == 0 and sum(r.report.skipped.values()) and r.report.outcome != "interrupted":
+                # nothing could be rewritten (a read-only sandbox, permissions, every copy failing): not "ok"
+                r.report.outcome, r.report.reason = "failed", "no file could be rewritten: " + ", ".join(
+                    f"{n} {k}" for k, n in r.report.skipped.items()) + (f" ({r.report.reason})" if r.report.reason else "")
         except BaseException as e:
             r.report.outcome, r.report.reason = "failed", f"{type(e).__name__}: {e}"
             raise
@@ -385,6 +414,9 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
             if old_sigio is not None:
                 signal.signal(signal.SIGIO, old_sigio)
             r.report.seconds = time.monotonic() - t0
+            r.report.growth = r.growth
+            if r.growth:  # the snapshots that hold the old copies: the space and balance come when they go
+                r.report.waiting_on = [n for (n, c, _u), b in zip(prep.snapshots, prep.scan.pinned_by) if b]
             try:
                 r.report.spread_after = r.measure(settle=True)
             except RebalError:
@@ -430,10 +462,10 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
             journal.end_dir(r.conn, r.report.run_id, d.path, rep.files, rep.bytes, finished)
             r.report.dirs += finished
             if _step_done(r, rep):
-                return "ok", f"spread {r.spread_now:.1f} is under the target {opts.target_spread:g}"
+                return "ok", _goal(r)
     if prep.scan.groups and not r.limit_hit():
         if _step_done(r, _copy_groups(r)):
-            return "ok", f"spread {r.spread_now:.1f} is under the target {opts.target_spread:g}"
+            return "ok", _goal(r)
     why = r.limit_hit()
     if why:
         return ("interrupted" if why == "interrupted" else "stopped"), why
@@ -443,6 +475,13 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
         return "ok", f"every eligible file was rewritten (--all); the spread is {r.spread_now:.1f}"
     return "incomplete", (f"every eligible directory was rewritten; the spread is {r.spread_now:.1f}, "
                           f"above the target {opts.target_spread:g}")
+
+
+def _goal(r: _Run) -> str:
+    if r.report.spread_when_freed is not None:
+        return (f"the spread will be about {r.report.spread_when_freed:.1f} (under the target {r.opts.target_spread:g}) "
+                f"once the snapshots holding the old copies go; {r.spread_now:.1f} until then")
+    return f"spread {r.spread_now:.1f} is under the target {r.opts.target_spread:g}"
 
 
 def until_epoch(hhmm: str, now: datetime | None = None) -> float:

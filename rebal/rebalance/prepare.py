@@ -32,10 +32,12 @@ class Options:
     method: str = "auto"
     jobs: int = 0
     allow_snapshots: bool = False
+    max_growth: int | None = None  # with allow_snapshots: how much the pool may grow (None: the reserve decides)
     rewrite_all: bool = False  # every eligible file, whatever the spread (after a RAIDZ expansion, say)
     hardlinks: bool = False  # re-create hardlink groups whose every name lies in the targets
     reserve_percent: float = 10.0
     filters: Filters = field(default_factory=Filters)
+    replication_jobs: list = field(default_factory=list)  # the config's [[replicate]] jobs (costs of a rewrite)
 
 
 @dataclass
@@ -54,7 +56,7 @@ class Prepared:
     method: str  # copy or rewrite
     physical: bool
     jobs: int
-    snapshots: list[tuple[str, int]]
+    snapshots: list[tuple[str, int, int]]  # (dataset@name, creation, used) of the targets' snapshots, oldest first
     warnings: list[str]
     notes: list[str]
     resume_run: int | None = None
@@ -62,6 +64,9 @@ class Prepared:
     reclaim: dict | None = None  # after a RAIDZ expansion: what is at the old ratio, what a rewrite returns
     reclaim_only: bool = False  # one (expanded) data vdev: rewrite every old file, no spread goal
     filters: Filters | None = None  # the filters in force (with the expansion's), for the run
+    available: int = 0  # bytes free for the targets now
+    reserve: int = 0  # bytes the rebalance leaves free
+    costs: dict | None = None  # snapcost.assess: snapshots that pin data, replication growth, pool growth
 
     @property
     def key(self) -> str:
@@ -139,13 +144,14 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
     notes: list[str] = []
 
     # snapshots pin old blocks: rewriting what they reference grows the pool, moves nothing
-    snaps: list[tuple[str, int]] = []
+    snaps: list[tuple[str, int, int]] = []
     datasets = sorted({t.dataset for t in targets})
     for ds in datasets:
         snaps += zfs.snapshots(ds)
         if zfs.get(ds, ["dedup"]).get("dedup", "off") not in ("off", "-"):
             warnings.append(f"dedup is on for {ds}: a rewrite there may only add a reference, not move data")
-    newest = max((c for _, c in snaps), default=None)
+    snaps.sort(key=lambda s: s[1])
+    # creation is in whole seconds: a file written in the snapshot's second may be in it (+1: counted)
 
     # resume: directories finished by an earlier, unfinished run of the same targets
     resume_run, done = None, set()
@@ -173,14 +179,24 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
             notes.append("zfs rewrite is not available here: files are rewritten by copy-and-rename")
 
     filters = opts.filters
-    sc = scan([t.root for t in targets], filters, newest_snapshot=newest, hardlinks_ok=(method == "rewrite"),
+    sc = scan([t.root for t in targets], filters, snapshot_times=[s[1] + 1 for s in snaps], hardlinks_ok=(method == "rewrite"),
               link_groups=(opts.hardlinks and method == "copy"))
     remaining = [d for d in sc.dirs if d.path not in done]
     pinned_fraction = (sc.pinned_bytes / sc.bytes) if sc.bytes else 0.0
-    plan = make_plan(fills(pool), remaining, opts.target_spread, max_bytes=opts.max_bytes, pinned_fraction=pinned_fraction)
+    # allowed to rewrite what snapshots hold: the old copies stay until they go, and the goal is the
+    # spread then (while they stay, the new copies only add to every vdev)
+    waits = bool(opts.allow_snapshots and sc.pinned_bytes)
+    plan = make_plan(fills(pool), remaining, opts.target_spread, max_bytes=opts.max_bytes,
+                     pinned_fraction=0.0 if waits else pinned_fraction)
+    if waits:
+        from .planner import simulate, spread
+
+        meanwhile = spread(simulate(fills(pool), plan.bytes, pinned_fraction))
+        notes.append(f"snapshots hold {human(sc.pinned_bytes)} of it: the spread goal ({plan.spread_after:.1f} predicted) "
+                     f"holds once they go; until then the old copies stay and the spread is about {meanwhile:.1f}")
 
     if sc.pinned_bytes:
-        newest_name = max(snaps, key=lambda s: s[1])[0]
+        newest_name = snaps[-1][0]
         warnings.append(
             f"{human(sc.pinned_bytes)} of the data to rewrite is referenced by {len(snaps)} snapshot(s) "
             f"(newest {newest_name}): rewriting it grows the pool by that much instead of moving it"
@@ -238,8 +254,12 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
             f"{plan.spread_after:.1f} points, above the target {opts.target_spread:g}"
         )
     jobs = opts.jobs or default_jobs(len(pool.data_vdevs))
-    return Prepared(pool, targets, sc, plan, method, physical, jobs, snaps, warnings, notes, resume_run, done,
-                    reclaim=reclaim, reclaim_only=reclaim_only, filters=filters)
+    prep = Prepared(pool, targets, sc, plan, method, physical, jobs, snaps, warnings, notes, resume_run, done,
+                    reclaim=reclaim, reclaim_only=reclaim_only, filters=filters, available=avail, reserve=int(reserve))
+    from .snapcost import assess
+
+    prep.costs = assess(prep, opts.replication_jobs, budget=opts.max_growth)
+    return prep
 
 
 def _expansions(zpool, pool_name: str) -> list:
@@ -260,7 +280,7 @@ def _avail(path: bytes) -> int:
 
 def build_options(rb, targets: list[str], *, target_spread: float | None = None, exclude=(), min_age: float | None = None,
                   min_size: str | None = None, max_size: str | None = None, max_bytes: str | None = None,
-                  **kw) -> Options:
+                  max_growth: str | None = None, **kw) -> Options:
     """Options from the config's [rebalance] table, with what the command line overrides."""
     from ..units import parse_size
 
@@ -273,15 +293,48 @@ def build_options(rb, targets: list[str], *, target_spread: float | None = None,
         min_size=parse_size(min_size) if min_size else 0,
         max_size=parse_size(max_size) if max_size else None,
     )
+    growth = max_growth or rb.max_growth
     return Options(targets=list(targets), target_spread=spread, max_bytes=parse_size(max_bytes) if max_bytes else None,
+                   max_growth=parse_size(growth) if growth else None,
                    reserve_percent=rb.reserve_percent, filters=filters, **kw)
 
 
 def check_pinned(prep: Prepared, opts: Options) -> None:
-    """Refuse to rewrite snapshot-pinned data unless allowed: it would grow the pool and move nothing."""
-    if prep.scan.pinned_bytes and not opts.allow_snapshots:
-        raise RefusedError(
-            f"{human(prep.scan.pinned_bytes)} of the data to rewrite is held by snapshots of "
-            f"{', '.join(sorted({t.dataset for t in prep.targets}))}: rewriting it would grow the pool by that much "
-            "and move nothing. Destroy or expire the snapshots first, or pass --allow-snapshots to accept the cost."
-        )
+    """Refuse to rewrite snapshot-pinned data unless allowed: it would grow the pool and move nothing
+    until the snapshots go. The message gives the three ways out, with this pool's figures."""
+    if not prep.scan.pinned_bytes or opts.allow_snapshots:
+        return
+    costs = prep.costs or {"snapshots": [], "replication": [], "growth": {}}
+    snaps = costs["snapshots"]
+    ours = [s for s in snaps if s["owner"].startswith("rebal:")]
+    others = [s for s in snaps if not s["owner"].startswith("rebal:")]
+    g = costs.get("growth", {})
+    held = ", ".join(f"{s['name']} ({human(s['pinned_bytes'])}, {s['owner'][6:] if s in ours else s['tool'] or 'other'})"
+                     for s in snaps[-4:]) or f"{len(prep.snapshots)} snapshot(s)"
+    lines = [f"{human(prep.scan.pinned_bytes)} of the data to rewrite is held by snapshots of "
+             f"{', '.join(sorted({t.dataset for t in prep.targets}))}: {held}. Rewriting it would grow the pool by "
+             f"about {human(g.get('bytes', prep.scan.pinned_bytes))} and move nothing until they go. Ways out:"]
+    if ours:
+        when = "; ".join(f"{s['name'].partition('@')[2]} goes {s['expires_when']}" for s in ours[-2:])
+        lines.append(f"  1. replication that pins nothing: rebal's own snapshots here ({when}) need not stay. Where the "
+                     "ZFS has bookmarks (OpenZFS) the job's base is a bookmark and retention_source keeps no snapshot "
+                     "(the default); then run the rebalance right after the replication (schedule.rebalance_after).")
+    else:
+        lines.append("  1. let the snapshots expire (or destroy them) first; rebal's own replication pins nothing where "
+                     "the ZFS has bookmarks")
+    if others:
+        lines.append(f"     {len(others)} snapshot(s) belong to other tools ({', '.join(sorted({s['tool'] or 'unknown' for s in others}))}): "
+                     "their own retention decides when that space returns")
+    room = max(0, g.get("available", 0) - g.get("reserve", 0))
+    lines.append(f"  2. --allow-snapshots --max-growth SIZE: rewrite within a growth budget ({human(room)} free above the "
+                 f"reserve now); the space returns and the balance shows when those snapshots go")
+    repl = [r for r in costs["replication"] if r["next_incremental_bytes"]]
+    if repl:
+        lines.append(f"  3. zfs rewrite -P (OpenZFS 2.4+, pool feature physical_rewrite"
+                     f"{': available here' if prep.physical else ': not on this pool'}) keeps birth times, so the next "
+                     f"incremental of {', '.join(r['job'] for r in repl)} does not carry the "
+                     f"{human(repl[0]['next_incremental_bytes'])} a {prep.method} would add")
+    else:
+        lines.append("  3. zfs rewrite -P (OpenZFS 2.4+, pool feature physical_rewrite) keeps birth times: a replication "
+                     "does not send the rewritten data again (it still grows the pool while snapshots hold the old copy)")
+    raise RefusedError("\n".join(lines))

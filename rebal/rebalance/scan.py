@@ -78,6 +78,7 @@ class ScanResult:
     bytes: int = 0
     largest: int = 0
     pinned_bytes: int = 0  # bytes of files older than the newest snapshot
+    pinned_by: list[int] = field(default_factory=list)  # per snapshot (as given): bytes it also references
     skips: Skips = field(default_factory=Skips)
     groups: list[list[FileRef]] = field(default_factory=list)  # complete hardlink groups (--hardlinks)
     group_bytes: int = 0
@@ -181,13 +182,20 @@ def walk_dirs(root: bytes, dev: int, filters: Filters, skips: Skips) -> Iterator
 def scan(
     roots: list[bytes],
     filters: Filters,
-    newest_snapshot: float | None = None,
+    snapshot_times: list[float] | None = None,
     hardlinks_ok: bool = False,
     link_groups: bool = False,
 ) -> ScanResult:
     """Walk the targets. ``hardlinks_ok``: hardlinked files are ordinary candidates (in-place
-    rewrite). ``link_groups``: collect the hardlink groups whose every name lies in the targets."""
+    rewrite). ``link_groups``: collect the hardlink groups whose every name lies in the targets.
+    ``snapshot_times``: creation times of the targets' snapshots, oldest first; a file last written
+    before a snapshot was taken is referenced by it (and by every later one): its bytes stay
+    allocated after a rewrite until those snapshots go (``pinned_by``, ``pinned_bytes``)."""
+    from bisect import bisect_right
+
     res = ScanResult(dirs=[])
+    times = list(snapshot_times or [])
+    first = [0] * (len(times) + 1)  # bytes whose oldest referencing snapshot is times[i]
     links: dict[int, list[tuple[FileRef, int]]] = {}
     for root in roots:
         dev = os.lstat(root).st_dev
@@ -202,8 +210,8 @@ def scan(
                 used = st.st_blocks * 512
                 alloc += min(st.st_size, used) if used else st.st_size
                 res.largest = max(res.largest, st.st_size)
-                if newest_snapshot is not None and st.st_mtime < newest_snapshot:
-                    res.pinned_bytes += st.st_size
+                if times:  # what a snapshot keeps of the file is what it takes on disk
+                    first[bisect_right(times, st.st_mtime)] += min(st.st_size, used) if used else st.st_size
                 if filters.expanded_at is not None and st.st_ctime < filters.expanded_at:
                     res.old_files += 1
                     res.old_alloc += used
@@ -211,6 +219,11 @@ def scan(
                 res.dirs.append(DirEntry(d, files, nbytes, alloc))
                 res.files += files
                 res.bytes += nbytes
+    acc = 0
+    for i in range(len(times)):
+        acc += first[i]
+        res.pinned_by.append(acc)
+    res.pinned_bytes = acc
     for members in links.values():
         nlink = members[0][1]
         if len(members) == nlink:

@@ -17,7 +17,7 @@ from .transport import Endpoint, Ssh, TransportError
 from .zfs_send import Job, ReplicationError, ZfsReplicator, kill_all
 
 
-def _buckets(r) -> Buckets:
+def buckets(r) -> Buckets:
     return Buckets(r.hourly, r.daily, r.weekly, r.monthly, r.last)
 
 
@@ -38,18 +38,19 @@ def replicator(j: Replicate, ssh: Ssh, **kw):
     if j.mode == "zfs":
         job = Job(j.name, j.source, j.target, j.recursive, j.raw, j.compressed, j.large_blocks, j.embedded,
                   parse_size(j.bwlimit) if j.bwlimit else None, j.stream_compress, j.mbuffer,
-                  _buckets(j.retention_source), _buckets(j.retention_target))
+                  buckets(j.retention_source), buckets(j.retention_target))
         return ZfsReplicator(job, ssh, **kw)
     kw.pop("force_rollback", None)
     job = RsyncJob(j.name, j.source, j.target, j.recursive, j.bwlimit.upper() if j.bwlimit else None,
-                   j.snapshot_target, _buckets(j.retention_source), _buckets(j.retention_target))
+                   j.snapshot_target, buckets(j.retention_source), buckets(j.retention_target))
     return RsyncReplicator(job, ssh, **kw)
 
 
 def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bool = False,
-            stop: threading.Event | None = None, progress=None, conn=None) -> tuple[str, dict]:
+            stop: threading.Event | None = None, progress=None, conn=None, on_wait=None) -> tuple[str, dict]:
     """Run one job. Returns (outcome, details); outcome is ok, warning or failed. Never raises for a
-    failed transfer: that is recorded; raises for bad input and for a run that is already going."""
+    failed transfer: that is recorded; raises for bad input and for a run that is already going.
+    Waits while a rebalance of data this job replicates runs (``on_wait`` is told)."""
     j = find_job(cfg, name)
     stop = stop or threading.Event()
     if dry_run:
@@ -58,7 +59,10 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
             rep = r.run()
         return "ok", {"job": name, "mode": j.mode, "dry_run": True} | dataclasses.asdict(rep)
     conn = conn or state.connect(cfg.state_db)
-    with FileLock(cfg.state_db, f"replicate-{name}", f"run of replication job {name}"):
+    from ..locks import Together
+
+    with FileLock(cfg.state_db, f"replicate-{name}", f"run of replication job {name}"), \
+            Together(cfg.state_db, [name], f"replication job {name}", stop=stop, on_wait=on_wait):
         state.mark_dead_runs(conn, "replicate", job=name)
         run_id = state.start_run(conn, "replicate", job=name, pool=j.source.split("/")[0])
         t0 = time.monotonic()

@@ -223,9 +223,9 @@ class RsyncReplicator:
     def _prune(self, snap: str) -> None:
         job = self.job.name
         src = [s for s in L.local_snapshots(self.job.source, self._run) if is_ours(s.name, job)]
-        # after a good run nothing needs the source snapshot (rsync has no incremental base): retention
-        # alone decides, so with the default (none kept) no snapshot pins the source between runs
-        keep = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in src], self.job.retention_source)
+        # the last run's snapshot stays: `rebal verify` compares the backup with it (it pins data a
+        # rebalance rewrites; the zfs mode, with bookmarks, keeps none)
+        keep = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in src], self.job.retention_source, {snap})
         for s in src:
             if s.name not in keep:
                 self.local.destroy_snapshots(self.job.source, [s.name], recursive=self.job.recursive)

@@ -40,6 +40,9 @@ def plan_json(prep) -> dict:
         "notes": prep.notes,
         "resumes_run": prep.resume_run,
         "expansion": prep.reclaim,
+        "snapshots": (prep.costs or {}).get("snapshots", []),
+        "replication": (prep.costs or {}).get("replication", []),
+        "growth": (prep.costs or {}).get("growth"),
     }
 
 
@@ -73,6 +76,7 @@ def plan_text(prep, max_dirs: int = 30) -> str:
         if len(plan.dirs) > max_dirs:
             rows.append(("", "", f"... and {len(plan.dirs) - max_dirs} more (--json lists all)"))
         out += table(rows, right={0, 1})
+    out += _costs_lines(prep.costs)
     skips = prep.scan.skips
     if skips.counts:
         out.append("")
@@ -85,6 +89,29 @@ def plan_text(prep, max_dirs: int = 30) -> str:
     if prep.resume_run is not None:
         out.append(f"note: continues unfinished run {prep.resume_run} ({len(prep.done_dirs)} directories already done)")
     return lines(out)
+
+
+def _costs_lines(costs: dict | None) -> list[str]:
+    """Snapshots that hold data to rewrite, replication growth, the pool's temporary growth."""
+    if not costs or not (costs["snapshots"] or costs["replication"]):
+        return []
+    out = [""]
+    if costs["snapshots"]:
+        out.append("snapshots holding data to rewrite (a rewrite leaves their copy allocated until they go):")
+        rows = [("HOLDS", "ONLY IT", "OWNER", "GOES", "SNAPSHOT")]
+        for sn in costs["snapshots"]:
+            owner = sn["owner"] if sn["owner"].startswith("rebal:") else (sn["tool"] or "other")
+            rows.append((human(sn["pinned_bytes"]), human(sn["used_bytes"]), owner, sn["expires_when"], sn["name"]))
+        out += table(rows, right={0, 1})
+        g = costs["growth"]
+        fits = "fits above the reserve" if g["fits_reserve"] else "does NOT fit above the reserve"
+        budget = f"; budget --max-growth {human(g['budget'])}" if g.get("budget") is not None else ""
+        out.append(f"the pool grows by about {human(g['bytes'])} while they stay ({fits}: {human(g['available'])} "
+                   f"available, reserve {human(g['reserve'])}{budget})")
+    for r in costs["replication"]:
+        out.append(f"replication job {r['job']} ({r['mode']}): the next incremental grows by about "
+                   f"{human(r['next_incremental_bytes'])} ({r['why']})")
+    return out
 
 
 def _spread_line(prep) -> str:
@@ -104,6 +131,9 @@ def report_text(rep) -> str:
            f"rewrote {rep.files} files, {human(rep.bytes)} in {rep.dirs} directories, {rep.seconds:.1f} s "
            f"({human(rate)}/s); spread {rep.spread_before:.1f} -> {rep.spread_after:.1f} points "
            f"(predicted {rep.predicted_after:.1f}); run {rep.run_id}"]
+    if getattr(rep, "growth", 0):
+        out.append(f"the pool grew by about {human(rep.growth)}: rewritten data that snapshots still hold; it returns "
+                   f"and the balance shows when they go ({', '.join(rep.waiting_on[-3:])})")
     if rep.reclaim and "available_after" in rep.reclaim:
         rc = rep.reclaim
         out.append(f"free space {human(rc['available_before'])} -> {human(rc['available_after'])}: reclaimed "

@@ -187,14 +187,16 @@ class Zfs:
             out[k] = v
         return out
 
-    def snapshots(self, dataset: str) -> list[tuple[str, int]]:
-        """(name, creation time) of the snapshots of ``dataset`` itself, oldest first."""
-        res = self._run(["zfs", "get", "-Hp", "-r", "-o", "name,value", "creation", dataset])
-        out = []
+    def snapshots(self, dataset: str) -> list[tuple[str, int, int]]:
+        """(name, creation time, used bytes) of the snapshots of ``dataset`` itself, oldest first.
+        ``used``: what only that snapshot holds now (freed when it alone is destroyed)."""
+        res = self._run(["zfs", "get", "-Hp", "-r", "-o", "name,property,value", "creation,used", dataset])
+        props: dict[str, dict[str, int]] = {}
         for line in res.stdout.splitlines():
-            name, _, value = line.partition("\t")
+            name, prop, value = (line.split("\t") + ["", ""])[:3]
             if name.startswith(dataset + "@") and value.isdigit():
-                out.append((name, int(value)))
+                props.setdefault(name, {})[prop] = int(value)
+        out = [(n, v["creation"], v.get("used", 0)) for n, v in props.items() if "creation" in v]
         return sorted(out, key=lambda s: s[1])
 
     def run_rewrite(self, argv: list[str]) -> None:

@@ -47,8 +47,9 @@ def test_max_size_and_pinned_by_snapshot_time(richfs):
     make(richfs, "old.bin", 3000, age_days=10)
     make(richfs, "new.bin", 2000)
     make(richfs, "huge.bin", 90000)
-    res = scan([os.fsencode(richfs)], Filters(max_size=50000), newest_snapshot=time.time() - 86400)
+    res = scan([os.fsencode(richfs)], Filters(max_size=50000), snapshot_times=[time.time() - 20 * 86400, time.time() - 86400])
     assert res.files == 2 and res.pinned_bytes == 3000 and res.largest == 3000
+    assert res.pinned_by == [0, 3000]  # the older snapshot predates old.bin: it pins none of it
 
 
 def test_nested_targets_are_walked_once(richfs):
