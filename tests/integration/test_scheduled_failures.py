@@ -1,0 +1,59 @@
+"""A scheduled rebalance that could not do its job is never "ok" (issue 20): a read-only target (what
+a systemd sandbox without ReadWritePaths gives) and a refusal are failed runs in `rebal runs`, logged
+at ERROR, and `rebal run` exits non-zero (the unit shows failed)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import rebal_json
+from treegen import mixed_tree
+from zfsenv import sh
+
+pytestmark = pytest.mark.zfs
+
+
+def grown(make_pool):
+    pool = make_pool([[], []], size="128M")
+    sh("zfs", "create", f"{pool.name}/data")
+    mixed_tree(pool.mountpoint / "data", small=40, large=2, large_mib=(8, 9), xattrs=False)
+    pool.add(str(pool.disk("128M")), str(pool.disk("128M")))
+    return pool
+
+
+def config(tmp_path, pool, **rb):
+    p = tmp_path / "config.toml"
+    keys = {"targets": [f"{pool.name}/data"], "target_spread": 5} | rb
+    p.write_text(f'state_db = "{tmp_path / "state.db"}"\n[rebalance]\n'
+                 + "\n".join(f"{k} = {json.dumps(v)}" for k, v in keys.items()) + "\n")
+    return p
+
+
+def run(cfg, job):
+    return subprocess.run([sys.executable, "-m", "rebal", "--config", str(cfg), "run", job],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_read_only_target_is_a_failed_run(make_pool, tmp_path):
+    pool = grown(make_pool)
+    cfg = config(tmp_path, pool)
+    sh("zfs", "set", "readonly=on", f"{pool.name}/data")
+    try:
+        r = run(cfg, "rebalance")
+    finally:
+        sh("zfs", "set", "readonly=off", f"{pool.name}/data")
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "ERROR" in r.stderr and "no file could be rewritten" in r.stderr, r.stderr
+    [last] = rebal_json("runs", "--kind", "rebalance", "--limit", "1", config=cfg)["runs"]
+    assert last["outcome"] == "failed" and "no file could be rewritten" in last["error"], last
+
+
+def test_refusal_is_a_failed_run(make_pool, tmp_path):
+    pool = grown(make_pool)
+    sh("zfs", "snapshot", f"{pool.name}/data@keep")
+    cfg = config(tmp_path, pool)
+    r = run(cfg, "rebalance")
+    assert r.returncode == 1 and "ERROR" in r.stderr and "held by snapshots" in r.stderr, r.stderr
+    [last] = rebal_json("runs", "--kind", "rebalance", "--limit", "1", config=cfg)["runs"]
+    assert last["outcome"] == "failed" and "Ways out" in last["error"], last
