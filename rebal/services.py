@@ -41,7 +41,38 @@ def check_health(cfg: Config, conn, zpool, now: float | None = None) -> tuple[li
     repl = state.last_successes(conn, cfg) if cfg.replicate else []
     findings += H.replication_findings(repl, cfg.health.replication_max_age_hours)
     findings += verify_findings(cfg, conn, now)
+    findings += rebalance_findings(conn)
     return findings, pools, repl
+
+
+def rebalance_findings(conn, runner=None) -> list[H.Finding]:
+    """The last rebalance of each pool: one that failed is a warning until a later run succeeds; one
+    that rewrote data snapshots still hold is waiting for them (said, not a problem) until they go."""
+    import json
+
+    from .runner import run
+
+    out = []
+    rows = conn.execute("SELECT id, pool, outcome, error, details FROM runs WHERE kind = 'rebalance' AND id IN "
+                        "(SELECT max(id) FROM runs WHERE kind = 'rebalance' AND outcome IS NOT NULL GROUP BY pool)"
+                        ).fetchall()
+    for rid, pool, outcome, error, details in rows:
+        if outcome == "failed":
+            out.append(H.Finding(H.WARNING, pool or "rebalance",
+                                 f"the last rebalance (run {rid}) failed: {(error or '').splitlines()[0][:300]}"))
+            continue
+        d = json.loads(details) if details else {}
+        snaps = d.get("waiting_on") or []
+        if not snaps:
+            continue
+        res = (runner or run)(["zfs", "list", "-H", "-o", "name", "-t", "snapshot", *snaps], check=False)
+        there = [n for n in res.stdout.split() if n in snaps]
+        if there:
+            then = d.get("spread_when_freed")
+            out.append(H.Finding(H.OK, pool, f"rebalance run {rid} waiting for {len(there)} snapshot(s) to go "
+                                 f"({', '.join(there[-2:])}): they hold {d.get('growth', 0)} bytes of old copies"
+                                 + (f"; the spread is about {then:.1f} then" if then is not None else "")))
+    return out
 
 
 def verify_findings(cfg: Config, conn, now: float | None = None) -> list[H.Finding]:
@@ -69,8 +100,9 @@ def verify_findings(cfg: Config, conn, now: float | None = None) -> list[H.Findi
 
 
 def digest(findings: list[H.Finding]) -> str:
-    """What the findings say, without the numbers that move a little every time (CAP %, ages)."""
-    return "|".join(sorted({re.sub(r"\d+(\.\d+)?", "#", f.line()) for f in findings}))
+    """What the findings say, without the numbers that move a little every time (CAP %, ages), and
+    without OK findings (information, such as a rebalance waiting for snapshots: never a notification)."""
+    return "|".join(sorted({re.sub(r"\d+(\.\d+)?", "#", f.line()) for f in findings if f.level > H.OK}))
 
 
 def health_job(cfg: Config, conn, zpool, now: float | None = None) -> tuple[int, list[H.Finding], dict | None]:

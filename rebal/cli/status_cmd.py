@@ -23,21 +23,26 @@ def status(
     found = Zpool().pools(list(pools or cfg.pools))
     target = cfg.rebalance.target_spread
     replication: list[dict] = []
+    waiting: list[dict] = []
     try:
         conn = open_state(cfg)
         for p in found:
             state.record_sample(conn, p)
         if cfg.replicate:
             replication = state.last_successes(conn, cfg)
+        from ..services import rebalance_findings
+
+        waiting = [f.as_dict() for f in rebalance_findings(conn)]
         conn.close()
     except RebalError as e:
         warn(f"sample not recorded: {e}")
     if as_json:
-        out_json({"pools": [fill.pool_json(p, target) for p in found], "replication": replication})
+        out_json({"pools": [fill.pool_json(p, target) for p in found], "replication": replication,
+                  "rebalance": waiting})
         return
     from ..views.status import status_text
 
-    out_text(status_text(found, target, replication))
+    out_text(status_text(found, target, replication) + "".join(f"{w['subject']}: {w['message']}\n" for w in waiting))
 
 
 @app.command()

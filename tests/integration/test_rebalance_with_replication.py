@@ -74,6 +74,10 @@ def test_plan_budget_and_the_next_replication_frees_the_base(make_pool, backup_h
     assert "once the snapshots holding the old copies go" in done["reason"], done
     assert 0 < done["growth"] <= budget and done["waiting_on"] == [base], done
     assert manifest(data) == before
+    status = rebal_json("status", src.name, config=cfg)
+    assert any(f"waiting for 1 snapshot(s) to go ({base})" in w["message"] for w in status["rebalance"]), status
+    health = rebal("health", "--json", config=cfg, check=False)
+    assert any("waiting for 1 snapshot" in f["message"] for f in json.loads(health.stdout)["findings"])
     held = prop(f"{src.name}/data", "usedbysnapshots")
     assert held >= 0.5 * done["growth"], (held, done["growth"])  # the old copies: held by the base snapshot
 
@@ -88,8 +92,9 @@ def test_plan_budget_and_the_next_replication_frees_the_base(make_pool, backup_h
     d = r2["datasets"][0]
     assert d["bytes"] >= 0.7 * done["growth"], (d["bytes"], done)  # the copies went into the incremental
     assert prop(f"{src.name}/data", "usedbysnapshots") < held / 4, "the old base went: its space is free"
-    status = rebal_json("status", src.name, config=cfg)["pools"][0]
-    assert status["spread"] <= 12 + 2, (status["spread"], done)  # re-measured: the balance shows now
+    status = rebal_json("status", src.name, config=cfg)
+    assert status["pools"][0]["spread"] <= 12 + 2, (status, done)  # re-measured: the balance shows now
+    assert status["rebalance"] == [], "the snapshot went: nothing waits"
 
 
 def run_state(cfg, kind):

@@ -47,6 +47,10 @@ def test_read_only_target_is_a_failed_run(make_pool, tmp_path):
     assert "ERROR" in r.stderr and "no file could be rewritten" in r.stderr, r.stderr
     [last] = rebal_json("runs", "--kind", "rebalance", "--limit", "1", config=cfg)["runs"]
     assert last["outcome"] == "failed" and "no file could be rewritten" in last["error"], last
+    health = json.loads(subprocess.run([sys.executable, "-m", "rebal", "--config", str(cfg), "health", "--json"],
+                                       capture_output=True, text=True).stdout)
+    assert any(f["level"] == "WARNING" and "the last rebalance" in f["message"] and "failed" in f["message"]
+               for f in health["findings"]), health
 
 
 def test_refusal_is_a_failed_run(make_pool, tmp_path):
