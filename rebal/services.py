@@ -12,6 +12,7 @@ import time
 from . import health as H
 from . import state
 from .config import Config
+from .errors import RebalError
 
 log = logging.getLogger("rebal")
 
@@ -149,11 +150,15 @@ def rebalance_job(cfg: Config, conn, zpool, zfs, stop: threading.Event) -> dict:
         max_rate=parse_size(rb.max_rate) if rb.max_rate else None,
         jobs=rb.jobs, allow_snapshots=rb.allow_snapshots, hardlinks=rb.hardlinks, replication_jobs=list(cfg.replicate),
     )
-    prep = engine.prepare(opts, zpool, zfs, conn)
+    prep = None
     try:
+        prep = engine.prepare(opts, zpool, zfs, conn)
+        engine.check_writable(prep)
         engine.check_pinned(prep, opts)
-    except engine.RefusedError as e:  # a refusal is a run that could not do its job: recorded as failed
-        rid = state.start_run(conn, "rebalance", pool=prep.pool.name, key=prep.key)
+    except RebalError as e:  # a refusal is a run that could not do its job: recorded as failed
+        spec = rb.targets[0]
+        pool = prep.pool.name if prep else (None if spec.startswith("/") else spec.split("/")[0])
+        rid = state.start_run(conn, "rebalance", pool=pool, key=prep.key if prep else None)
         state.end_run(conn, rid, "failed", error=str(e), details={"refused": True})
         raise
     rep = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, stop=stop)

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .app import OPTS, JsonOpt, config_app, out_json, out_text
+from .app import OPTS, JsonOpt, app, config_app, load_config, out_json, out_text
 
 
 @config_app.command("check")
@@ -30,3 +30,30 @@ def config_check(
                   "state_db": cfg.state_db})
         return
     out_text(f"{path}: OK ({len(cfg.replicate)} replication job(s), state database {cfg.state_db})\n")
+
+
+@app.command()
+def units(
+    unit_dir: Annotated[str, typer.Option("--dir", help="Where systemd units live.")] = "/etc/systemd/system",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the drop-ins and write nothing.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write the systemd drop-ins that let the shipped units write where rebal must (ReadWritePaths of
+    the state directory and the [rebalance] targets), for rebal.service and rebal-due.service."""
+    from .. import config, sandbox
+    from ..zfs.cli import Zfs
+
+    cfg = load_config()
+    found = sandbox.drop_ins(cfg, Zfs(), unit_dir, config.config_path(OPTS.config)[0])
+    changed = [] if dry_run else [d.path for d in found if sandbox.write(d)]
+    if as_json:
+        out_json({"dry_run": dry_run, "drop_ins": [{"unit": d.unit, "path": d.path, "text": d.text} for d in found],
+                  "changed": changed})
+        return
+    out = []
+    for d in found:
+        state = "would write" if dry_run else ("wrote" if d.path in changed else "unchanged")
+        out.append(f"{state} {d.path}:\n" + "".join(f"  {line}\n" for line in d.text.splitlines()))
+    if changed:
+        out.append("then: systemctl daemon-reload (and restart rebal.service if it runs)\n")
+    out_text("".join(out))

@@ -107,6 +107,7 @@ def rebalance(
         raise engine.RefusedError("rebal rebalance runs as root: it must keep every file's owner")
     conn = open_state(cfg)
     prep = engine.prepare(opts, zpool, zfs, conn)
+    engine.check_writable(prep)
     engine.check_pinned(prep, opts)
     with Signals() as sig:
         events = JsonEvents() if as_json else ProgressEvents(prep)

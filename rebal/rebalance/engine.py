@@ -23,7 +23,7 @@ from . import journal, rewrite
 from .copier import Copier
 from .files import FileRef, Outcome, Result, Throttle, restat, restore_times
 from .planner import DirEntry, order_dirs, simulate, spread
-from .prepare import (Options, Prepared, RefusedError, Target, _avail, build_options, check_pinned,  # noqa: F401
+from .prepare import (Options, Prepared, RefusedError, Target, _avail, build_options, check_pinned, check_writable,  # noqa: F401
                       default_jobs, fills, prepare, resolve_targets, run_key)
 from .scan import candidates
 

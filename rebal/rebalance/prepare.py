@@ -299,6 +299,16 @@ def build_options(rb, targets: list[str], *, target_spread: float | None = None,
                    reserve_percent=rb.reserve_percent, filters=filters, **kw)
 
 
+def check_writable(prep: Prepared) -> None:
+    """Refuse at once where the targets are mounted read-only to rebal, rather than fail every file."""
+    for t in prep.targets:
+        if os.statvfs(t.root).f_flag & os.ST_RDONLY:
+            raise RefusedError(
+                f"{os.fsdecode(t.root)} is read-only to rebal: the dataset has readonly=on, or rebal runs in a "
+                "systemd sandbox (ProtectSystem=strict) without it in ReadWritePaths: `rebal units` writes the "
+                "drop-ins for both shipped units, then `systemctl daemon-reload`")
+
+
 def check_pinned(prep: Prepared, opts: Options) -> None:
     """Refuse to rewrite snapshot-pinned data unless allowed: it would grow the pool and move nothing
     until the snapshots go. The message gives the three ways out, with this pool's figures."""
