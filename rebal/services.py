@@ -158,7 +158,7 @@ def rebalance_job(cfg: Config, conn, zpool, zfs, stop: threading.Event) -> dict:
     except RebalError as e:  # a refusal is a run that could not do its job: recorded as failed
         spec = rb.targets[0]
         pool = prep.pool.name if prep else (None if spec.startswith("/") else spec.split("/")[0])
-        rid = state.start_run(conn, "rebalance", pool=pool, key=prep.key if prep else None)
+        rid = state.start_run(conn, "rebalance", pool=pool)  # no key: a refusal is not a run to continue
         state.end_run(conn, rid, "failed", error=str(e), details={"refused": True})
         raise
     rep = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, stop=stop)

@@ -40,7 +40,7 @@ def record(what: str, lines: list[str]) -> None:
 
 
 @pytest.fixture
-def server(backup_host, zfs_ready):
+def server(backup_host, zfs_ready, request):
     """A grown pool mounted under /srv (PrivateTmp hides /tmp and /var/tmp from the units), a backup
     pool, /etc/rebal/config.toml with schedules every few seconds, the units installed."""
     if not Path("/run/systemd/system").is_dir():
@@ -48,6 +48,29 @@ def server(backup_host, zfs_ready):
     assert Path("/usr/local/bin/rebal").exists(), "the units run /usr/local/bin/rebal (README: Install)"
     pid = os.getpid()
     src, dst = f"lanesd{pid}", f"lanesb{pid}"
+    saved = (ETC / "config.toml").read_bytes() if (ETC / "config.toml").exists() else None
+
+    def cleanup():
+        systemctl("stop", "rebal.service", "rebal-due.service", check=False)
+        for u in UNITS:
+            Path(f"/etc/systemd/system/{u}").unlink(missing_ok=True)
+            shutil.rmtree(f"/etc/systemd/system/{u}.d", ignore_errors=True)
+        systemctl("daemon-reload")
+        systemctl("reset-failed", check=False)
+        if saved is None:
+            (ETC / "config.toml").unlink(missing_ok=True)
+        else:
+            (ETC / "config.toml").write_bytes(saved)
+        for f in ("lane-id", "lane-known_hosts"):
+            (ETC / f).unlink(missing_ok=True)
+        for f in (STATE, STATE + "-wal", STATE + "-shm", ALERTS):
+            Path(f).unlink(missing_ok=True)
+        for p in (src, dst):
+            sh("zpool", "destroy", "-f", p, check=False)
+        for d in DISKS:
+            sh("zpool", "labelclear", "-f", d, check=False)
+
+    request.addfinalizer(cleanup)  # runs even when the setup below fails half way
     sh("zpool", "create", "-f", "-m", f"/srv/{src}", src, DISKS[0], DISKS[1])
     sh("zpool", "create", "-f", "-m", f"/srv/{dst}", dst, DISKS[4])
     sh("zfs", "create", f"{src}/data")
@@ -56,7 +79,6 @@ def server(backup_host, zfs_ready):
     sh("zpool", "sync", src)
     sh("zpool", "add", "-f", src, DISKS[2])
     ETC.mkdir(exist_ok=True)
-    saved = (ETC / "config.toml").read_bytes() if (ETC / "config.toml").exists() else None
     # the units see neither /tmp nor /var/tmp: the job's key and host key go under /etc/rebal
     shutil.copy(backup_host.identity, ETC / "lane-id")
     shutil.copy(backup_host.known_hosts, ETC / "lane-known_hosts")
@@ -73,25 +95,7 @@ def server(backup_host, zfs_ready):
     for u in UNITS:
         shutil.copy(REPO / "systemd" / u, f"/etc/systemd/system/{u}")
     systemctl("daemon-reload")
-    yield src, dst
-    systemctl("stop", "rebal.service", "rebal-due.service", check=False)
-    for u in UNITS:
-        Path(f"/etc/systemd/system/{u}").unlink(missing_ok=True)
-        shutil.rmtree(f"/etc/systemd/system/{u}.d", ignore_errors=True)
-    systemctl("daemon-reload")
-    systemctl("reset-failed", check=False)
-    if saved is None:
-        (ETC / "config.toml").unlink(missing_ok=True)
-    else:
-        (ETC / "config.toml").write_bytes(saved)
-    for f in ("lane-id", "lane-known_hosts"):
-        (ETC / f).unlink(missing_ok=True)
-    for f in (STATE, STATE + "-wal", STATE + "-shm", ALERTS):
-        Path(f).unlink(missing_ok=True)
-    for p in (src, dst):
-        sh("zpool", "destroy", "-f", p, check=False)
-    for d in DISKS:
-        sh("zpool", "labelclear", "-f", d, check=False)
+    return src, dst
 
 
 def runs(kind: str) -> list[dict]:
@@ -132,7 +136,9 @@ def test_units_timer_and_daemon_mode(server):
     lines = journal("rebal-due.service", since)
     assert r.returncode == 0, lines
     record("timer mode, with the drop-in: ok", lines)
-    assert runs("rebalance")[0]["outcome"] == "ok", runs("rebalance")[0]
+    done = runs("rebalance")
+    assert done[0]["outcome"] == "ok" and done[0]["id"] != refused["id"], done[:2]
+    assert done[1]["outcome"] == "failed", "the refused run stays in the record as failed"
     assert spread(src) <= 6
     reps = runs("replicate")
     assert reps[0]["outcome"] == "ok", reps[0]  # the scheduled replication landed (in full in either run)

@@ -38,7 +38,7 @@ def install(g: Guest, work: Path) -> None:
     """This checkout's rebal, installed in the guest by its own pip from the source (its dependencies
     are Debian's, baked into the image: the guest has no network), and the tests beside it."""
     g.ssh("rm -rf /root/lane && mkdir -p /root/lane/src")
-    for part in ("rebal", "tests", "pyproject.toml", "README.md"):
+    for part in ("rebal", "tests", "systemd", "pyproject.toml", "README.md"):
         g.put(ROOT / part, "/root/lane/src")
     g.ssh("pip install -q --no-deps --no-index --no-build-isolation --break-system-packages --force-reinstall "
           "/root/lane/src 2>&1 | grep -v -e WARNING -e 'as the .root. user' ; rm -rf /root/lane/src/build "
