@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+RUNS = 800  # runs of a job simulated to find when retention drops a snapshot (a daily job: two years)
+
 # other tools' snapshot names (the prefix they use by default)
 KNOWN = (("autosnap_", "sanoid"), ("zfs-auto-snap_", "zfs-auto-snapshot"), ("zrepl_", "zrepl"),
          ("pyznap_", "pyznap"), ("znap_", "znapzend"), ("syncoid_", "syncoid"))
@@ -45,21 +47,24 @@ def expiry(snap: str, job, existing: list[str], now: datetime) -> tuple[str | No
         keep = retain([(s, parse_snapshot_name(s)[1]) for s in existing + [snapshot_name(job.name, now)]],
                       rules, {snapshot_name(job.name, now)})
         return None, (when if snap not in keep else f"kept by job {job.name}'s retention for several runs")
-    from apscheduler.triggers.cron import CronTrigger
+    from datetime import timedelta
 
-    trig = CronTrigger.from_crontab(job.schedule, timezone=timezone.utc)
+    from ..config import cron_trigger
+
+    trig = cron_trigger(job.schedule, timezone=datetime.now().astimezone().tzinfo)  # as the scheduler reads it
     names = [(s, parse_snapshot_name(s)[1]) for s in existing if parse_snapshot_name(s)]
     t, prev = now, None
-    for _ in range(2000):  # an hourly job keeping 6 months ends within ~4,400 runs: say "beyond"
+    for _ in range(RUNS):
         t = trig.get_next_fire_time(prev, t)
         if t is None:
             break
+        t = t.astimezone(timezone.utc)
         new = snapshot_name(job.name, t)
         names.append((new, t))
         if snap not in retain(names, rules, {new}):
             return t.isoformat(timespec="seconds"), f"at the run of job {job.name} at {t:%Y-%m-%d %H:%M} UTC"
-        prev, t = t, t
-    return None, f"not within 2000 runs of job {job.name}"
+        prev, t = t, t + timedelta(seconds=1)
+    return None, f"not within the next {RUNS} runs of job {job.name}"
 
 
 def replicated_by(dataset: str, jobs: list) -> list:
