@@ -110,7 +110,7 @@ def test_power_cuts(guest, tmp_path):
         boot_again(g)
         runs = json.loads(rebal(g, "runs --limit 3 --json").stdout)["runs"]
         cut_run = runs[0]
-        assert cut_run["outcome"] == "interrupted", (i, what, cut_run)
+        assert cut_run["outcome"] == "interrupted", (i, what, json.dumps(cut_run), sh(g, f"cat /root/pc/run-{i}.out").stdout[-3000:])
         if what == "replicate":
             r = json.loads(rebal(g, "replicate pcjob --json", check=False).stdout)
             assert r["outcome"] == "ok", (i, r)
