@@ -45,7 +45,13 @@ def units(
 
     cfg = load_config()
     found = sandbox.drop_ins(cfg, Zfs(), unit_dir, config.config_path(OPTS.config)[0])
-    changed = [] if dry_run else [d.path for d in found if sandbox.write(d)]
+    try:
+        changed = [] if dry_run else [d.path for d in found if sandbox.write(d)]
+    except OSError as e:
+        from ..errors import UsageError
+
+        raise UsageError(f"cannot write the drop-ins under {unit_dir}: {e.strerror} "
+                         "(run as root, or give --dir)") from None
     if as_json:
         out_json({"dry_run": dry_run, "drop_ins": [{"unit": d.unit, "path": d.path, "text": d.text} for d in found],
                   "changed": changed})

@@ -1,0 +1,34 @@
+"""`rebal units`: the drop-ins for both shipped units, and a clear error where it cannot write."""
+
+import json
+
+from conftest import rebal
+
+
+def cfg(tmp_path, target):
+    p = tmp_path / "config.toml"
+    p.write_text(f'state_db = "{tmp_path / "state" / "state.db"}"\n[rebalance]\ntargets = ["{target}"]\n')
+    return p
+
+
+def test_units_writes_both_drop_ins_once(tmp_path):
+    target = tmp_path / "data"
+    target.mkdir()
+    c = cfg(tmp_path, target)
+    out = json.loads(rebal("units", "--dir", str(tmp_path / "units"), "--json", config=c).stdout)
+    assert len(out["changed"]) == 2
+    for d in out["drop_ins"]:
+        text = (tmp_path / "units" / f"{d['unit']}.d" / "50-rebal-paths.conf").read_text()
+        assert f"ReadWritePaths={tmp_path / 'state'} {target}\n" in text or \
+            f"ReadWritePaths={target} {tmp_path / 'state'}\n" in text, text
+    again = json.loads(rebal("units", "--dir", str(tmp_path / "units"), "--json", config=c).stdout)
+    assert again["changed"] == [], "the same drop-ins are not rewritten"
+
+
+def test_units_cannot_write_is_a_clear_error(tmp_path):
+    target = tmp_path / "data"
+    target.mkdir()
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    r = rebal("units", "--dir", str(blocker / "units"), config=cfg(tmp_path, target), check=False)
+    assert r.returncode != 0 and "cannot write the drop-ins" in r.stderr and "internal error" not in r.stderr, r.stderr
