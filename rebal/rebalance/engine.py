@@ -21,6 +21,7 @@ from ..locks import FileLock
 from ..units import human
 from . import journal, rewrite
 from .copier import Copier
+from .groups import copy_groups
 from .files import FileRef, Outcome, Result, Throttle, restat, restore_times
 from .planner import DirEntry, order_dirs, simulate, spread
 from .prepare import (Options, Prepared, RefusedError, Target, _avail, build_options, check_pinned, check_writable,  # noqa: F401
@@ -31,6 +32,10 @@ BATCH_FILES = 64
 BATCH_BYTES = 256 << 20
 SETTLE_EVERY = 10.0  # seconds: settle at least this often between directories
 RETRIES = 2  # a file that changed while copied is tried again this often in the same run
+# files this run's limits leave for a later run: not failures, and their directory is not done
+DEFER_MAX_BYTES = "larger than --max-bytes"
+DEFER_RESERVE = "too large for the space above the reserve"
+DEFERRED = (DEFER_MAX_BYTES, DEFER_RESERVE)
 
 
 @dataclass
@@ -40,6 +45,7 @@ class DirReport:
     bytes: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     spread: float | None = None
+    deferred: int = 0  # files left for a later run by this run's limits: the directory is not done
 
 
 @dataclass
@@ -249,7 +255,8 @@ class _Run:
                 grow += ref.alloc
             if self.opts.max_bytes is not None and self.report.bytes + size + ref.size > self.opts.max_bytes:
                 if not batch and self.report.bytes == 0 and ref.size > self.opts.max_bytes:
-                    rep.skipped["larger than --max-bytes"] = rep.skipped.get("larger than --max-bytes", 0) + 1
+                    rep.skipped[DEFER_MAX_BYTES] = rep.skipped.get(DEFER_MAX_BYTES, 0) + 1
+                    rep.deferred += 1
                     continue
                 rest.extend(todo[i:])
                 break
@@ -260,9 +267,8 @@ class _Run:
                     rest.extend(todo[i:])
                     break
                 if ref.size > room:
-                    rep.skipped["too large for the space above the reserve"] = (
-                        rep.skipped.get("too large for the space above the reserve", 0) + 1
-                    )
+                    rep.skipped[DEFER_RESERVE] = rep.skipped.get(DEFER_RESERVE, 0) + 1
+                    rep.deferred += 1
                     continue
                 rest.extend(todo[i:])
                 break
@@ -310,42 +316,6 @@ class _Run:
                     self.moved += allocs.get(os.fsencode(p), 0)
             self.growth += grow
         return rep
-
-
-def _copy_groups(r: _Run) -> DirReport:
-    """Rewrite the hardlink groups, one at a time, each as one new inode under all its names."""
-    rep = DirReport(b"(hardlink groups)")
-    for group in r.prep.scan.groups:
-        if r.limit_hit():
-            break
-        dirs = sorted({ref.dir for ref in group})
-        fds: dict[bytes, int] = {}
-        times: dict[bytes, os.stat_result] = {}
-        try:
-            for d in dirs:
-                fds[d] = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-                times[d] = os.fstat(fds[d])
-                journal.start_dir(r.conn, r.report.run_id, d, times[d])
-            jid = journal.begin_group(r.conn, r.report.run_id, group)
-            res = r.copier.copy_group([(fds[ref.dir], ref) for ref in group],
-                                      on_copy=lambda ino, jid=jid: journal.group_copied(r.conn, jid, ino))
-            journal.finish_batch(r.conn, [(jid, res.outcome.value, res.reason, res.copy_ino)])
-            r.events.file_done(group[0], res)
-            if res.outcome is Outcome.SWAPPED:
-                rep.files += len(group)
-                rep.bytes += group[0].size
-                r.report.files += len(group)
-                r.report.bytes += group[0].size
-            else:
-                rep.skipped[res.outcome.value] = rep.skipped.get(res.outcome.value, 0) + len(group)
-        except OSError as e:
-            rep.skipped[f"group failed ({e.strerror})"] = rep.skipped.get(f"group failed ({e.strerror})", 0) + 1
-        finally:
-            for d, fd in fds.items():
-                restore_times(fd, times[d])
-                os.close(fd)
-                journal.end_dir(r.conn, r.report.run_id, d, 0, 0, True)
-    return rep
 
 
 def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, events: Events | None = None,
@@ -401,10 +371,14 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
             dirs = order_dirs([d for d in prep.scan.dirs if d.path not in prep.done_dirs])
             events.start(prep, sum(d.files for d in dirs), sum(d.bytes for d in dirs))
             r.report.outcome, r.report.reason = _loop(r, dirs)
-            if r.report.files == 0 and sum(r.report.skipped.values()) and r.report.outcome != "interrupted":
+            failures = {k: n for k, n in r.report.skipped.items() if k not in DEFERRED}
+            if r.report.files == 0 and failures and r.report.outcome != "interrupted":
                 # nothing could be rewritten (a read-only sandbox, permissions, every copy failing): not "ok"
                 r.report.outcome, r.report.reason = "failed", "no file could be rewritten: " + ", ".join(
-                    f"{n} {k}" for k, n in r.report.skipped.items()) + (f" ({r.report.reason})" if r.report.reason else "")
+                    f"{n} {k}" for k, n in failures.items()) + (f" ({r.report.reason})" if r.report.reason else "")
+            elif ((r.report.outcome == "incomplete" or (r.report.outcome == "ok" and r.all))
+                  and any(r.report.skipped.get(k) for k in DEFERRED)):
+                r.report.outcome, r.report.reason = "stopped", _deferred_reason(r)
         except BaseException as e:
             r.report.outcome, r.report.reason = "failed", f"{type(e).__name__}: {e}"
             raise
@@ -458,13 +432,13 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
             root = next(rt for rt in sorted(roots, key=len, reverse=True) if d.path == rt or d.path.startswith(rt.rstrip(b"/") + b"/"))
             dev = roots[root]
             rep = r.rewrite_dir(d, root, dev) if prep.method == "rewrite" else r.copy_dir(pool, d, root, dev)
-            finished = not r.stop.is_set()
+            finished = not r.stop.is_set() and not rep.deferred
             journal.end_dir(r.conn, r.report.run_id, d.path, rep.files, rep.bytes, finished)
             r.report.dirs += finished
             if _step_done(r, rep):
                 return "ok", _goal(r)
     if prep.scan.groups and not r.limit_hit():
-        if _step_done(r, _copy_groups(r)):
+        if _step_done(r, copy_groups(r, DirReport(b"(hardlink groups)"))):
             return "ok", _goal(r)
     why = r.limit_hit()
     if why:
@@ -475,6 +449,11 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
         return "ok", f"every eligible file was rewritten (--all); the spread is {r.spread_now:.1f}"
     return "incomplete", (f"every eligible directory was rewritten; the spread is {r.spread_now:.1f}, "
                           f"above the target {opts.target_spread:g}")
+
+
+def _deferred_reason(r: _Run) -> str:
+    left = ", ".join(f"{r.report.skipped[k]} file(s) {k}" for k in DEFERRED if r.report.skipped.get(k))
+    return f"{left}: left for a later run (their directories are not marked done)"
 
 
 def _goal(r: _Run) -> str:

@@ -93,6 +93,11 @@ def end_dir(conn: sqlite3.Connection, run_id: int, path: bytes, files: int, nbyt
         )
 
 
+def dir_state(conn: sqlite3.Connection, run_id: int, path: bytes) -> str | None:
+    row = conn.execute("SELECT state FROM rebalance_dirs WHERE run_id = ? AND path = ?", (run_id, path)).fetchone()
+    return row[0] if row else None
+
+
 def done_dirs(conn: sqlite3.Connection, run_id: int) -> set[bytes]:
     rows = conn.execute("SELECT path FROM rebalance_dirs WHERE run_id = ? AND state = 'done'", (run_id,))
     return {bytes(r[0]) for r in rows}

@@ -123,7 +123,27 @@ def test_file_larger_than_the_free_space_is_skipped(make_pool, tmp_path):
     r = rebal("rebalance", f"{pool.name}/data", "--json", config=cfg)
     done = json.loads(r.stdout.splitlines()[-1])
     assert done["skipped"] == {"too large for the space above the reserve": 1}, done
-    assert done["files"] == 1 and done["outcome"] == "incomplete"
+    # the big file is left for a later run (more space, a smaller reserve): the run is not complete
+    assert done["files"] == 1 and done["outcome"] == "stopped", done
+    assert "left for a later run" in done["reason"], done
+    assert manifest(data) == before and temp_leftovers(data) == []
+
+
+def test_a_max_bytes_run_smaller_than_every_file_leaves_its_directories_for_the_next_run(make_pool, tmp_path):
+    """The power-cut lane found this: a recovery run with --max-bytes 1 skipped every file as larger than
+    the limit and marked every directory done, so the next run (continuing it) had nothing left to do."""
+    pool, data = grown_pool(make_pool, tmp_path, size="128M",
+                            tree=lambda root: mixed_tree(root, small=120, large=3, large_mib=(6, 8), seed=21))
+    cfg = write_cfg(tmp_path)
+    before = manifest(data)
+    r = rebal("rebalance", f"{pool.name}/data", "--target-spread", "0.01", "--max-bytes", "1", "--json", config=cfg)
+    first = json.loads(r.stdout.splitlines()[-1])
+    assert first["bytes"] <= 1 and first["outcome"] == "stopped", first  # an empty file fits
+    assert first["skipped"].get("larger than --max-bytes", 0) > 100 and first["dirs"] == 0, first
+    r = rebal("rebalance", f"{pool.name}/data", "--target-spread", "0.01", "--json", config=cfg)
+    events = [json.loads(x) for x in r.stdout.splitlines()]
+    assert any(e["event"] == "note" and "continuing run" in e["text"] for e in events)
+    assert events[-1]["run_id"] == first["run_id"] and events[-1]["files"] > 100, events[-1]
     assert manifest(data) == before and temp_leftovers(data) == []
 
 
