@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Optional
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
                       model_validator)
@@ -154,9 +154,15 @@ class Replicate(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     source: Dataset
     mode: Literal["zfs", "rsync"] = "zfs"
-    target_host: Host
+    # push: this host is the file server and sends to target_host; pull: this host is the backup
+    # host and fetches from source_host (whose key may be gated: rebal gate --send-from)
+    direction: Literal["push", "pull"] = "push"
+    target_host: Optional[Host] = None
     target_user: User = "root"
     target_port: int = Field(22, gt=0, lt=65536)
+    source_host: Optional[Host] = None
+    source_user: User = "root"
+    source_port: int = Field(22, gt=0, lt=65536)
     identity_file: str | None = None
     known_hosts: str | None = None
     target: str
@@ -184,6 +190,27 @@ class Replicate(Strict):
         if problem:
             raise ValueError(problem)
         return v
+
+
+    @model_validator(mode="after")
+    def _ends(self) -> "Replicate":
+        if self.direction == "push":
+            if self.target_host is None:
+                raise ValueError("a push job needs target_host (the backup host)")
+            if self.source_host is not None:
+                raise ValueError("source_host is for direction = \"pull\"; a push job sends from this host")
+        else:
+            if self.source_host is None:
+                raise ValueError("a pull job needs source_host (the file server to fetch from)")
+            if self.target_host is not None:
+                raise ValueError("target_host is for push jobs; a pull job receives on this host")
+            if self.mode != "zfs":
+                raise ValueError("pull jobs replicate with zfs send/receive (mode = \"zfs\"); rsync pull is not built")
+        return self
+
+    @property
+    def remote_host(self) -> str:
+        return self.target_host if self.direction == "push" else self.source_host
 
 
 class Config(Strict):

@@ -100,3 +100,22 @@ def sshd_problem() -> str | None:
     if not shutil.which("rsync"):
         return "rsync is not installed"
     return None
+
+
+def gate_key(host: BackupHost, gate_args: str, log: Path) -> None:
+    """Make the test key a gated one, as the README tells an admin to: a forced command with
+    `restrict` in authorized_keys (sshd reads the file at each login)."""
+    import shlex
+    import sys
+
+    pub = (host.dir / "clientkey.pub").read_text().strip()
+    cmd = f"{shlex.quote(sys.executable)} -m rebal gate {gate_args} --log {shlex.quote(str(log))}"
+    (host.dir / "authorized_keys").write_text(f'command="{cmd}",restrict {pub}\n')
+
+
+def ssh_as_job(host: BackupHost, command: str, input: bytes = b"") -> subprocess.CompletedProcess:
+    """Run ``command`` on the backup host with the job's key, as a compromised file server would."""
+    return subprocess.run(
+        ["ssh", "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={host.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
+         "-i", str(host.identity), "-o", "IdentitiesOnly=yes", "-p", str(host.port), "-l", "root", host.host, command],
+        input=input, capture_output=True, timeout=60)

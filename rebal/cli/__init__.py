@@ -6,6 +6,7 @@
 - replicate_cmd.py  replicate, backups, restore, verify
 - service_cmd.py    health, notify, metrics, scrub, run, daemon
 - config_cmd.py     config check
+- gate_cmd.py       gate (ssh forced command), prune (retention on the backup host)
 - progress.py       progress bars and event printers of long commands
 
 Rendering lives in `rebal.views` (pure functions, no printing)."""

@@ -5,3 +5,4 @@ from . import rebalance_cmd  # noqa: F401
 from . import replicate_cmd  # noqa: F401
 from . import service_cmd  # noqa: F401
 from . import config_cmd  # noqa: F401
+from . import gate_cmd  # noqa: F401

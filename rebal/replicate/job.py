@@ -22,6 +22,10 @@ def buckets(r) -> Buckets:
 
 
 def endpoint(j: Replicate) -> Endpoint:
+    """The other end: the backup host of a push job, the file server of a pull job."""
+    if j.direction == "pull":
+        return Endpoint(j.source_host, j.source_user, j.source_port, j.identity_file, j.known_hosts,
+                        connect_timeout=max(5, j.keepalive), alive_interval=j.keepalive)
     return Endpoint(j.target_host, j.target_user, j.target_port, j.identity_file, j.known_hosts,
                     connect_timeout=max(5, j.keepalive), alive_interval=j.keepalive)
 
@@ -38,7 +42,7 @@ def replicator(j: Replicate, ssh: Ssh, **kw):
     if j.mode == "zfs":
         job = Job(j.name, j.source, j.target, j.recursive, j.raw, j.compressed, j.large_blocks, j.embedded,
                   parse_size(j.bwlimit) if j.bwlimit else None, j.stream_compress, j.mbuffer,
-                  buckets(j.retention_source), buckets(j.retention_target))
+                  buckets(j.retention_source), buckets(j.retention_target), pull=j.direction == "pull")
         return ZfsReplicator(job, ssh, **kw)
     kw.pop("force_rollback", None)
     job = RsyncJob(j.name, j.source, j.target, j.recursive, j.bwlimit.upper() if j.bwlimit else None,
@@ -64,7 +68,8 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
     with FileLock(cfg.state_db, f"replicate-{name}", f"run of replication job {name}"), \
             Together(cfg.state_db, [name], f"replication job {name}", stop=stop, on_wait=on_wait):
         state.mark_dead_runs(conn, "replicate", job=name)
-        run_id = state.start_run(conn, "replicate", job=name, pool=j.source.split("/")[0])
+        run_id = state.start_run(conn, "replicate", job=name,
+                                 pool=(j.source if j.direction == "push" else j.target).split("/")[0])
         t0 = time.monotonic()
         details: dict = {"job": name, "mode": j.mode, "run_id": run_id}
         outcome, error = "failed", None

@@ -80,6 +80,8 @@ def prune(rep, datasets: list[str]) -> None:
         except (CommandFailed, RebalError) as e:
             report.notes.append(f"could not prune {root}@{s.name}: {e}")
     _prune_bookmarks(rep, tree, sent_ok)
+    if getattr(rep, "gate", None) is not None and not rep.job.pull:
+        return  # a gated backup host prunes its own snapshots (rebal prune there): the gate refuses destroy
     # target: per dataset this job replicates (a backup whose source is gone is left alone)
     troot = rep.target_of(root)
     ttree = rep.remote.tree(troot) or {}

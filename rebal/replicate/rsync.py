@@ -107,6 +107,7 @@ class RsyncReplicator:
         self.progress = progress
         self.clock = clock
         self.report = RsyncReport()
+        self.gate: dict | None = None  # what a gate on the backup host allows (None: no gate)
         self.procs: list = []
 
     def run(self) -> RsyncReport:
@@ -120,6 +121,7 @@ class RsyncReplicator:
             self.report.planned.append(f"rsync {' '.join(self.flags())} <snapshot of {job.source}>/ "
                                        f"{self.ssh.ep.user}@{self.ssh.ep.host}:{job.target}/")
             return self.report
+        self._detect_gate()
         self._cleanup_views()
         self.local.snapshot([f"{job.source}@{snap}"], recursive=job.recursive)
         root_mp = mounts[job.source]
@@ -139,8 +141,29 @@ class RsyncReplicator:
 
     # -- pieces -------------------------------------------------------------------------------
 
+    def _detect_gate(self) -> None:
+        """A gated backup host (rebal gate --receive-into DS) takes an rsync server writing under DS's
+        mount point only, with the paths on its command line (no --protect-args), and never prunes."""
+        from .zfs_send import Remote
+
+        self.gate = Remote(self.ssh).gate_info()
+        if self.gate is None:
+            return
+        mp = str(self.gate.get("mountpoint") or "")
+        if self.gate.get("mode") != "receive" or not mp:
+            raise RsyncError(f"{self.ssh.ep.host}: this key is gated ({self.gate.get('mode')} "
+                             f"{self.gate.get('root')}) without a mount point to receive into")
+        if self.job.target != mp and not self.job.target.startswith(mp.rstrip("/") + "/"):
+            raise RsyncError(f"{self.ssh.ep.host}: this key is gated to {self.gate.get('root')} (mounted at {mp}); "
+                             f"{self.job.target} is outside it")
+        self.report.notes.append(f"the backup host is gated (rebal gate --receive-into {self.gate.get('root')}): "
+                                 "retention of its snapshots is done there (rebal prune), not from here")
+
     def flags(self) -> list[str]:
-        f = ["-aHAX", "--numeric-ids", "--delete-delay", "--stats", "--protect-args", "--mkpath"]
+        gated = self.gate is not None
+        # --protect-args would hide the destination from a gate's check: without it, rsync (3.2.4+)
+        # escapes the path itself, and the gate splits it without a shell
+        f = ["-aHAX", "--numeric-ids", "--delete-delay", "--stats", *([] if gated else ["--protect-args"]), "--mkpath"]
         if self.job.snapshot_target:
             # rewrite changed blocks in place, so unchanged ones stay shared with the target's
             # snapshots (a cut transfer leaves the file partly updated; the next run finishes it)
@@ -206,7 +229,8 @@ class RsyncReplicator:
 
     def _snapshot_target(self, snap: str) -> None:
         """Snapshot the ZFS dataset that holds the target directory on the backup host."""
-        res = self.ssh.run(["zfs", "list", "-H", "-o", "name,mountpoint", "-t", "filesystem"], check=False)
+        root = ["-r", self.gate["root"]] if self.gate else []  # a gate lists only under its root
+        res = self.ssh.run(["zfs", "list", "-H", "-o", "name,mountpoint", "-t", "filesystem", *root], check=False)
         best = None
         for line in res.stdout.splitlines():
             name, _, mp = line.partition("\t")
@@ -231,7 +255,7 @@ class RsyncReplicator:
                 self.local.destroy_snapshots(self.job.source, [s.name], recursive=self.job.recursive)
                 self.report.pruned_source.append(s.name)
         ds = getattr(self, "target_dataset", None)
-        if ds:
+        if ds and self.gate is None:
             from .zfs_send import Remote
 
             tgt = [s for s in (Remote(self.ssh).snapshots(ds) or []) if is_ours(s.name, job)]

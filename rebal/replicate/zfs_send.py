@@ -40,11 +40,8 @@ from .policy import (
 )
 from .retention import keep_cursor
 from .stream import pump
+from .remote import Remote, ReplicationError, ssh_runner  # noqa: F401  (Remote: also imported from here)
 from .transport import Ssh
-
-
-class ReplicationError(RebalError):
-    pass
 
 
 @dataclass
@@ -89,51 +86,6 @@ class ZfsReport:
         return [d for d in self.datasets if d.kind == "failed"]
 
 
-class Remote:
-    """zfs on the backup host, through ssh."""
-
-    def __init__(self, ssh: Ssh) -> None:
-        self.ssh = ssh
-
-    def snapshots(self, dataset: str) -> list[Snap] | None:
-        res = self.ssh.run(L.guid_query(dataset, recursive=False), check=False)
-        if res.returncode != 0:
-            if "does not exist" in res.stderr:
-                return None
-            raise ReplicationError(f"backup host: {res.stderr.strip()}")
-        return L.snapshots_from(res.stdout, dataset)
-
-    def tree(self, root: str) -> dict[str, list[Snap]] | None:
-        """Every dataset under ``root`` on the backup host with its snapshots (one call); None if
-        ``root`` does not exist there."""
-        res = self.ssh.run(L.guid_query(root, recursive=True), check=False)
-        if res.returncode != 0:
-            if "does not exist" in res.stderr:
-                return None
-            raise ReplicationError(f"backup host: {res.stderr.strip()}")
-        return L.tree_from(res.stdout)
-
-    def destroy_many(self, dataset: str, snaps: list[str]) -> None:
-        """Destroy snapshots of one dataset (not of its children) in one command."""
-        self.ssh.run(["zfs", "destroy", f"{dataset}@{','.join(snaps)}"], readonly=False)
-
-    def token(self, dataset: str) -> str | None:
-        res = self.ssh.run(["zfs", "get", "-H", "-o", "value", "receive_resume_token", dataset], check=False)
-        tok = res.stdout.strip()
-        return tok if res.returncode == 0 and tok not in ("", "-") else None
-
-    def abort(self, dataset: str) -> None:
-        self.ssh.run(["zfs", "receive", "-A", dataset], readonly=False)
-
-    def usage(self, command: str) -> str:
-        res = self.ssh.run(["zfs", command], check=False)
-        return res.stdout + res.stderr
-
-    def has(self, program: str) -> bool:
-        res = self.ssh.run(["sh", "-c", f"command -v {program}"], check=False)
-        return res.returncode == 0
-
-
 @dataclass
 class Job:
     """What the zfs mode needs of a `[[replicate]]` job (see config.Replicate)."""
@@ -152,6 +104,7 @@ class Job:
     retention_source: Buckets = field(default_factory=Buckets)
     retention_target: Buckets = field(default_factory=Buckets)
     parallel: int = 2
+    pull: bool = False  # run on the backup host: the source is the other end, the target is here
 
 
 class ZfsReplicator:
@@ -160,9 +113,16 @@ class ZfsReplicator:
                  clock=lambda: datetime.now(timezone.utc)) -> None:
         names.dataset(job.source)
         names.dataset(job.target)
-        self.job, self.ssh, self.remote = job, ssh, Remote(ssh)
-        self.local = local or L.local_backend()
-        self._run = runner
+        self.job, self.ssh = job, ssh
+        if job.pull:  # this is the backup host: the source's zfs runs over ssh, the target's here
+            self._run = ssh_runner(ssh)
+            self.local = local or L.CliLocal(self._run)
+            self.remote = Remote(runner=runner)
+        else:
+            self._run = runner
+            self.local = local or L.local_backend()
+            self.remote = Remote(ssh)
+        self.gate: dict | None = None  # what a gate on the other end allows (None: no gate)
         self.force_rollback, self.dry_run = force_rollback, dry_run
         self.stop = stop or threading.Event()
         self.progress = progress
@@ -177,29 +137,58 @@ class ZfsReplicator:
     # -- capabilities -----------------------------------------------------------------------
 
     def detect(self) -> None:
+        self.detect_gate()
         res = self._run(["zfs", "send"], check=False)
         self.send = send_features(res.stdout + res.stderr)
         recv_usage = self.remote.usage("receive")
         self.resumable = self.send.resume and receive_resumable(recv_usage)
         self.recv_u = receive_has_u(recv_usage)
-        self.filters_local: list[list[str]] = []
-        self.filters_remote: list[list[str]] = []
-        if self.job.stream_compress == "zstd":
-            import shutil
+        # filters on the sending side (compress, buffer) and on the receiving side (buffer, decompress)
+        self.filters_send: list[list[str]] = []
+        self.filters_recv: list[list[str]] = []
+        import shutil
 
-            if shutil.which("zstd") and self.remote.has("zstd"):
-                self.filters_local.append(["zstd", "-c", "-T0", "-3"])
-                self.filters_remote.append(["zstd", "-dc"])
+        def there(program: str) -> bool:  # on the other end (a gate says what it has: no shell to ask)
+            if self.gate is not None:
+                return program in self.gate.get("filters", [])
+            return Remote(self.ssh).has(program)
+
+        if self.job.stream_compress == "zstd":
+            if shutil.which("zstd") and there("zstd"):
+                self.filters_send.append(["zstd", "-c", "-T0", "-3"])
+                self.filters_recv.append(["zstd", "-dc"])
             else:
                 self.report.notes.append("zstd is not installed on both ends: the stream is sent uncompressed")
         if self.job.mbuffer:
-            import shutil
-
-            if shutil.which("mbuffer") and self.remote.has("mbuffer"):
-                self.filters_local.append(["mbuffer", "-q", "-m", "128M"])
-                self.filters_remote.insert(0, ["mbuffer", "-q", "-m", "128M"])
+            if shutil.which("mbuffer") and there("mbuffer"):
+                self.filters_send.append(["mbuffer", "-q", "-m", "128M"])
+                self.filters_recv.insert(0, ["mbuffer", "-q", "-m", "128M"])
             else:
                 self.report.notes.append("mbuffer is not installed on both ends: the stream is not buffered")
+
+    def detect_gate(self) -> None:
+        """Is the other end's key gated (rebal gate)? Then do only what the gate allows, and say what
+        is left out; refuse up front what it would refuse midway."""
+        info = Remote(self.ssh).gate_info()
+        self.gate = info
+        if info is None:
+            return
+        mine = self.job.source if self.job.pull else self.job.target
+        want = "send" if self.job.pull else "receive"
+        root = str(info.get("root", ""))
+        if info.get("mode") != want:
+            raise ReplicationError(f"{self.ssh.ep.host}: this key is gated to {info.get('mode')} ({root}); "
+                                   f"a {'pull' if self.job.pull else 'push'} job needs rebal gate --{want}-"
+                                   f"{'from' if self.job.pull else 'into'} there")
+        if mine != root and not mine.startswith(root + "/"):
+            raise ReplicationError(f"{self.ssh.ep.host}: this key is gated to {root}; {mine} is outside it")
+        if self.force_rollback and not self.job.pull and not info.get("allow_rollback"):
+            raise ReplicationError(f"{self.ssh.ep.host}: the gate refuses zfs receive -F (--force-rollback); "
+                                   "start it with --allow-rollback in authorized_keys, or roll back on the backup host")
+        if not self.job.pull:
+            self.report.notes.append(f"the backup host is gated (rebal gate --receive-into {root}): "
+                                     f"retention of its snapshots is done there (rebal prune {self.job.target} "
+                                     f"--job {self.job.name}), not from here")
 
     def send_flags(self) -> list[str]:
         f, j = self.send, self.job
@@ -357,10 +346,10 @@ class ZfsReplicator:
                 rep.kind = "failed"
                 if res.stopped:
                     rep.error = "stopped before the transfer ended"
-                elif res.receiver_rc == 255:
+                elif (res.sender_rc if self.job.pull else res.receiver_rc) == 255:
                     from .transport import classify_ssh
 
-                    rep.error = str(classify_ssh(self.ssh.ep, res.receiver_err))
+                    rep.error = str(classify_ssh(self.ssh.ep, res.sender_err if self.job.pull else res.receiver_err))
                 elif res.receiver_rc != 0:
                     rep.error = explain_receive_error(res.receiver_err, target, rep.base)
                 else:
@@ -370,7 +359,7 @@ class ZfsReplicator:
                 # a mounted, writable replica is "modified" by atime alone, which makes the next
                 # incremental fail: without -u it is mounted at once, and with -u an admin who mounts
                 # it to look inside breaks it the same way (seen on OpenZFS 2.4.4). Read-only it is.
-                self.remote.ssh.run(["zfs", "set", "readonly=on", target], readonly=False)
+                self.remote.run(["zfs", "set", "readonly=on", target], readonly=False)
                 if not self.recv_u:
                     self.report.notes.append(f"{target} set readonly=on (the backup host's zfs has no receive -u)")
             rep.cursor = keep_cursor(self, ds, snap, plan.base if plan.kind == "incremental" else None)
@@ -397,10 +386,13 @@ class ZfsReplicator:
                 with self._lock:
                     self.progress(sum(d.bytes for d in self.report.datasets) + n)
 
-        remote = self.ssh.argv(*self.filters_remote, recv)
+        if self.job.pull:  # the send (and its filters) runs there, in one ssh; the receive here
+            [send] = senders
+            chain, receiver = [self.ssh.argv(send, *self.filters_send), *self.filters_recv], recv
+        else:
+            chain, receiver = senders + self.filters_send, self.ssh.argv(*self.filters_recv, recv)
         t0 = time.monotonic()
-        res = pump(senders + self.filters_local, remote, throttle=self.throttle, stop=self.stop,
-                   progress=progress, procs=self.procs)
+        res = pump(chain, receiver, throttle=self.throttle, stop=self.stop, progress=progress, procs=self.procs)
         rep.seconds = round(time.monotonic() - t0, 3)
         rep.bytes = res.bytes
         return res

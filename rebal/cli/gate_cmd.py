@@ -1,0 +1,80 @@
+"""rebal gate (the ssh forced command of a backup host or a pulled file server) and rebal prune."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Annotated, Optional
+
+import typer
+
+from .app import JsonOpt, app, load_config, out_json, out_text
+
+
+@app.command()
+def gate(
+    receive_into: Annotated[Optional[str], typer.Option("--receive-into", metavar="DATASET", help="Backup host of push jobs: allow receiving under DATASET only.")] = None,
+    send_from: Annotated[Optional[str], typer.Option("--send-from", metavar="DATASET", help="File server of pull jobs: allow sending DATASET (and its children) only.")] = None,
+    allow_rollback: Annotated[bool, typer.Option("--allow-rollback", help="Also allow zfs receive -F (a push with --force-rollback).")] = False,
+    log_file: Annotated[Optional[str], typer.Option("--log", metavar="FILE", help="Also log every command, allowed or refused, to FILE.")] = None,
+    command: Annotated[Optional[str], typer.Option("--command", help="Check this command line instead of $SSH_ORIGINAL_COMMAND (for testing a key).")] = None,
+    check_only: Annotated[bool, typer.Option("--check", help="Only say whether the command would be allowed; run nothing.")] = False,
+) -> None:
+    """The ssh forced command that lets a replication job do its work and nothing else
+    (command="rebal gate --receive-into backup/tank-data",restrict in authorized_keys)."""
+    from ..errors import UsageError
+    from ..replicate.gate import Policy, Refused, check
+    from ..replicate.gate_serve import serve
+
+    if (receive_into is None) == (send_from is None):
+        raise UsageError("give exactly one of --receive-into DATASET or --send-from DATASET")
+    if allow_rollback and send_from:
+        raise UsageError("--allow-rollback goes with --receive-into")
+    policy = Policy("receive" if receive_into else "send", receive_into or send_from, allow_rollback)
+    line = command if command is not None else os.environ.get("SSH_ORIGINAL_COMMAND")
+    if check_only:
+        try:
+            stages = check(policy, line or "")
+        except Refused as e:
+            out_text(f"refused: {e}\n")
+            raise typer.Exit(2) from None
+        out_text("allowed: " + " | ".join(" ".join(s) for s in stages) + "\n")
+        return
+    raise typer.Exit(serve(policy, line, log_file))
+
+
+@app.command()
+def prune(
+    dataset: Annotated[str, typer.Argument(help="The backup dataset (on this host) holding the job's snapshots.")],
+    job: Annotated[str, typer.Option("--job", help="The replication job whose snapshots (rebal-JOB-*) are pruned.")],
+    recursive: Annotated[bool, typer.Option("--recursive", "-r", help="Its child datasets too.")] = False,
+    last: Annotated[Optional[int], typer.Option(min=0, help="Keep the newest N.")] = None,
+    hourly: Annotated[Optional[int], typer.Option(min=0)] = None,
+    daily: Annotated[Optional[int], typer.Option(min=0)] = None,
+    weekly: Annotated[Optional[int], typer.Option(min=0)] = None,
+    monthly: Annotated[Optional[int], typer.Option(min=0)] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be destroyed; destroy nothing.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Retention on the backup host: destroy a job's snapshots its policy does not keep (never the
+    newest: the next incremental's base). Defaults: the job's retention_target in this host's config
+    if it has the job, else last=1 hourly=24 daily=7 weekly=4 monthly=6."""
+    from ..replicate.policy import Buckets
+    from ..replicate.prune import prune as do_prune
+
+    cfg = load_config()
+    j = cfg.job(job)
+    base = j.retention_target if j is not None else None
+    given = {"last": last, "hourly": hourly, "daily": daily, "weekly": weekly, "monthly": monthly}
+    b = Buckets(**{k: (v if v is not None else getattr(base, k) if base is not None else getattr(Buckets(), k))
+                   for k, v in given.items()})
+    rep = do_prune(dataset, job, b, recursive=recursive, dry_run=dry_run)
+    if as_json:
+        out_json(dataclasses.asdict(rep) | {"retention": dataclasses.asdict(b)})
+    else:
+        verb = "would destroy" if dry_run else "destroyed"
+        lines = [f"{dataset}: job {job}: kept {len(rep.kept)}, {verb} {len(rep.destroyed)}"]
+        lines += [f"  {verb} {x}" for x in rep.destroyed] + [f"  FAILED {x}" for x in rep.failed]
+        out_text("\n".join(lines) + "\n")
+    if rep.failed:
+        raise typer.Exit(1)

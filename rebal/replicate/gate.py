@@ -1,0 +1,344 @@
+"""The gate: an ssh forced command that lets a replication job do its work and nothing else.
+
+On the backup host (push jobs), `authorized_keys` says
+    command="rebal gate --receive-into backup/tank-data",restrict ssh-ed25519 AAAA... rebal@fileserver
+and the file server's key can then list and receive under `backup/tank-data`, resume or abort a cut
+receive, set `readonly=on`, snapshot (rsync `snapshot_target`) and run an rsync server into the
+dataset's mount point. It cannot destroy, roll back (`receive -F` only with `--allow-rollback`),
+rename, touch any other dataset, or start a shell. On the file server (pull jobs),
+`rebal gate --send-from tank/data` lets the backup host snapshot, list, send, hold, release, bookmark
+under `tank/data`, and destroy only rebal's own snapshots and bookmarks there (`@rebal-*`, `#rebal-*`:
+retention of the source; never a dataset).
+
+Every command line that arrives is hostile until proven otherwise: it is split here (never by a
+shell), any shell syntax refuses it, every argument is checked against what rebal itself sends, and
+the command is run from an argument list. A pipeline (`a | b`) is allowed only of rebal's own stream
+filters (zstd, mbuffer) around `zfs receive` or `zfs send`, and is connected here, not by a shell.
+
+`check()` is pure (tested without ssh or ZFS); `serve()` runs what `check()` allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+from dataclasses import dataclass
+
+from .. import names
+from ..errors import RebalError
+
+INFO = "rebal-gate-info"  # the probe a job sends to learn it talks to a gate (and what the gate allows)
+# never in a command rebal sends: shell syntax, globbing, control characters
+_SHELL = set("`$;&<>(){}[]*?~!\n\r\t\x00")
+_TOKEN = re.compile(r"^[A-Za-z0-9-]{1,4096}$")
+_SIZE = re.compile(r"^\d{1,12}[KMGkmg%]?$")
+_PROP = re.compile(r"^[a-z][a-z0-9_:.,-]{0,1023}$")
+_TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,255}$")
+_OWN = re.compile(r"^rebal-[A-Za-z0-9][A-Za-z0-9_.-]*-\d{8}T\d{6}Z$")  # rebal's own snapshot names
+# rsync --server: option letters before the 'e' capability string (no -s protect-args, which would
+# hide the paths from this check; no -b/-K/-L/-k that follow or keep links or write backups elsewhere)
+_RSYNC_SHORT = re.compile(r"^-[logDtprHAXzvnxcuiIWOJUmqdS]+(e[.A-Za-z0-9]*)?$")
+_RSYNC_LONG = {"--delete-delay", "--delete", "--delete-after", "--delete-during", "--stats", "--numeric-ids",
+               "--inplace", "--mkpath", "--partial", "--no-implied-dirs", "--checksum", "--dry-run"}
+
+
+class Refused(RebalError):
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Policy:
+    mode: str  # "receive" (a push job's target) or "send" (a pull job's source)
+    root: str  # the dataset everything must be under
+    allow_rollback: bool = False
+    mountpoint: str | None = None  # receive mode: where an rsync server may write (resolved by serve)
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("receive", "send"):
+            raise ValueError(self.mode)
+        names.dataset(self.root)
+
+    def info(self) -> dict:
+        return {"rebal_gate": 1, "mode": self.mode, "root": self.root, "allow_rollback": self.allow_rollback,
+                "mountpoint": self.mountpoint, "filters": [f for f in ("zstd", "mbuffer") if shutil.which(f)]}
+
+
+def split(line: str) -> list[list[str]]:
+    """The command line as pipeline stages of argument lists; Refused if it holds shell syntax."""
+    if not line or not line.strip():
+        raise Refused("no command (this key runs only rebal's replication commands)")
+    if len(line) > 65536:
+        raise Refused("command line too long")
+    bad = sorted({c for c in line if c in _SHELL or (ord(c) < 32) or ord(c) == 127})
+    if bad:
+        raise Refused(f"shell syntax or control characters are not allowed ({', '.join(repr(c) for c in bad)})")
+    try:
+        line.encode("ascii")
+    except UnicodeEncodeError:
+        raise Refused("only ASCII command lines are allowed") from None
+    lex = shlex.shlex(line, posix=True, punctuation_chars="|")
+    lex.whitespace_split = True
+    stages: list[list[str]] = [[]]
+    try:
+        for w in lex:
+            if w == "|":
+                stages.append([])
+            elif "|" in w:
+                raise Refused("only a single '|' may join commands")
+            else:
+                stages[-1].append(w)
+    except ValueError as e:  # an unclosed quote
+        raise Refused(f"cannot split the command line: {e}") from None
+    if any(not s for s in stages):
+        raise Refused("an empty pipeline stage")
+    return stages
+
+
+def parse_opts(args: list[str], flags: str, valued: str) -> tuple[set[str], dict[str, str], list[str]]:
+    """getopt-style: single-letter ``flags`` (may be clustered) and ``valued`` options (value in the
+    same word or the next); returns (flags seen, values, positionals). Refused on anything else."""
+    seen: set[str] = set()
+    vals: dict[str, str] = {}
+    pos: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a.startswith("-") and len(a) > 1:
+            if a.startswith("--"):
+                raise Refused(f"option {a} is not allowed")
+            j = 1
+            while j < len(a):
+                c = a[j]
+                if c in valued:
+                    v = a[j + 1:]
+                    if not v:
+                        i += 1
+                        if i >= len(args):
+                            raise Refused(f"option -{c} needs a value")
+                        v = args[i]
+                    if c in vals:
+                        raise Refused(f"option -{c} given twice")
+                    vals[c] = v
+                    break
+                if c not in flags:
+                    raise Refused(f"option -{c} is not allowed here")
+                seen.add(c)
+                j += 1
+        else:
+            pos.append(a)
+        i += 1
+    return seen, vals, pos
+
+
+def _under(policy: Policy, ds: str) -> str:
+    problem = names.dataset_problem(ds)
+    if problem:
+        raise Refused(f"bad dataset name {ds!r}")
+    if ds != policy.root and not ds.startswith(policy.root + "/"):
+        raise Refused(f"{ds} is outside {policy.root}, the only dataset this key may use")
+    return ds
+
+
+def _snap(policy: Policy, name: str, sep: str = "@", own: bool = False) -> tuple[str, str]:
+    ds, s, snap = name.partition(sep)
+    if not s or not snap or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*", snap) or len(name) > 255:
+        raise Refused(f"bad {'snapshot' if sep == '@' else 'bookmark'} name {name!r}")
+    _under(policy, ds)
+    if own and not _OWN.fullmatch(snap):
+        raise Refused(f"{name}: only rebal's own snapshots and bookmarks (rebal-<job>-<time>) may be destroyed")
+    return ds, snap
+
+
+def _read(policy: Policy, sub: str, args: list[str]) -> None:
+    """zfs get / list / holds: reading, under the root only (at least one dataset named)."""
+    if sub == "get":
+        seen, vals, pos = parse_opts(args, "Hpr", "odt")
+        if not pos or not _PROP.fullmatch(pos[0]):
+            raise Refused("zfs get needs a property list")
+        targets = pos[1:]
+    elif sub == "list":
+        seen, vals, pos = parse_opts(args, "Hpr", "odtsS")
+        targets = pos
+    else:  # holds
+        seen, vals, pos = parse_opts(args, "Hpr", "")
+        targets = pos
+    for k, v in vals.items():
+        if k == "d" and not v.isdigit() or k != "d" and not _PROP.fullmatch(v):
+            raise Refused(f"bad value for -{k}: {v!r}")
+    if not targets:
+        raise Refused(f"zfs {sub} must name a dataset under {policy.root}")
+    for t in targets:
+        _under(policy, re.split(r"[@#]", t, maxsplit=1)[0])
+        if "@" in t or "#" in t:
+            _snap(policy, t, "@" if "@" in t else "#")
+
+
+def _filter(stage: list[str], receiving: bool) -> None:
+    """zstd and mbuffer, as rebal puts them around a stream, and nothing else."""
+    if stage[0] == "zstd":
+        if receiving and stage[1:] in (["-dc"], ["-d", "-c"], ["-cd"]):
+            return
+        if not receiving and stage[1:2] == ["-c"] and all(re.fullmatch(r"-(T\d{1,3}|\d{1,2})", a) for a in stage[2:]):
+            return
+    if stage[0] == "mbuffer" and len(stage) == 4 and stage[1:3] == ["-q", "-m"] and _SIZE.fullmatch(stage[3]):
+        return
+    raise Refused(f"{shlex.join(stage)}: only zstd and mbuffer may be piped, as rebal uses them")
+
+
+def _receive_mode(policy: Policy, argv: list[str]) -> None:
+    if argv[:1] == ["rsync"]:
+        return _rsync(policy, argv)
+    if argv[0] != "zfs" or len(argv) < 2:
+        raise Refused(f"{argv[0]}: not a command this key may run")
+    sub, args = argv[1], argv[2:]
+    if sub in ("receive", "recv"):
+        if not args:
+            return  # the usage text: how a job learns which flags this zfs has
+        seen, vals, pos = parse_opts(args, "suvFA", "")
+        if len(pos) != 1:
+            raise Refused("zfs receive takes exactly one target dataset")
+        _under(policy, pos[0])
+        if "A" in seen and seen != {"A"}:
+            raise Refused("zfs receive -A takes no other option")
+        if "F" in seen and not policy.allow_rollback:
+            raise Refused("zfs receive -F (roll back and destroy newer snapshots) is not allowed: "
+                          "start the gate with --allow-rollback to permit it")
+        return None
+    if sub in ("get", "list", "holds"):
+        return _read(policy, sub, args)
+    if sub == "set":
+        if len(args) == 2 and args[0] == "readonly=on":
+            _under(policy, args[1])
+            return None
+        raise Refused("zfs set: only readonly=on is allowed")
+    if sub == "snapshot":
+        if not args or any(a.startswith("-") for a in args):
+            raise Refused("zfs snapshot: name snapshots under the root, no options")
+        for a in args:
+            _snap(policy, a)
+        return None
+    raise Refused(f"zfs {sub} is not allowed through this key")
+
+
+def _rsync(policy: Policy, argv: list[str]) -> None:
+    """An rsync server writing under the root dataset's mount point (never --sender: no reading)."""
+    if argv[1:2] != ["--server"] or "--sender" in argv:
+        raise Refused("rsync: only a receiving server (rsync --server ... . DEST) is allowed")
+    if not policy.mountpoint:
+        raise Refused(f"rsync: {policy.root} has no mount point to write into")
+    args = argv[2:]
+    pos: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--partial-dir" or a.startswith("--partial-dir="):
+            v = a.split("=", 1)[1] if "=" in a else (args[i + 1] if i + 1 < len(args) else "")
+            i += 0 if "=" in a else 1
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+", v) or v in (".", ".."):
+                raise Refused("rsync: --partial-dir must be a plain relative name")
+        elif a.startswith("--bwlimit="):
+            if not _SIZE.fullmatch(a.split("=", 1)[1]):
+                raise Refused("rsync: bad --bwlimit")
+        elif a in _RSYNC_LONG:
+            pass
+        elif a.startswith("--"):
+            raise Refused(f"rsync: option {a} is not allowed")
+        elif a.startswith("-") and len(a) > 1:
+            if not _RSYNC_SHORT.fullmatch(a):
+                raise Refused(f"rsync: options {a} are not allowed (no -s, -b, -K, -L, -k)")
+        else:
+            pos.append(a)
+        i += 1
+    if len(pos) != 2 or pos[0] != ".":
+        raise Refused("rsync: exactly '.' and one destination directory")
+    dest = pos[1]
+    mp = policy.mountpoint.rstrip("/")
+    if not dest.startswith("/") or ".." in dest.split("/"):
+        raise Refused("rsync: the destination must be an absolute path without '..'")
+    real = os.path.realpath(dest)
+    if not (real == os.path.realpath(mp) or real.startswith(os.path.realpath(mp) + "/")):
+        raise Refused(f"rsync: {dest} is outside {mp}, the mount point of {policy.root}")
+
+
+def _send_mode(policy: Policy, argv: list[str]) -> None:
+    if argv[0] != "zfs" or len(argv) < 2:
+        raise Refused(f"{argv[0]}: not a command this key may run")
+    sub, args = argv[1], argv[2:]
+    if sub == "send":
+        if not args:
+            return None  # the usage text
+        seen, vals, pos = parse_opts(args, "wcLenvPp", "iIt")
+        if "t" in vals:
+            if pos or set(vals) != {"t"} or not _TOKEN.fullmatch(vals["t"]):
+                raise Refused("zfs send -t takes a resume token and -n/-v/-P only")
+            return None
+        if len(pos) != 1:
+            raise Refused("zfs send takes exactly one snapshot")
+        ds, _ = _snap(policy, pos[0])
+        for k in ("i", "I"):
+            if k in vals:
+                v = vals[k]
+                if v.startswith("@"):
+                    _snap(policy, ds + v)
+                else:
+                    _snap(policy, v, "#" if "#" in v else "@")
+        return None
+    if sub in ("get", "list", "holds"):
+        return _read(policy, sub, args)
+    if sub == "snapshot":
+        seen, _, pos = parse_opts(args, "r", "")
+        if not pos:
+            raise Refused("zfs snapshot needs a snapshot name")
+        for p in pos:
+            _snap(policy, p)
+        return None
+    if sub in ("hold", "release"):
+        seen, _, pos = parse_opts(args, "r", "")
+        if len(pos) < 2 or not _TAG.fullmatch(pos[0]) or not pos[0].startswith("rebal-"):
+            raise Refused(f"zfs {sub} TAG SNAPSHOT...: the tag is rebal-<job>")
+        for p in pos[1:]:
+            _snap(policy, p)
+        return None
+    if sub == "bookmark":
+        if len(args) != 2:
+            raise Refused("zfs bookmark SNAPSHOT BOOKMARK")
+        _snap(policy, args[0])
+        _snap(policy, args[1], "#")
+        return None
+    if sub == "destroy":
+        seen, _, pos = parse_opts(args, "r", "")
+        if len(pos) != 1 or ("@" not in pos[0] and "#" not in pos[0]):
+            raise Refused("zfs destroy: only rebal's own snapshots and bookmarks, never a dataset")
+        sep = "@" if "@" in pos[0] else "#"
+        if sep == "#" and seen:
+            raise Refused("zfs destroy -r of a bookmark is not allowed")
+        ds, snaps = pos[0].split(sep, 1)
+        for s in snaps.split(",") if sep == "@" else [snaps]:
+            _snap(policy, f"{ds}{sep}{s}", sep, own=True)
+        return None
+    raise Refused(f"zfs {sub} is not allowed through this key")
+
+
+def check(policy: Policy, line: str) -> list[list[str]]:
+    """The stages to run for ``line`` (SSH_ORIGINAL_COMMAND), or Refused with the reason."""
+    stages = split(line)
+    if stages == [[INFO]]:
+        return stages
+    if policy.mode == "receive":
+        *filters, last = stages
+        for f in filters:
+            _filter(f, receiving=True)
+        if filters and last[:2] not in (["zfs", "receive"], ["zfs", "recv"]):
+            raise Refused("a pipeline must end in zfs receive")
+        _receive_mode(policy, last)
+    else:
+        first, *filters = stages
+        for f in filters:
+            _filter(f, receiving=False)
+        if filters and first[:2] != ["zfs", "send"]:
+            raise Refused("a pipeline must start with zfs send")
+        _send_mode(policy, first)
+    return stages

@@ -1,0 +1,120 @@
+"""Running what the gate allowed (gate.py decides): logging, the receive's safety flags, the pipeline.
+
+Every command, allowed or refused, is logged: to syslog (the journal) where /dev/log exists, and to
+``--log FILE`` when given, one line each. A refusal also prints one line on stderr for the job's
+side to show.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.handlers
+import os
+import subprocess
+import sys
+import time
+
+from .gate import INFO, Policy, Refused, check
+
+# properties a hostile stream could set on the backup host (mount it over /etc, setuid binaries)
+_UNSAFE_PROPS = ("mountpoint", "canmount", "sharenfs", "sharesmb", "setuid", "exec", "devices")
+
+log = logging.getLogger("rebal.gate")
+
+
+def _setup_log(path: str | None) -> None:
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    log.addHandler(logging.NullHandler())  # no syslog and no --log: nothing (never stderr, the job reads it)
+    if os.path.exists("/dev/log"):
+        try:
+            h = logging.handlers.SysLogHandler(address="/dev/log")
+            h.setFormatter(logging.Formatter("rebal-gate: %(message)s"))
+            log.addHandler(h)
+        except OSError:
+            pass
+    if path:
+        h2 = logging.FileHandler(path)
+        h2.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(h2)
+
+
+def _mountpoint(root: str) -> str | None:
+    r = subprocess.run(["zfs", "get", "-H", "-o", "value", "mountpoint", root], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL)
+    mp = r.stdout.strip()
+    return mp if r.returncode == 0 and mp.startswith("/") else None
+
+
+def _receive_excludes() -> list[str]:
+    """`-x PROP` for each unsafe property, where this zfs's receive has -x (OpenZFS 0.7+; zfs-fuse has
+    none): a stream's own value of them is ignored, as if the sender had not sent it."""
+    r = subprocess.run(["zfs", "receive"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if "-x property" not in r.stdout + r.stderr:
+        return []
+    return [a for p in _UNSAFE_PROPS for a in ("-x", p)]
+
+
+def harden(stages: list[list[str]]) -> list[list[str]]:
+    """A receive that is not -A and not the usage text gets the -x excludes before its target."""
+    last = stages[-1]
+    if last[:2] in (["zfs", "receive"], ["zfs", "recv"]) and len(last) > 2 and "-A" not in last:
+        return stages[:-1] + [last[:-1] + _receive_excludes() + last[-1:]]
+    return stages
+
+
+def serve(policy: Policy, line: str | None, log_path: str | None = None, who: str = "") -> int:
+    """Check ``line`` (SSH_ORIGINAL_COMMAND) and run it; returns the exit status."""
+    _setup_log(log_path)
+    who = who or os.environ.get("SSH_CONNECTION", "local").split(" ")[0]
+    shown = (line or "")[:300].encode("unicode_escape").decode("ascii")
+    needs_mp = policy.mode == "receive" and line is not None and (line.strip() == INFO or line.lstrip().startswith("rsync"))
+    if needs_mp:
+        policy = Policy(policy.mode, policy.root, policy.allow_rollback, _mountpoint(policy.root))
+    try:
+        if line is None:
+            raise Refused("no command: this key runs only rebal's replication commands (an interactive login is refused)")
+        stages = check(policy, line)
+    except Refused as e:
+        log.warning("refused from %s (%s %s): %s: %s", who, policy.mode, policy.root, shown, e)
+        sys.stderr.write(f"rebal gate: refused: {e}\n")
+        return 2
+    log.info("allowed from %s (%s %s): %s", who, policy.mode, policy.root, shown)
+    if stages == [[INFO]]:
+        sys.stdout.write(json.dumps(policy.info()) + "\n")
+        return 0
+    if policy.mode == "receive":
+        stages = harden(stages)
+    return run_pipeline(stages)
+
+
+def run_pipeline(stages: list[list[str]]) -> int:
+    """Run the stages connected by pipes (no shell), stdin into the first, the last's output to ours."""
+    sys.stdout.flush()
+    if len(stages) == 1:
+        try:
+            os.execvp(stages[0][0], stages[0])
+        except OSError as e:
+            sys.stderr.write(f"rebal gate: cannot run {stages[0][0]}: {e.strerror}\n")
+            return 127
+    procs: list[subprocess.Popen] = []
+    prev = None
+    for i, argv in enumerate(stages):
+        last = i == len(stages) - 1
+        try:
+            p = subprocess.Popen(argv, stdin=prev if prev is not None else None,
+                                 stdout=None if last else subprocess.PIPE)
+        except OSError as e:
+            sys.stderr.write(f"rebal gate: cannot run {argv[0]}: {e.strerror}\n")
+            for q in procs:
+                q.kill()
+            return 127
+        if prev is not None:
+            prev.close()
+        prev = p.stdout
+        procs.append(p)
+    t0 = time.monotonic()
+    rcs = [p.wait() for p in procs]
+    log.info("pipeline ended after %.1f s: exit %s", time.monotonic() - t0, rcs)
+    return next((rc for rc in reversed(rcs) if rc != 0), 0)

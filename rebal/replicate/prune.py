@@ -1,0 +1,56 @@
+"""Retention of a job's snapshots on the backup host, run there (`rebal prune`): where the backup
+host is gated (gate.py), the pushing side can no longer destroy anything, so the backup host prunes
+its own copies. Only snapshots named `rebal-<job>-<time>` are touched; the newest one of each
+dataset always stays (it is the base of the next incremental)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import names
+from ..errors import CommandFailed, RebalError
+from ..runner import run
+from . import local as L
+from .policy import Buckets, is_ours, parse_snapshot_name, retain
+
+
+@dataclass
+class PruneReport:
+    dataset: str
+    job: str
+    kept: list[str] = field(default_factory=list)  # ds@snap
+    destroyed: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # "ds@snap: why"
+    dry_run: bool = False
+
+
+def prune(dataset: str, job: str, buckets: Buckets, recursive: bool = False, dry_run: bool = False,
+          runner=run) -> PruneReport:
+    names.dataset(dataset)
+    if not job or not all(c.isalnum() or c in "_.-" for c in job):
+        raise RebalError(f"bad job name {job!r}", exit_code=2)
+    rep = PruneReport(dataset, job, dry_run=dry_run)
+    res = runner(L.guid_query(dataset, recursive=recursive), check=False)
+    if res.returncode != 0:
+        raise RebalError(f"{dataset}: {res.stderr.strip() or 'no such dataset'}", exit_code=2)
+    tree = L.tree_from(res.stdout)
+    backend = L.CliLocal(runner)
+    for ds in sorted(tree):
+        if not (ds == dataset or (recursive and ds.startswith(dataset + "/"))):
+            continue
+        mine = [s for s in tree[ds] if is_ours(s.name, job)]
+        if not mine:
+            continue
+        newest = max(mine, key=lambda s: s.txg).name
+        keep = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in mine], buckets, {newest})
+        for s in mine:
+            ref = f"{ds}@{s.name}"
+            if s.name in keep:
+                rep.kept.append(ref)
+                continue
+            try:
+                backend.destroy_snapshots(ds, [s.name], dry_run=dry_run)
+                rep.destroyed.append(ref)
+            except (CommandFailed, RebalError) as e:
+                rep.failed.append(f"{ref}: {e}")
+    return rep

@@ -1,0 +1,82 @@
+"""zfs on the other end of a replication job, behind one small interface: through ssh for a push
+job's backup host, or run here for a pull job (which runs on the backup host)."""
+
+from __future__ import annotations
+
+from ..errors import RebalError
+from . import local as L
+from .policy import Snap
+from .transport import Ssh
+
+
+class ReplicationError(RebalError):
+    pass
+
+
+def ssh_runner(ssh: Ssh):
+    """A runner (the signature of runner.run) that runs each command on the other end, through ssh."""
+    def run_there(argv, **kw):
+        return ssh.run(list(argv), **kw)
+    return run_there
+
+
+class Remote:
+    """zfs on the backup host: through ssh (a push job), or here (a pull job runs on the backup host)."""
+
+    def __init__(self, ssh: Ssh | None = None, runner=None) -> None:
+        self.ssh = ssh
+        self.run = runner or ssh_runner(ssh)
+
+    def snapshots(self, dataset: str) -> list[Snap] | None:
+        res = self.run(L.guid_query(dataset, recursive=False), check=False)
+        if res.returncode != 0:
+            if "does not exist" in res.stderr:
+                return None
+            raise ReplicationError(f"backup host: {res.stderr.strip()}")
+        return L.snapshots_from(res.stdout, dataset)
+
+    def tree(self, root: str) -> dict[str, list[Snap]] | None:
+        """Every dataset under ``root`` on the backup host with its snapshots (one call); None if
+        ``root`` does not exist there."""
+        res = self.run(L.guid_query(root, recursive=True), check=False)
+        if res.returncode != 0:
+            if "does not exist" in res.stderr:
+                return None
+            raise ReplicationError(f"backup host: {res.stderr.strip()}")
+        return L.tree_from(res.stdout)
+
+    def destroy_many(self, dataset: str, snaps: list[str]) -> None:
+        """Destroy snapshots of one dataset (not of its children) in one command."""
+        self.run(["zfs", "destroy", f"{dataset}@{','.join(snaps)}"], readonly=False)
+
+    def token(self, dataset: str) -> str | None:
+        res = self.run(["zfs", "get", "-H", "-o", "value", "receive_resume_token", dataset], check=False)
+        tok = res.stdout.strip()
+        return tok if res.returncode == 0 and tok not in ("", "-") else None
+
+    def abort(self, dataset: str) -> None:
+        self.run(["zfs", "receive", "-A", dataset], readonly=False)
+
+    def usage(self, command: str) -> str:
+        res = self.run(["zfs", command], check=False)
+        return res.stdout + res.stderr
+
+    def has(self, program: str) -> bool:
+        res = self.run(["sh", "-c", f"command -v {program}"], check=False)
+        return res.returncode == 0
+
+    def gate_info(self) -> dict | None:
+        """What a gate (rebal gate, the ssh forced command) on the other end allows; None where there
+        is none (a shell answers that no such command exists)."""
+        import json
+
+        from .gate import INFO
+
+        res = self.run([INFO], check=False)
+        if res.returncode != 0:
+            return None
+        try:
+            info = json.loads(res.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return None
+        return info if isinstance(info, dict) and info.get("rebal_gate") else None
