@@ -1,0 +1,202 @@
+"""rebal gate's check (pure): what rebal sends is allowed, everything else refused, and a fuzz of
+generated command lines (valid ones mutated) never lets a refusal through nor raises anything but
+Refused. The end-to-end tests through a real sshd are in tests/integration/test_gate.py."""
+
+import random
+import shlex
+
+import pytest
+
+from rebal.replicate.gate import INFO, Policy, Refused, check
+
+RECV = Policy("receive", "bk/copy", mountpoint="/bk/copy")
+SEND = Policy("send", "tank/data")
+S1, S2 = "rebal-j-20261101T000000Z", "rebal-j-20261102T000000Z"
+
+# what rebal itself sends (taken from the command builders' output)
+VALID_RECV = [
+    INFO,
+    "zfs receive",
+    "zfs receive -s -u bk/copy/data",
+    "zfs receive -s -u bk/copy",
+    "zfs receive -A bk/copy/data/child",
+    "mbuffer -q -m 128M | zstd -dc | zfs receive -s -u bk/copy/data",
+    "zfs get -Hp -d 1 -o name,property,value guid,createtxg bk/copy/data",
+    "zfs get -Hp -r -o name,property,value guid,createtxg bk/copy/data",
+    "zfs get -H -o value receive_resume_token bk/copy/data",
+    "zfs set readonly=on bk/copy/data",
+    f"zfs snapshot bk/copy@{S1}",
+    "zfs list -H -o name,mountpoint -t filesystem -r bk/copy",
+    "rsync --server -lHogDtpAXre.iLsfxCIvu --delete-delay --stats --partial-dir .rebal-partial --numeric-ids --mkpath . /bk/copy/x/",
+    "rsync --server -lHogDtpAXre.iLsfxCIvu --bwlimit=4096 --delete-delay --stats --numeric-ids --inplace --mkpath . /bk/copy/x\\ y/",
+]
+VALID_SEND = [
+    INFO,
+    "zfs send",
+    f"zfs snapshot -r tank/data@{S2}",
+    f"zfs send -c -L -e tank/data@{S1}",
+    f"zfs send -c -L -e -I @{S1} tank/data/child@{S2} | zstd -c -T0 -3 | mbuffer -q -m 128M",
+    f"zfs send -c -L -e -i 'tank/data#{S1}' tank/data@{S2}",
+    f"zfs send -nP -c -I @{S1} tank/data@{S2}",
+    "zfs send -t 1-10a4f3e1d6-f0-789c636064000310a500c4ec50360710e72765a5269730300 -nvP",
+    "zfs send -t 1-10a4f3e1d6-f0-789c636064000310a500c4ec50360710e72765a5269730300",
+    f"zfs hold rebal-j tank/data@{S2}",
+    f"zfs release rebal-j tank/data/child@{S1}",
+    f"zfs bookmark tank/data@{S2} 'tank/data#{S2}'",
+    f"zfs destroy 'tank/data#{S1}'",
+    f"zfs destroy -r tank/data@{S1}",
+    f"zfs destroy tank/data/child@{S1},{S2}",
+    "zfs get -Hp -o value referenced tank/data@" + S1,
+    "zfs list -H -r -o name -t filesystem,volume tank/data",
+]
+
+
+@pytest.mark.parametrize("line", VALID_RECV)
+def test_what_a_push_sends_is_allowed(line):
+    assert check(RECV, line)
+
+
+@pytest.mark.parametrize("line", VALID_SEND)
+def test_what_a_pull_sends_is_allowed(line):
+    assert check(SEND, line)
+
+
+@pytest.mark.parametrize("policy,line", [
+    (RECV, "zfs destroy -r bk/copy"),
+    (RECV, "zfs receive -F bk/copy/data"),
+    (RECV, "zfs receive -s -u bk/copyx"),  # a name that merely starts like the root
+    (RECV, "zfs receive -s -u bk/copy/../other"),
+    (RECV, "zfs receive -o mountpoint=/etc bk/copy/data"),
+    (RECV, "zfs receive -d bk/copy"),
+    (RECV, "zfs get all"),
+    (RECV, "zfs set readonly=off bk/copy"),
+    (RECV, "zfs set mountpoint=/etc bk/copy"),
+    (RECV, "zstd -dc | sh"),
+    (RECV, "zfs receive bk/copy | zstd -dc"),
+    (RECV, "zstd -c | zfs receive bk/copy"),
+    (RECV, "rsync --server --sender -logDtpre.iLsfxCIvu . /bk/copy/"),
+    (RECV, "rsync --server -slogDtpre.iLsfxCIvu ."),
+    (RECV, "rsync --server -logDtpre.iLsfxCIvu --log-file=/etc/x . /bk/copy/"),
+    (RECV, "rsync --server -logDtpre.iLsfxCIvu --partial-dir /tmp . /bk/copy/"),
+    (RECV, "rsync --server -logDtpre.iLsfxCIvu . /bk/copy/../etc"),
+    (RECV, "rsync --server -logDtpre.iLsfxCIvu . /bk/copyx/"),
+    (SEND, "zfs destroy tank/data"),
+    (SEND, "zfs destroy -r tank/data@keep"),
+    (SEND, f"zfs destroy -r tank/data@{S1},keep"),
+    (SEND, "zfs send -R tank/data@x"),
+    (SEND, "zfs send tank/other@x"),
+    (SEND, "zfs send -i tank/other@x tank/data@y"),
+    (SEND, "zfs receive tank/data"),
+    (SEND, "zfs hold keep tank/data@x"),
+    (SEND, "zfs send tank/data@x | zstd -dc"),
+    (SEND, "zfs snapshot tank@x"),
+    (SEND, "zfs send -t 'x y' -nvP"),
+])
+def test_refused(policy, line):
+    with pytest.raises(Refused):
+        check(policy, line)
+
+
+def test_rollback_only_with_allow_rollback():
+    p = Policy("receive", "bk/copy", allow_rollback=True)
+    assert check(p, "zfs receive -s -F bk/copy/data")
+
+
+NASTY = [";", "$(id)", "`id`", "|", "||", "&&", "&", ">", ">>", "<", "'", '"', "\\", "\x00", "\n", "\t", " -F",
+         " -r", "..", "/", "é", "☃", "\u202e", "a" * 300, "-", "--", "#", "@", ",", "*", "?", "~", "{a,b}",
+         "/../", "bk/copyx", "tank/data2", "%", "=", " --sender", " -s", "$HOME", "!", " destroy"]
+SUBS = ["destroy", "rollback", "rename", "receive", "send", "set", "inherit", "allow", "upgrade", "promote",
+        "clone", "snapshot", "hold", "release", "bookmark", "get", "list", "mount", "unmount", "program"]
+
+
+def mutate(rng: random.Random, line: str) -> str:
+    words = line.split(" ")
+    k = rng.randrange(7)
+    if k == 0:  # insert something nasty inside or between words
+        pos = rng.randrange(len(line) + 1)
+        return line[:pos] + rng.choice(NASTY) + line[pos:]
+    if k == 1 and len(words) > 1:
+        del words[rng.randrange(len(words))]
+    elif k == 2:
+        i = rng.randrange(len(words))
+        words.insert(i, words[i])
+    elif k == 3 and len(words) > 2:
+        i, j = rng.sample(range(len(words)), 2)
+        words[i], words[j] = words[j], words[i]
+    elif k == 4 and len(words) > 1 and words[0] == "zfs":
+        words[1] = rng.choice(SUBS)
+    elif k == 5:
+        i = rng.randrange(len(words))
+        words[i] = shlex.quote(words[i] + rng.choice(NASTY))
+    else:
+        i = rng.randrange(len(words))
+        words[i] = words[i].replace("bk/copy", rng.choice(["bk", "bk/copyx", "bk/other", "tank/data"])).replace(
+            "tank/data", rng.choice(["tank", "tank/datax", "bk/copy", "tank/data/../x"]))
+    return " ".join(words)
+
+
+def independent_ok(policy: Policy, stages: list[list[str]]) -> str | None:
+    """Re-check an allowed command line by other means than the gate's own code: None if it is
+    harmless, else what is wrong."""
+    root = policy.root
+    for stage in stages:
+        for w in stage:
+            if any(c in w for c in ";&$`()<>\n\x00") or not w.isascii():
+                return f"shell syntax or non-ASCII in {w!r}"
+    if stages == [[INFO]]:
+        return None
+    main = stages[-1] if policy.mode == "receive" else stages[0]
+    others = stages[:-1] if policy.mode == "receive" else stages[1:]
+    for f in others:
+        if f[0] not in ("zstd", "mbuffer"):
+            return f"a pipe into {f[0]}"
+    if main[0] == "rsync":
+        if policy.mode != "receive" or "--sender" in main:
+            return "rsync that reads"
+        dest = main[-1]
+        return None if dest.startswith(policy.mountpoint) and ".." not in dest else f"rsync to {dest}"
+    if main[0] != "zfs":
+        return f"runs {main[0]}"
+    sub = main[1] if len(main) > 1 else ""
+    allowed = {"receive": {"receive", "recv", "get", "list", "holds", "set", "snapshot"},
+               "send": {"send", "get", "list", "holds", "snapshot", "hold", "release", "bookmark", "destroy"}}
+    if sub not in allowed[policy.mode] and not (len(main) == 1):
+        return f"zfs {sub}"
+    names = [w for w in main[2:] if "/" in w and not w.startswith("-")]
+    for n in names:
+        ds = n.split("@")[0].split("#")[0]
+        if not (ds == root or ds.startswith(root + "/")) or ".." in ds.split("/"):
+            return f"{n} outside {root}"
+    if sub in ("receive", "recv") and any(w.startswith("-") and "F" in w for w in main) and not policy.allow_rollback:
+        return "receive -F"
+    if sub == "set" and main[2:3] != ["readonly=on"]:
+        return "set other than readonly=on"
+    if sub == "destroy":
+        target = [w for w in main[2:] if not w.startswith("-")]
+        if len(target) != 1 or ("@" not in target[0] and "#" not in target[0]):
+            return "destroy of a dataset"
+        parts = target[0].replace("#", "@").split("@", 1)[1].split(",")
+        if not all(p.startswith("rebal-") for p in parts):
+            return "destroy of a snapshot rebal did not make"
+    return None
+
+
+def test_fuzz_no_refusal_leaks_and_no_traceback():
+    rng = random.Random(20261123)
+    tried = allowed = refused = 0
+    for policy, seeds in ((RECV, VALID_RECV), (SEND, VALID_SEND)):
+        for _ in range(1500):
+            line = rng.choice(seeds)
+            for _ in range(rng.randint(1, 3)):
+                line = mutate(rng, line)
+            tried += 1
+            try:
+                stages = check(policy, line)
+            except Refused as e:
+                refused += 1
+                assert str(e) and "\n" not in str(e)
+                continue
+            allowed += 1
+            problem = independent_ok(policy, stages)
+            assert problem is None, (line, stages, problem)
+    assert tried >= 200 and refused > 1000 and allowed > 50, (tried, allowed, refused)
