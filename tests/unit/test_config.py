@@ -50,6 +50,13 @@ def test_only_state_db_is_valid(tmp_path):
             "[[replicate]]\nname='n'\nsource='tank/x'\ntarget_host='h;rm'\ntarget='b/c'\n",
             "replicate[0].target_host: a host is a DNS name",
         ),
+        ("[[replicate]]\nname='n'\nsource='tank/x'\ntarget='b/c'\n", "replicate[0]: a push job needs target_host"),
+        ("[[replicate]]\nname='n'\nsource='tank/x'\ntarget='b/c'\ndirection='pull'\n",
+         "replicate[0]: a pull job needs source_host"),
+        ("[[replicate]]\nname='n'\nsource='tank/x'\ntarget='/b/c'\nmode='rsync'\ndirection='pull'\nsource_host='fs'\n",
+         "rsync pull is not built"),
+        ("[[replicate]]\nname='n'\nsource='tank/x'\ntarget='b/c'\ndirection='pull'\nsource_host='fs'\ntarget_host='b'\n",
+         "target_host is for push jobs"),
         ("state_db = [\n", "not valid TOML"),
     ],
 )
