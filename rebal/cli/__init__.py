@@ -1,7 +1,7 @@
 """The command line, one module per area:
 
 - app.py            the typer app, global options, shared helpers, `main`
-- status_cmd.py     status, history
+- status_cmd.py     status, history, where
 - rebalance_cmd.py  plan, rebalance, runs
 - replicate_cmd.py  replicate, backups, restore, verify
 - service_cmd.py    health, notify, metrics, scrub, run, daemon

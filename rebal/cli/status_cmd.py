@@ -63,3 +63,25 @@ def history(
     from ..views.status import history_text
 
     out_text(history_text(pool, rows))
+
+
+@app.command()
+def where(
+    paths: Annotated[list[str], typer.Argument(help="Files or directories on one pool.")],
+    sample: Annotated[int, typer.Option(min=1, help="Measure at most this many files (a random sample) of a big tree.")] = 2000,
+    seed: Annotated[int, typer.Option(help="Seed of the sample.")] = 0,
+    time_limit: Annotated[float, typer.Option("--time-limit", min=1, help="Stop measuring after this many seconds.")] = 60.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Where data lives: the share of the paths' allocated bytes on each data vdev, read from the
+    block pointers with zdb (a sample of a big tree, with a 95% interval)."""
+    from ..where import where as measure
+    from ..zfs.cli import Zfs, Zpool
+
+    rep = measure(paths, Zpool(), Zfs(), sample=sample, seed=seed, time_limit=time_limit)
+    if as_json:
+        out_json(rep.as_dict())
+        return
+    from ..views.where import where_text
+
+    out_text(where_text(rep))

@@ -4,7 +4,8 @@ everything in flight, as a machine losing power) at random moments during a copy
 After each cut: the tree equals its manifest (content, modes, owners, ns times, xattrs, link groups),
 no rebal temp or anchor name is left, the cut run is in `rebal runs` as interrupted, and a cut
 replication resumes or restarts with the backup intact. Both ends of the replication are in the one
-guest, so each of its cuts cuts the sending and the receiving side at once.
+guest, so each of its cuts cuts the sending and the receiving side at once; the second test cuts the
+receiving side alone (two guests: a file server and a backup host).
 
 Runs on the host in the lane (marker openzfs_vm): REBAL_POWERCUT_CUTS (default 10), seed
 REBAL_POWERCUT_SEED."""
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -133,3 +135,78 @@ def test_power_cuts(guest, tmp_path):
         for entry in log:
             f.write(json.dumps({"test": "powercut", **entry}) + "\n")
     assert len(log) >= 10
+
+
+def test_power_cuts_on_the_receiving_side_only(tmp_path_factory):
+    """Two guests: a file server that pushes, and a backup host whose power is cut while it receives
+    (the file server reaches it through the host, at 10.0.2.2 and the backup guest's forwarded port).
+    After each cut: the file server's run failed and says it cannot reach the backup host; the
+    backup host boots, imports its pool; every snapshot it had before the cut is still there; the
+    next run resumes or restarts and the backup equals the source. REBAL_POWERCUT_RECV_CUTS (3)."""
+    from guest import Guest
+    from lane import install
+
+    cuts = int(os.environ.get("REBAL_POWERCUT_RECV_CUTS", "3"))
+    rng = random.Random(int(os.environ.get("REBAL_POWERCUT_SEED", "20261123")) + 1)
+    fs = Guest(tmp_path_factory.mktemp("fileserver"), disks=2, disk_size="1G", memory="3072")
+    bk = Guest(tmp_path_factory.mktemp("backuphost"), disks=2, disk_size="1G", memory="3072")
+    try:
+        fs.boot()
+        bk.boot()
+        install(fs, Path(fs.dir))
+        install(bk, Path(bk.dir))
+        sh(fs, "zpool create -f -o cachefile=/etc/zfs/zpool.cache fsp /dev/vdb && zfs create fsp/data"
+               " && zfs set compression=off fsp/data && mkdir -p /root/pc")
+        sh(bk, "zpool create -f -o cachefile=/etc/zfs/zpool.cache bkp /dev/vdb")
+        sh(fs, f"python3 {CHECK} make /fsp/data /root/pc/source.manifest")
+        sh(fs, "python3 -c \"import os; f=open('/fsp/data/big.bin','wb'); [f.write(os.urandom(1<<20)) for _ in range(120)]\"")
+        # the file server's job key, authorised on the backup host; the backup host's key pinned
+        sh(fs, "ssh-keygen -q -t ed25519 -N '' -f /root/pc/id -C fileserver")
+        pub = sh(fs, "cat /root/pc/id.pub").stdout.strip()
+        sh(bk, f"echo {shlex.quote(pub)} >> /root/.ssh/authorized_keys")
+        sh(fs, f"ssh-keyscan -p {bk.port} -t ed25519 10.0.2.2 2>/dev/null > /root/pc/known_hosts && test -s /root/pc/known_hosts")
+        cfg = (f'state_db = "/root/pc/state.db"\n[[replicate]]\nname = "off"\nsource = "fsp/data"\ntarget = "bkp/copy"\n'
+               f'target_host = "10.0.2.2"\ntarget_port = {bk.port}\nidentity_file = "/root/pc/id"\n'
+               f'known_hosts = "/root/pc/known_hosts"\nbwlimit = "6M"\nkeepalive = 2\n')
+        sh(fs, f"cat > {CFG} <<'EOF'\n{cfg}EOF\nsync")
+        log = []
+        for i in range(cuts):
+            sh(fs, f"echo {i} > /fsp/data/recv-cut-{i} && python3 {CHECK} save /fsp/data /root/pc/source.manifest")
+            before = set(sh(bk, "zfs list -H -o name -t snapshot -r bkp 2>/dev/null; true").stdout.split())
+            sh(fs, f"nohup rebal --config {CFG} replicate off --json > /root/pc/recv-{i}.out 2>&1 &")
+            r = sh(bk, "for n in $(seq 1200); do pgrep -f '[z]fs receive' >/dev/null && exit 0; sleep 0.1; done; exit 1",
+                   check=False)
+            assert r.returncode == 0, f"recv cut {i}: the receive never started: {sh(fs, f'cat /root/pc/recv-{i}.out').stdout}"
+            time.sleep(rng.uniform(0.5, 4.0))  # the instant of the cut, not a synchronisation
+            bk.power_cut()
+            # the file server notices (keepalives, or the connection reset) and records a failed run
+            r = sh(fs, "for n in $(seq 900); do pgrep -f '[r]ebal --config' >/dev/null || exit 0; sleep 0.1; done; exit 1",
+                   check=False)
+            assert r.returncode == 0, f"recv cut {i}: the file server's run did not end"
+            [run] = json.loads(sh(fs, f"rebal --config {CFG} runs --limit 1 --json").stdout)["runs"]
+            assert run["outcome"] == "failed", (i, run)
+            bk.boot()
+            if sh(bk, "zpool list bkp", check=False).returncode != 0:
+                sh(bk, "zpool import -f bkp")
+            after = set(sh(bk, "zfs list -H -o name -t snapshot -r bkp 2>/dev/null; true").stdout.split())
+            assert before <= after, (i, "snapshots lost on the backup host", before - after)
+            token = sh(bk, "zfs get -H -o value receive_resume_token bkp/copy 2>/dev/null; true").stdout.strip()
+            out = json.loads(sh(fs, f"rebal --config {CFG} replicate off --json", check=False).stdout)
+            assert out["outcome"] == "ok", (i, out)
+            sh(bk, "zfs mount bkp/copy 2>/dev/null; true")
+            manifest = sh(fs, "base64 -w0 /root/pc/source.manifest").stdout
+            sh(bk, f"mkdir -p /root/pc && echo {manifest} | base64 -d > /root/pc/source.manifest")
+            c = json.loads(sh(bk, f"python3 {CHECK} check /bkp/copy /root/pc/source.manifest").stdout)
+            assert c["same"], (i, "the backup differs from the source", c)
+            sh(bk, "zfs umount bkp/copy")
+            log.append({"cut": f"recv-{i}", "what": "receiving side", "error": run.get("error", "")[:120],
+                        "token_after_boot": token not in ("", "-"), "resumed": out.get("resumed"),
+                        "kinds": [d["kind"] for d in out["datasets"]]})
+        with open(os.environ.get("REBAL_LANE_FIGURES", "/var/tmp/lane-figures.jsonl"), "a") as f:
+            for entry in log:
+                f.write(json.dumps({"test": "powercut-recv", **entry}) + "\n")
+        assert len(log) == cuts
+    finally:
+        fs.power_cut()
+        bk.power_cut()
+

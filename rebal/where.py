@@ -1,0 +1,164 @@
+"""`rebal where`: the share of a file's or a tree's allocated bytes on each data vdev, measured from
+the block pointers (zfs/placement.py), not guessed. A big tree is sampled (a simple random sample of
+its files, seeded) and the result carries a 95% interval per vdev; zdb runs once per batch of
+objects, and a time limit bounds the whole measurement."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import stat
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .errors import RebalError, ToolMissing, UsageError
+from .runner import run
+from .zfs import placement
+
+BATCH = 256  # objects per zdb process
+
+
+@dataclass
+class FileObj:
+    dataset: str
+    ino: int
+    alloc: int  # st_blocks * 512
+    path: bytes
+
+
+@dataclass
+class WhereReport:
+    pool: str
+    paths: list[str]
+    files: int = 0
+    sampled_files: int = 0
+    measured_bytes: int = 0
+    vdevs: list[dict] = field(default_factory=list)  # name, bytes, share, ci95 (share +- this)
+    other_bytes: int = 0  # on log, special or dedup vdevs
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    per_file: dict[bytes, Counter] = field(default_factory=dict)  # path -> vdev name -> bytes (kept for callers)
+
+    def as_dict(self) -> dict:
+        return {"pool": self.pool, "paths": self.paths, "files": self.files, "sampled_files": self.sampled_files,
+                "measured_bytes": self.measured_bytes, "vdevs": self.vdevs, "other_bytes": self.other_bytes,
+                "seconds": round(self.seconds, 2), "notes": self.notes}
+
+
+def collect(paths: list[str], zfs) -> tuple[str, list[FileObj]]:
+    """The regular files under ``paths`` (not crossing into other file systems) with their dataset."""
+    objs: list[FileObj] = []
+    pools: set[str] = set()
+    for spec in paths:
+        real = os.path.realpath(spec)
+        try:
+            st = os.lstat(real)
+        except OSError as e:
+            raise UsageError(f"{spec}: {e.strerror}") from None
+        ds, _mp = zfs.dataset_for_path(real)
+        pools.add(ds.split("/")[0])
+        if stat.S_ISREG(st.st_mode):
+            objs.append(FileObj(ds, st.st_ino, st.st_blocks * 512, os.fsencode(real)))
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            raise UsageError(f"{spec}: not a file or a directory")
+        dev = st.st_dev
+        for d, dirs, files in os.walk(os.fsencode(real)):
+            dirs[:] = [x for x in dirs if x != b".zfs" and os.lstat(os.path.join(d, x)).st_dev == dev]
+            for f in files:
+                p = os.path.join(d, f)
+                try:
+                    fst = os.lstat(p)
+                except OSError:
+                    continue
+                if stat.S_ISREG(fst.st_mode) and fst.st_dev == dev:
+                    objs.append(FileObj(ds, fst.st_ino, fst.st_blocks * 512, p))
+    if len(pools) > 1:
+        raise UsageError(f"the paths lie on several pools ({', '.join(sorted(pools))}); ask one pool at a time")
+    return pools.pop(), objs
+
+
+def zdb(argv: list[str], runner=run, timeout: float | None = 300) -> str:
+    try:
+        r = runner(["zdb", *argv], check=False, timeout=timeout)
+    except ToolMissing:
+        raise ToolMissing("zdb is not installed: it ships with zfsutils-linux (OpenZFS) and zfs-fuse") from None
+    if r.returncode != 0:
+        last = [x for x in (r.stderr or r.stdout).strip().splitlines() if x.strip()]
+        raise RebalError(f"zdb {' '.join(argv[:2])} failed: {last[-1] if last else f'exit {r.returncode}'} "
+                         "(zdb reads the pool from its disks: it needs root and the pool in its cache file)")
+    return r.stdout
+
+
+def where(paths: list[str], zpool, zfs, *, sample: int = 2000, seed: int = 0, time_limit: float = 60.0,
+          runner=run, settle: bool = True, keep_files: bool = False) -> WhereReport:
+    t0 = time.monotonic()
+    pool, objs = collect(paths, zfs)
+    rep = WhereReport(pool, [os.path.realpath(p) for p in paths], files=len(objs))
+    if settle:
+        zpool.settle(pool)  # recent writes show to zdb once their transaction group is on disk
+    [p] = zpool.pools([pool])
+    tops = placement.parse_config(zdb(["-C", pool], runner))
+    names = placement.name_map(tops, [v.name for v in p.data_vdevs])
+    data_ids = set(placement.data_vdev_ids(tops))
+    chosen = objs
+    if len(objs) > sample:
+        chosen = random.Random(seed).sample(objs, sample)
+        rep.notes.append(f"a random sample of {sample} of {len(objs)} files (seed {seed})")
+    by_ds: dict[str, list[FileObj]] = {}
+    for o in chosen:
+        by_ds.setdefault(o.dataset, []).append(o)
+    measured: list[tuple[FileObj, Counter]] = []
+    for ds, group in sorted(by_ds.items()):
+        for i in range(0, len(group), BATCH):
+            if time.monotonic() - t0 > time_limit:
+                rep.notes.append(f"the time limit ({time_limit:g} s) ended the measurement after {len(measured)} files")
+                break
+            batch = group[i:i + BATCH]
+            found = placement.parse_objects(zdb(["-ddddd", ds, *[str(o.ino) for o in batch]], runner))
+            for o in batch:
+                measured.append((o, found.get(o.ino, Counter())))
+        else:
+            continue
+        break
+    rep.sampled_files = len(measured)
+    totals: Counter = Counter()
+    for o, c in measured:
+        for vid, n in c.items():
+            if vid in data_ids:
+                totals[names[vid]] += n
+            else:
+                rep.other_bytes += n
+        if keep_files:
+            rep.per_file[o.path] = Counter({names.get(v, f"vdev-{v}"): n for v, n in c.items()})
+    total = sum(totals.values())
+    rep.measured_bytes = total
+    sampled = len(measured) < len(objs)
+    for v in p.data_vdevs:
+        b = totals.get(v.name, 0)
+        share = b / total if total else 0.0
+        entry = {"name": v.name, "bytes": b, "share": round(share, 4)}
+        if sampled:
+            entry["ci95"] = round(_ci95([(sum(c.get(i, 0) for i in data_ids), c.get(_id(names, v.name), 0))
+                                         for _o, c in measured], share, len(measured), len(objs)), 4)
+        rep.vdevs.append(entry)
+    rep.seconds = time.monotonic() - t0
+    return rep
+
+
+def _id(names: dict[int, str], name: str) -> int:
+    return next((i for i, n in names.items() if n == name), -1)
+
+
+def _ci95(pairs: list[tuple[int, int]], ratio: float, n: int, population: int) -> float:
+    """Half-width of the 95% interval of a ratio estimate (sum y / sum x over a simple random sample
+    of n of N files): 1.96 * sqrt((1 - n/N) * s_e^2 / (n * xbar^2)), e = y - ratio * x."""
+    if n < 2:
+        return 1.0
+    xbar = sum(x for x, _ in pairs) / n
+    if xbar == 0:
+        return 1.0
+    s2 = sum((y - ratio * x) ** 2 for x, y in pairs) / (n - 1)
+    return 1.96 * math.sqrt(max(0.0, 1 - n / population) * s2 / (n * xbar * xbar))

@@ -1,0 +1,120 @@
+"""Where a file's blocks really are: every block pointer names its vdev (`DVA <vdev:offset:asize>`),
+and `zdb -ddddd POOL/DATASET OBJECT...` prints them for each object (an object id is the file's
+inode number). These are pure parsers of zdb's text, and the reader that runs zdb in batches.
+
+zdb reads the pool from its disks while it is imported: what was written in the last seconds shows
+once the pool has synced (the caller settles the pool first)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+_OBJ_HEAD = re.compile(r"^\s+Object\s+lvl\s+iblk")
+_OBJ_ROW = re.compile(r"^\s+(\d+)\s+\d+\s+\S+\s+\S+\s+\S+\s+\S+\s+[\d.]+\s+")
+_BLOCK = re.compile(r"^\s*[0-9a-f]+\s+L(\d+)\s+(.*)$")
+_DVA = re.compile(r"(?<![\w:])(\d+):([0-9a-f]+):([0-9a-f]+)(?![\w:])")
+_CHILD = re.compile(r"^(\s*)children\[(\d+)\]:\s*$")
+_KV = re.compile(r"^\s*(\w+):\s*'?(.*?)'?\s*$")
+
+
+def parse_objects(text: str) -> dict[int, Counter]:
+    """`zdb -ddddd DS OBJ...` -> object id -> Counter(top-level vdev id -> allocated bytes of its
+    data blocks, L0, every copy). A file whose data is embedded in its block pointer has none."""
+    out: dict[int, Counter] = {}
+    cur: int | None = None
+    expect_row = False
+    in_blocks = False
+    for line in text.splitlines():
+        if _OBJ_HEAD.match(line):
+            expect_row, in_blocks, cur = True, False, None
+            continue
+        if expect_row:
+            m = _OBJ_ROW.match(line)
+            if m:
+                cur = int(m.group(1))
+                out.setdefault(cur, Counter())
+                expect_row = False
+            continue
+        if line.strip().startswith("Indirect blocks:"):
+            in_blocks = True
+            continue
+        if in_blocks and cur is not None:
+            m = _BLOCK.match(line)
+            if not m:  # segment lines, blank lines
+                continue
+            if m.group(1) != "0":  # indirect blocks: metadata, not the file's data
+                continue
+            rest = m.group(2)
+            if "EMBEDDED" in rest or "HOLE" in rest.upper().split(" ")[0]:
+                continue
+            for tok in rest.split():
+                d = _DVA.fullmatch(tok)
+                if d is None:
+                    break  # the DVAs come first, then sizes, fill, birth, checksum
+                out[cur][int(d.group(1))] += int(d.group(3), 16)
+    return out
+
+
+@dataclass(frozen=True)
+class TopVdev:
+    id: int
+    type: str  # mirror, raidz, file, disk, ...
+    path: str  # a leaf's path ("" for a group)
+    nparity: int
+    is_log: bool
+    bias: str  # "special", "dedup" or ""
+
+
+def parse_config(text: str) -> list[TopVdev]:
+    """`zdb -C POOL`: the top-level vdevs (children of the root vdev) in id order."""
+    tops: list[TopVdev] = []
+    root_indent: int | None = None
+    cur: dict | None = None
+    cur_indent = 0
+    for line in text.splitlines():
+        m = _CHILD.match(line)
+        if m:
+            indent = len(m.group(1))
+            if root_indent is None:
+                root_indent = indent
+            if indent == root_indent:
+                if cur is not None:
+                    tops.append(_top(cur))
+                cur, cur_indent = {"id": int(m.group(2))}, indent
+            continue
+        if cur is None:
+            continue
+        stripped_indent = len(line) - len(line.lstrip())
+        if stripped_indent <= cur_indent:  # left the children block
+            tops.append(_top(cur))
+            cur = None
+            continue
+        if stripped_indent == cur_indent + 4:
+            kv = _KV.match(line)
+            if kv and kv.group(1) not in cur:
+                cur[kv.group(1)] = kv.group(2)
+    if cur is not None:
+        tops.append(_top(cur))
+    return sorted(tops, key=lambda t: t.id)
+
+
+def _top(d: dict) -> TopVdev:
+    return TopVdev(int(d.get("id", d["id"])), d.get("type", "?"), d.get("path", ""), int(d.get("nparity", 0) or 0),
+                   d.get("is_log", "0") == "1", d.get("alloc_bias", d.get("vdev_alloc_bias", "")))
+
+
+def data_vdev_ids(tops: list[TopVdev]) -> list[int]:
+    """The ids of the normal data vdevs, in order (log, special and dedup vdevs left out)."""
+    return [t.id for t in tops if not t.is_log and not t.bias and t.type not in ("hole", "missing")]
+
+
+def name_map(tops: list[TopVdev], data_names: list[str]) -> dict[int, str]:
+    """vdev id -> the name `rebal status` gives it: the data vdevs match in order; any other id gets
+    `vdev-<id>` (its bytes are not counted among the data vdevs)."""
+    ids = data_vdev_ids(tops)
+    out = {t.id: f"vdev-{t.id}" for t in tops}
+    if len(ids) == len(data_names):
+        out.update(dict(zip(ids, data_names)))
+    return out
