@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 import stat
 import time
 from collections import Counter
@@ -17,7 +18,7 @@ from .errors import RebalError, ToolMissing, UsageError
 from .runner import run
 from .zfs import placement
 
-BATCH = 256  # objects per zdb process
+BATCH = 1000  # objects per zdb process (each costs about a second of start-up on zfs-fuse, whatever its size)
 
 
 @dataclass
@@ -92,6 +93,34 @@ def zdb(argv: list[str], runner=run, timeout: float | None = 300) -> str:
     return r.stdout
 
 
+_MISSING = re.compile(r"dmu_(?:bonus_hold|object_info)\w*\((\d+)\) failed")
+
+
+def read_objects(ds: str, inos: list[int], runner=run) -> tuple[dict[int, Counter], list[int]]:
+    """Block placement of these objects of ``ds`` (one zdb for the lot). An object that went away (a
+    file deleted since it was listed) makes zdb stop: it is dropped and the rest read again."""
+    gone: list[int] = []
+    todo = list(inos)
+    for _ in range(20):
+        if not todo:
+            return {}, gone
+        try:
+            return placement.parse_objects(zdb(["-ddddd", ds, *map(str, todo)], runner)), gone
+        except RebalError as e:
+            m = _MISSING.search(str(e))
+            if not m or int(m.group(1)) not in todo:
+                raise
+            todo.remove(int(m.group(1)))
+            gone.append(int(m.group(1)))
+    raise RebalError(f"zdb: too many objects of {ds} went away while being read")
+
+
+def vdev_names(pool, runner=run) -> tuple[dict[int, str], set[int]]:
+    """vdev id -> `rebal status` name, and the ids of the data vdevs, of ``pool`` (a zfs.model.Pool)."""
+    tops = placement.parse_config(zdb(["-C", pool.name], runner))
+    return placement.name_map(tops, [v.name for v in pool.data_vdevs]), set(placement.data_vdev_ids(tops))
+
+
 def where(paths: list[str], zpool, zfs, *, sample: int = 2000, seed: int = 0, time_limit: float = 60.0,
           runner=run, settle: bool = True, keep_files: bool = False) -> WhereReport:
     t0 = time.monotonic()
@@ -100,9 +129,7 @@ def where(paths: list[str], zpool, zfs, *, sample: int = 2000, seed: int = 0, ti
     if settle:
         zpool.settle(pool)  # recent writes show to zdb once their transaction group is on disk
     [p] = zpool.pools([pool])
-    tops = placement.parse_config(zdb(["-C", pool], runner))
-    names = placement.name_map(tops, [v.name for v in p.data_vdevs])
-    data_ids = set(placement.data_vdev_ids(tops))
+    names, data_ids = vdev_names(p, runner)
     chosen = objs
     if len(objs) > sample:
         chosen = random.Random(seed).sample(objs, sample)
@@ -117,9 +144,10 @@ def where(paths: list[str], zpool, zfs, *, sample: int = 2000, seed: int = 0, ti
                 rep.notes.append(f"the time limit ({time_limit:g} s) ended the measurement after {len(measured)} files")
                 break
             batch = group[i:i + BATCH]
-            found = placement.parse_objects(zdb(["-ddddd", ds, *[str(o.ino) for o in batch]], runner))
+            found, gone = read_objects(ds, [o.ino for o in batch], runner)
             for o in batch:
-                measured.append((o, found.get(o.ino, Counter())))
+                if o.ino not in gone:
+                    measured.append((o, found.get(o.ino, Counter())))
         else:
             continue
         break

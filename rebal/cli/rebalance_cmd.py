@@ -18,6 +18,8 @@ MinSizeOpt = Annotated[Optional[str], typer.Option("--min-size", help="Only file
 MaxSizeOpt = Annotated[Optional[str], typer.Option("--max-size", help="Only files at most this big (e.g. 10G).")]
 MaxBytesOpt = Annotated[Optional[str], typer.Option("--max-bytes", help="Rewrite at most this much (e.g. 500G).")]
 METHODS = ("auto", "copy", "rewrite")
+PLACEMENTS = ("auto", "measured", "model")
+PlacementOpt = Annotated[str, typer.Option("--placement", help="Where old data lies: measured (zdb reads the block pointers), model (a guess from the fill), or auto (measured where zdb can).")]
 
 
 @app.command()
@@ -31,6 +33,7 @@ def plan(
     max_bytes: MaxBytesOpt = None,
     method: Annotated[str, typer.Option(help="auto, copy or rewrite.")] = "auto",
     hardlinks: Annotated[bool, typer.Option("--hardlinks", help="Plan to re-create hardlink groups inside the targets.")] = False,
+    placement: PlacementOpt = "auto",
     as_json: JsonOpt = False,
 ) -> None:
     """Dry run: what a rebalance would rewrite, and the predicted CAP per vdev after. Changes nothing."""
@@ -42,7 +45,7 @@ def plan(
     opts = build_options(cfg.rebalance, targets, target_spread=target_spread, exclude=exclude, min_age=min_age,
                          min_size=min_size, max_size=max_size, max_bytes=max_bytes,
                          method=choice("--method", method, METHODS), hardlinks=hardlinks or cfg.rebalance.hardlinks,
-                         replication_jobs=list(cfg.replicate))
+                         replication_jobs=list(cfg.replicate), placement=choice("--placement", placement, PLACEMENTS))
     prep = prepare(opts, Zpool(), Zfs(), state_or_none(cfg))
     if as_json:
         out_json(plan_json(prep))
@@ -68,6 +71,7 @@ def rebalance(
     max_growth: Annotated[Optional[str], typer.Option(help="With --allow-snapshots: stop before the pool grows by more than this (e.g. 50G) [default: config, else the reserve decides].")] = None,
     hardlinks: Annotated[bool, typer.Option("--hardlinks", help="Re-create hardlink groups that lie wholly in the targets [default: config].")] = False,
     rewrite_all: Annotated[bool, typer.Option("--all", help="Rewrite every eligible file, whatever the spread (e.g. after a RAIDZ expansion).")] = False,
+    placement: PlacementOpt = "auto",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan and change nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON line per directory done, and one at the end.")] = False,
 ) -> None:
@@ -94,6 +98,7 @@ def rebalance(
         allow_snapshots=allow_snapshots or rb.allow_snapshots,
         rewrite_all=rewrite_all,
         hardlinks=hardlinks or rb.hardlinks,
+        placement=choice("--placement", placement, PLACEMENTS),
     )
     zpool, zfs = Zpool(), Zfs()
     if dry_run:

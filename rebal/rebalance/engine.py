@@ -23,7 +23,7 @@ from . import journal, rewrite
 from .copier import Copier
 from .groups import copy_groups
 from .files import FileRef, Outcome, Result, Throttle, restat, restore_times
-from .planner import DirEntry, order_dirs, simulate, spread
+from .planner import DirEntry, order_dirs, simulate, simulate_dirs, spread
 from .prepare import (Options, Prepared, RefusedError, Target, _avail, build_options, check_pinned, check_writable,  # noqa: F401
                       default_jobs, fills, prepare, resolve_targets, run_key)
 from .scan import candidates
@@ -66,9 +66,12 @@ class Report:
     growth: int = 0  # bytes rewritten that snapshots still hold: the pool's growth until they go
     waiting_on: list[str] = field(default_factory=list)  # those snapshots
     spread_when_freed: float | None = None  # predicted, once they go
+    placement: dict | None = None  # measured: where the rewritten directories' data was, and is now
+    done_dirs: list[bytes] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return ({"reclaim": self.reclaim} if self.reclaim else {}) | (
+            {"placement": self.placement} if self.placement else {}) | (
             {"growth": self.growth, "waiting_on": self.waiting_on, "spread_when_freed": self.spread_when_freed}
             if self.growth else {}) | {
             "run_id": self.run_id,
@@ -163,7 +166,13 @@ class _Run:
         if self.growth:  # old copies stay until their snapshots go: the model says when the goal holds then
             self.report.spread_when_freed = spread(simulate(fills(self.prep.pool), self.moved))
             return self.report.spread_when_freed <= target - max(0.3, 0.05 * target)
-        predicted = spread(simulate(fills(self.prep.pool), self.moved, self.prep.plan.pinned_fraction))
+        plan = self.prep.plan
+        if plan.measured:  # where the rewritten directories' data was, measured
+            done = set(self.report.done_dirs)
+            predicted = spread(simulate_dirs(fills(self.prep.pool), [d for d in plan.ranked if d.path in done],
+                                             plan.pinned_fraction))
+        else:
+            predicted = spread(simulate(fills(self.prep.pool), self.moved, plan.pinned_fraction))
         if raw <= target or predicted <= target or time.monotonic() - self.last_settle >= SETTLE_EVERY:
             # stop a little under the target: figures rounded to 3 digits (old ZFS) and the last
             # frees landing must not put the spread back over it right after the run
@@ -368,7 +377,8 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
         if threading.current_thread() is threading.main_thread():
             old_sigio = signal.signal(signal.SIGIO, signal.SIG_IGN)  # lease breaks must not kill us
         try:
-            dirs = order_dirs([d for d in prep.scan.dirs if d.path not in prep.done_dirs])
+            ranked = prep.plan.ranked if prep.plan.measured else order_dirs(prep.scan.dirs)  # measured: fullest first
+            dirs = [d for d in ranked if d.path not in prep.done_dirs]
             events.start(prep, sum(d.files for d in dirs), sum(d.bytes for d in dirs))
             r.report.outcome, r.report.reason = _loop(r, dirs)
             failures = {k: n for k, n in r.report.skipped.items() if k not in DEFERRED}
@@ -395,6 +405,10 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
                 r.report.spread_after = r.measure(settle=True)
             except RebalError:
                 r.report.spread_after = r.spread_now
+            if prep.plan.measured and r.report.files:
+                from .measure import rewritten_placement
+
+                r.report.placement = rewritten_placement(prep.plan, r.report.done_dirs, zpool, zfs)
             if r.report.reclaim is not None:
                 after = _available(zfs, avail_ds)
                 r.report.reclaim |= {"available_after": after,
@@ -435,6 +449,8 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
             finished = not r.stop.is_set() and not rep.deferred
             journal.end_dir(r.conn, r.report.run_id, d.path, rep.files, rep.bytes, finished)
             r.report.dirs += finished
+            if finished:
+                r.report.done_dirs.append(d.path)
             if _step_done(r, rep):
                 return "ok", _goal(r)
     if prep.scan.groups and not r.limit_hit():

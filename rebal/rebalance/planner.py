@@ -87,6 +87,9 @@ class DirEntry:
     files: int
     bytes: int  # apparent size of its files
     alloc: int = -1  # space its files take (holes and compression left out); -1: as ``bytes``
+    # measured: its allocated bytes per data vdev (pool order), from block pointers (a sample of its
+    # files, scaled to ``moves``); None: not measured, taken to lie like the pool's allocation
+    placement: tuple[int, ...] | None = None
 
     @property
     def moves(self) -> int:
@@ -104,6 +107,8 @@ class Plan:
     target: float
     pinned_fraction: float = 0.0
     notes: list[str] = field(default_factory=list)
+    ranked: list[DirEntry] = field(default_factory=list)  # measured: every directory, in the order to rewrite
+    measured: bool = False  # the order and prediction come from measured placement
 
     @property
     def spread_before(self) -> float:
@@ -127,6 +132,98 @@ def order_dirs(dirs: list[DirEntry]) -> list[DirEntry]:
     return sorted((d for d in dirs if d.files), key=lambda d: (-d.bytes, d.path))
 
 
+def overfull(vdevs: list[VdevFill]) -> list[bool]:
+    """The vdevs fuller than the pool as a whole: the ones a rewrite should take data from."""
+    total = sum(v.size for v in vdevs) or 1
+    mean = 100.0 * sum(v.alloc for v in vdevs) / total
+    return [v.cap > mean for v in vdevs]
+
+
+def rank_measured(vdevs: list[VdevFill], dirs: list[DirEntry]) -> list[DirEntry]:
+    """Directories by how much of their data lies on the over-full vdevs, per byte (measured where
+    known, else the model's guess: like the pool's allocation), weighted by how far over the pool's
+    CAP each vdev is; most first, then by size and path. Per byte, not in bytes: a big directory
+    written after the pool grew lies partly on the new vdev, and rewriting it moves less per byte
+    rewritten than a smaller one that lies wholly on the full vdevs (the goal is fewest bytes)."""
+    total = sum(v.size for v in vdevs) or 1
+    mean = 100.0 * sum(v.alloc for v in vdevs) / total
+    excess = [max(0.0, v.cap - mean) for v in vdevs]
+    total_alloc = sum(v.alloc for v in vdevs) or 1
+    pool_share = [v.alloc / total_alloc for v in vdevs]
+
+    def gain(d: DirEntry) -> float:
+        if d.placement is None or not sum(d.placement):
+            share = pool_share
+        else:
+            tot = sum(d.placement)
+            share = [b / tot for b in d.placement]
+        return sum(s * e for s, e in zip(share, excess))
+    return sorted((d for d in dirs if d.files), key=lambda d: (-round(gain(d), 6), -d.bytes, d.path))
+
+
+def _rewrite_dir(alloc: list[float], size: list[float], source: list[float], d: DirEntry, pinned_fraction: float,
+                 step: float) -> bool:
+    """Rewrite one directory in the model: the new copy by free space, the old freed where it lies."""
+    if d.placement is not None and sum(d.placement):
+        tot = sum(d.placement)
+        where = [b / tot for b in d.placement]
+    else:
+        where = source
+    left = float(d.moves)
+    while left > 0:
+        n = min(step, left)
+        left -= n
+        free = [max(s - a, 0.0) for s, a in zip(size, alloc)]
+        total_free = sum(free)
+        if total_free <= n:
+            return False
+        for i in range(len(alloc)):
+            alloc[i] += n * free[i] / total_free
+            alloc[i] = max(0.0, alloc[i] - n * (1.0 - pinned_fraction) * where[i])
+    return True
+
+
+def simulate_dirs(vdevs: list[VdevFill], dirs: list[DirEntry], pinned_fraction: float = 0.0) -> list[VdevFill]:
+    """Per-vdev fill after rewriting these directories, each with its measured placement."""
+    alloc = [float(v.alloc) for v in vdevs]
+    size = [float(v.size) for v in vdevs]
+    total_alloc = sum(alloc) or 1.0
+    source = [a / total_alloc for a in alloc]
+    step = max(1.0, sum(size) / (2 * STEPS))
+    for d in dirs:
+        if not _rewrite_dir(alloc, size, source, d, pinned_fraction, step):
+            break
+    return [VdevFill(v.name, v.size, round(a)) for v, a in zip(vdevs, alloc)]
+
+
+def plan_measured(vdevs: list[VdevFill], dirs: list[DirEntry], target: float, *, max_bytes: int | None = None,
+                  pinned_fraction: float = 0.0) -> Plan:
+    """The plan where placement was measured: directories in the order of the data they hold on the
+    over-full vdevs, each simulated with its own placement, until the spread is under the target."""
+    ranked = rank_measured(vdevs, dirs)
+    alloc = [float(v.alloc) for v in vdevs]
+    size = [float(v.size) for v in vdevs]
+    total_alloc = sum(alloc) or 1.0
+    source = [a / total_alloc for a in alloc]
+    step = max(1.0, sum(size) / (2 * STEPS))
+    chosen: list[DirEntry] = []
+    moved = 0
+    needed: int | None = 0 if spread(vdevs) <= target else None
+    while needed is None and len(chosen) < len(ranked):
+        d = ranked[len(chosen)]
+        if max_bytes is not None and moved + d.moves > max_bytes and chosen:
+            break
+        if not _rewrite_dir(alloc, size, source, d, pinned_fraction, step):
+            break
+        chosen.append(d)
+        moved += d.moves
+        if spread([VdevFill(v.name, v.size, round(a)) for v, a in zip(vdevs, alloc)]) <= target:
+            needed = moved
+    return Plan(before=list(vdevs), after=[VdevFill(v.name, v.size, round(a)) for v, a in zip(vdevs, alloc)],
+                dirs=chosen, candidate_bytes=sum(d.bytes for d in ranked), needed_bytes=needed, target=target,
+                pinned_fraction=pinned_fraction, ranked=ranked, measured=True)
+
+
 def make_plan(
     vdevs: list[VdevFill],
     dirs: list[DirEntry],
@@ -135,6 +232,8 @@ def make_plan(
     max_bytes: int | None = None,
     pinned_fraction: float = 0.0,
 ) -> Plan:
+    if any(d.placement is not None for d in dirs):
+        return plan_measured(vdevs, dirs, target, max_bytes=max_bytes, pinned_fraction=pinned_fraction)
     ordered = order_dirs(dirs)
     candidate = sum(d.bytes for d in ordered)
     movable = sum(d.moves for d in ordered)

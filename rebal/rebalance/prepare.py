@@ -38,6 +38,8 @@ class Options:
     reserve_percent: float = 10.0
     filters: Filters = field(default_factory=Filters)
     replication_jobs: list = field(default_factory=list)  # the config's [[replicate]] jobs (costs of a rewrite)
+    placement: str = "auto"  # measured (zdb, block pointers), model, or auto: measured where zdb can read
+    measure_seconds: float = 30.0  # time limit of the measurement
 
 
 @dataclass
@@ -110,6 +112,28 @@ def resolve_targets(zfs, specs: list[str]) -> list[Target]:
     if len(pools) > 1:
         raise UsageError(f"targets lie on several pools ({', '.join(sorted(pools))}); rebalance one pool at a time")
     return kept
+
+
+def _measured(opts: Options, dirs, targets, pool, zpool, filters, notes: list[str]):
+    """The directories with their measured placement (opts.placement), and a note of what was done."""
+    import shutil
+
+    if opts.placement == "model" or not dirs or len(pool.data_vdevs) < 2:
+        return dirs
+    if opts.placement == "auto" and (pool.spread <= opts.target_spread or opts.rewrite_all):
+        return dirs  # nothing to choose: no directory, or every one, is rewritten
+    if shutil.which("zdb") is None:
+        if opts.placement == "measured":
+            raise RebalError("--placement measured: zdb is not installed (it ships with zfsutils-linux and zfs-fuse)")
+        notes.append("placement not measured (no zdb): the plan uses the model")
+        return dirs
+    from .measure import measure_dirs
+
+    out, note = measure_dirs(dirs, targets, pool, zpool, filters, time_limit=opts.measure_seconds)
+    if opts.placement == "measured" and not any(d.placement is not None for d in out):
+        raise RebalError(f"--placement measured: {note}")
+    notes.append(note)
+    return out
 
 
 def default_jobs(n_data_vdevs: int) -> int:
@@ -186,6 +210,7 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
     # allowed to rewrite what snapshots hold: the old copies stay until they go, and the goal is the
     # spread then (while they stay, the new copies only add to every vdev)
     waits = bool(opts.allow_snapshots and sc.pinned_bytes)
+    remaining = _measured(opts, remaining, targets, pool, zpool, filters, notes)
     plan = make_plan(fills(pool), remaining, opts.target_spread, max_bytes=opts.max_bytes,
                      pinned_fraction=0.0 if waits else pinned_fraction)
     if waits:

@@ -31,7 +31,10 @@ def plan_json(prep) -> dict:
              "predicted_alloc": after[v.name].alloc, "predicted_cap": round(after[v.name].cap, 2)}
             for v in plan.before
         ],
-        "dirs": [{"path": os.fsdecode(d.path), "files": d.files, "bytes": d.bytes} for d in plan.dirs],
+        "placement": "measured" if plan.measured else "model",
+        "dirs": [{"path": os.fsdecode(d.path), "files": d.files, "bytes": d.bytes}
+                 | ({"placement": dict(zip((v.name for v in plan.before), d.placement))} if d.placement else {})
+                 for d in plan.dirs],
         "skipped": {
             k: {"count": n, "bytes": prep.scan.skips.bytes.get(k, 0), "examples": prep.scan.skips.examples.get(k, [])}
             for k, n in prep.scan.skips.counts.items()
@@ -69,13 +72,19 @@ def plan_text(prep, max_dirs: int = 30) -> str:
     if plan.dirs:
         out.append("")
         out.append(f"directories to rewrite, in order ({len(plan.dirs)}; the rebalance goes on past them "
-                   "if the measured spread is still over the target):")
-        rows = [("BYTES", "FILES", "DIRECTORY")]
+                   "if the measured spread is still over the target)"
+                   + (", fullest-vdev data first (measured placement):" if plan.measured else ":"))
+        from ..rebalance.planner import overfull
+
+        over = overfull(plan.before)
+        rows = [("BYTES", "FILES", "ON FULL VDEVS", "DIRECTORY")]
         for e in plan.dirs[:max_dirs]:
-            rows.append((human(e.bytes), str(e.files), os.fsdecode(e.path)))
+            on = (f"{100 * sum(b for b, o in zip(e.placement, over) if o) / max(1, sum(e.placement)):.0f}%"
+                  if e.placement else "-")
+            rows.append((human(e.bytes), str(e.files), on, os.fsdecode(e.path)))
         if len(plan.dirs) > max_dirs:
-            rows.append(("", "", f"... and {len(plan.dirs) - max_dirs} more (--json lists all)"))
-        out += table(rows, right={0, 1})
+            rows.append(("", "", "", f"... and {len(plan.dirs) - max_dirs} more (--json lists all)"))
+        out += table(rows, right={0, 1, 2})
     out += _costs_lines(prep.costs)
     skips = prep.scan.skips
     if skips.counts:
@@ -138,6 +147,11 @@ def report_text(rep) -> str:
         rc = rep.reclaim
         out.append(f"free space {human(rc['available_before'])} -> {human(rc['available_after'])}: reclaimed "
                    f"{human(rc['reclaimed'])} (predicted {human(rc['predicted'])})")
+    pl = getattr(rep, "placement", None)
+    if pl and pl.get("after"):
+        short = fill.short_names(list(pl["before"]))
+        out.append("placement of what was rewritten (measured), before -> after: " + ", ".join(
+            f"{short[n]} {100 * b:.0f}% -> {100 * pl['after'].get(n, 0):.0f}%" for n, b in pl["before"].items()))
     if rep.skipped:
         out.append("skipped: " + ", ".join(f"{n} {k}" for k, n in rep.skipped.items()))
     return lines(out)
