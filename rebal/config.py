@@ -105,6 +105,7 @@ class Schedule(Strict):
     rebalance_after: str | None = None  # a replication job: the rebalance runs right after its run lands
     rebalance_end: HHMM | None = None
     scrub: Cron = None
+    metrics: Cron = None  # write metrics_file for node_exporter's textfile collector (e.g. "*/5 * * * *")
 
 
 class Health(Strict):
@@ -215,6 +216,8 @@ class Replicate(Strict):
 
 class Config(Strict):
     state_db: str = DEFAULT_STATE_DB
+    # where the metrics schedule writes (Debian's prometheus-node-exporter reads this directory)
+    metrics_file: str = "/var/lib/prometheus/node-exporter/rebal.prom"
     pools: list[PoolName] = []  # pools to watch; empty: every imported pool
     rebalance: Rebalance = Rebalance()
     schedule: Schedule = Schedule()

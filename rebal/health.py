@@ -56,7 +56,10 @@ def _walk(v: StatusVdev, parent: str | None = None):
 
 
 def pool_findings(st: PoolStatus, pool: Pool | None, *, cap_warning: float, cap_critical: float,
-                  target_spread: float, scrub_max_age_days: float, now: float | None = None) -> list[Finding]:
+                  target_spread: float, scrub_max_age_days: float, now: float | None = None,
+                  created: float | None = None) -> list[Finding]:
+    """``created``: when the pool was made (its root dataset's creation): a pool younger than
+    ``scrub_max_age_days`` that was never scrubbed is not overdue yet."""
     now = time.time() if now is None else now
     out: list[Finding] = []
     name = st.name
@@ -78,7 +81,8 @@ def pool_findings(st: PoolStatus, pool: Pool | None, *, cap_warning: float, cap_
     if "resilver in progress" in scan:
         out.append(Finding(WARNING, name, "resilver in progress"))
     if not scan or "none requested" in scan:
-        out.append(Finding(WARNING, name, "never scrubbed (rebal scrub POOL)"))
+        if created is None or now - created > scrub_max_age_days * 86400:
+            out.append(Finding(WARNING, name, "never scrubbed (rebal scrub POOL)"))
     elif "scrub" in scan and "in progress" not in scan:
         m = re.search(r"(\d+) errors", scan)
         if m and int(m.group(1)) > 0:

@@ -1,4 +1,7 @@
-"""Prometheus text exposition for node_exporter's textfile collector, written atomically."""
+"""Prometheus text exposition for node_exporter's textfile collector, written atomically.
+
+A replication job's label is `replication_job`, not `job`: Prometheus gives every scraped series its
+own `job` label (the scrape job), and would rename ours to `exported_job`."""
 
 from __future__ import annotations
 
@@ -34,9 +37,29 @@ class _Doc:
 HEALTH = {"ONLINE": 0, "DEGRADED": 1, "FAULTED": 2, "OFFLINE": 2, "UNAVAIL": 2, "REMOVED": 2, "SUSPENDED": 2}
 
 
-def render(pools: list[Pool], health_level: dict[str, int], replication: list[dict], rebalance: list[dict]) -> str:
+def render(pools: list[Pool], health_level: dict[str, int], replication: list[dict], rebalance: list[dict], *,
+           scrubs: dict[str, float] | None = None, created: dict[str, float] | None = None,
+           limits: dict | None = None, now: float | None = None) -> str:
+    """Every family a dashboard or an alert rule needs (contrib/): the figures, and the limits they
+    are judged against (target spread, scrub and replication ages), so rules need no constants."""
+    import time
+
     d = _Doc()
+    limits = limits or {}
+    d.add("rebal_metrics_timestamp_seconds", "When rebal wrote these metrics (stale when old).",
+          time.time() if now is None else now)
+    if "scrub_max_age_days" in limits:
+        d.add("rebal_scrub_max_age_seconds", "A scrub is overdue after this long (health.scrub_max_age_days).",
+              limits["scrub_max_age_days"] * 86400)
     for p in pools:
+        if "target_spread" in limits:
+            d.add("rebal_pool_target_spread_points", "The spread target (rebalance.target_spread).",
+                  limits["target_spread"], pool=p.name)
+        if created and p.name in created:
+            d.add("rebal_pool_created_timestamp_seconds", "When the pool was made.", created[p.name], pool=p.name)
+        if scrubs and p.name in scrubs:
+            d.add("rebal_pool_last_scrub_timestamp_seconds", "End of the pool's last scrub.", scrubs[p.name],
+                  pool=p.name)
         d.add("rebal_pool_size_bytes", "Pool size.", p.size, pool=p.name)
         d.add("rebal_pool_alloc_bytes", "Pool allocated bytes.", p.alloc, pool=p.name)
         d.add("rebal_pool_spread_points", "Max minus min CAP of the data vdevs, percentage points.", p.spread, pool=p.name)
@@ -50,11 +73,14 @@ def render(pools: list[Pool], health_level: dict[str, int], replication: list[di
             d.add("rebal_vdev_alloc_bytes", "Data vdev allocated bytes.", v.alloc, pool=p.name, vdev=v.name)
             d.add("rebal_vdev_capacity_percent", "Data vdev CAP.", v.cap, pool=p.name, vdev=v.name)
     for r in replication:
+        if "replication_max_age_hours" in limits:
+            d.add("rebal_replication_max_age_seconds", "A job's last success is too old after this long "
+                  "(health.replication_max_age_hours).", limits["replication_max_age_hours"] * 3600, replication_job=r["job"])
         if r["last_success"] is not None:
             d.add("rebal_replication_last_success_timestamp_seconds", "End of the last successful run.",
-                  r["last_success"], job=r["job"])
+                  r["last_success"], replication_job=r["job"])
             d.add("rebal_replication_last_bytes", "Bytes sent by the last successful run.", r.get("bytes") or 0,
-                  job=r["job"])
+                  replication_job=r["job"])
     for rb in rebalance:
         d.add("rebal_rebalance_running", "1 while a rebalance run is going.", 1 if rb["running"] else 0, pool=rb["pool"])
         d.add("rebal_rebalance_bytes", "Bytes rewritten by the latest rebalance run.", rb["bytes"], pool=rb["pool"])

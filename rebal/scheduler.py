@@ -17,7 +17,7 @@ from .config import Config, cron_trigger
 from .errors import RebalError, UsageError
 
 log = logging.getLogger("rebal.scheduler")
-BUILTIN = ("fill", "health", "scrub", "rebalance")
+BUILTIN = ("fill", "health", "scrub", "rebalance", "metrics")
 GRACE = 600  # seconds a missed run may still start late
 
 
@@ -91,6 +91,8 @@ def run_one(cfg: Config, name: str, stop: threading.Event | None = None) -> str:
             res = services.record(conn, "health", lambda: _health(cfg, conn, zpool))
         elif name == "scrub":
             res = services.record(conn, "scrub", lambda: services.scrub_job(cfg, conn, zpool))
+        elif name == "metrics":
+            res = services.record(conn, "metrics", lambda: services.metrics_job(cfg, conn, zpool))
         elif name == "rebalance":
             res = services.rebalance_job(cfg, conn, zpool, Zfs(), stop)
             outcome = res.get("outcome", "ok")

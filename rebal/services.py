@@ -28,9 +28,28 @@ def fill_job(cfg: Config, conn, zpool) -> dict:
     return {"pools": {p.name: round(p.spread, 2) for p in pools}}
 
 
-def check_health(cfg: Config, conn, zpool, now: float | None = None) -> tuple[list[H.Finding], list, list]:
+def pool_created(names: list[str], runner=None) -> dict[str, float]:
+    """When each pool was made: the creation time of its root dataset (zpool has no such property)."""
+    from .runner import run
+
+    if not names:
+        return {}
+    res = (runner or run)(["zfs", "get", "-Hp", "-o", "name,value", "creation", *names], check=False)
+    out = {}
+    for line in res.stdout.splitlines():
+        name, _, value = line.partition("\t")
+        if value.strip().isdigit():
+            out[name] = float(value.strip())
+    return out
+
+
+def check_health(cfg: Config, conn, zpool, now: float | None = None,
+                 extra: dict | None = None) -> tuple[list[H.Finding], list, list]:
+    """Findings, pools, replication. ``extra`` (a dict) is filled with what metrics also show:
+    "scrub" (pool -> end of its last scrub) and "created" (pool -> creation)."""
     pools = watched_pools(cfg, zpool)
     statuses = {s.name: s for s in zpool.status([p.name for p in pools])} if pools else {}
+    created = pool_created([p.name for p in pools])
     findings: list[H.Finding] = []
     for p in pools:
         st = statuses.get(p.name)
@@ -38,7 +57,11 @@ def check_health(cfg: Config, conn, zpool, now: float | None = None) -> tuple[li
             continue
         findings += H.pool_findings(st, p, cap_warning=cfg.health.cap_warning, cap_critical=cfg.health.cap_critical,
                                     target_spread=cfg.rebalance.target_spread,
-                                    scrub_max_age_days=cfg.health.scrub_max_age_days, now=now)
+                                    scrub_max_age_days=cfg.health.scrub_max_age_days, now=now,
+                                    created=created.get(p.name))
+    if extra is not None:
+        extra["created"] = created
+        extra["scrub"] = {n: t for n, st in statuses.items() if (t := H.scrub_time(st.scan)) is not None}
     repl = state.last_successes(conn, cfg) if cfg.replicate else []
     findings += H.replication_findings(repl, cfg.health.replication_max_age_hours)
     findings += verify_findings(cfg, conn, now)
@@ -179,9 +202,22 @@ def rebalance_summary(conn) -> list[dict]:
 def metrics_text(cfg: Config, conn, zpool) -> str:
     from .metrics import render
 
-    findings, pools, repl = check_health(cfg, conn, zpool)
+    extra: dict = {}
+    findings, pools, repl = check_health(cfg, conn, zpool, extra=extra)
     levels = {p.name: max((f.level for f in findings if f.subject == p.name), default=0) for p in pools}
-    return render(pools, levels, repl, rebalance_summary(conn))
+    limits = {"target_spread": cfg.rebalance.target_spread, "scrub_max_age_days": cfg.health.scrub_max_age_days,
+              "replication_max_age_hours": cfg.health.replication_max_age_hours}
+    return render(pools, levels, repl, rebalance_summary(conn), scrubs=extra.get("scrub", {}),
+                  created=extra.get("created", {}), limits=limits)
+
+
+def metrics_job(cfg: Config, conn, zpool) -> dict:
+    """Write the metrics file for node_exporter's textfile collector (schedule.metrics)."""
+    from .metrics import write_atomic
+
+    text = metrics_text(cfg, conn, zpool)
+    write_atomic(cfg.metrics_file, text)
+    return {"file": cfg.metrics_file, "series": sum(1 for ln in text.splitlines() if ln and not ln.startswith("#"))}
 
 
 def record(conn, kind: str, fn, job: str | None = None):

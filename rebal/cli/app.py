@@ -19,7 +19,7 @@ from ..errors import RebalError
 app = typer.Typer(
     help="Keep a ZFS pool's data evenly spread over its vdevs, and safely copied to a backup host.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )

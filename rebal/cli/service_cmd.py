@@ -90,7 +90,7 @@ def scrub(
 
 @app.command("run")
 def run_cmd(
-    job: Annotated[Optional[str], typer.Argument(help="fill, health, scrub, rebalance, or a replication job.")] = None,
+    job: Annotated[Optional[str], typer.Argument(help="fill, health, scrub, rebalance, metrics, or a replication job.")] = None,
     due: Annotated[bool, typer.Option("--due", help="Run every job whose schedule says it is due.")] = False,
 ) -> None:
     """Run scheduled jobs once (for systemd timers): one by name, or all that are due."""

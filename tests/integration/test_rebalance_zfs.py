@@ -310,9 +310,11 @@ def test_time_window_end_stops_cleanly(make_pool, tmp_path):
                             tree=lambda root: mixed_tree(root, small=100, large=6, large_mib=(6, 8), seed=13))
     before = manifest(data)
     conn = state.connect(tmp_path / "s.db")
-    opts = engine.Options(targets=[f"{pool.name}/data"], target_spread=0.01, max_rate=10 * 2**20,
-                          until=time.time() + 1.0)
+    from dataclasses import replace
+
+    opts = engine.Options(targets=[f"{pool.name}/data"], target_spread=0.01, max_rate=10 * 2**20)
     prep = engine.prepare(opts, Zpool(), Zfs(), conn)
+    opts = replace(opts, until=time.time() + 1.0)  # the window opens once the plan is made
     rep = engine.execute(prep, opts, Zpool(), Zfs(), conn, str(tmp_path / "s.db"))
     assert rep.outcome == "stopped" and "time window" in rep.reason, rep
     assert 0 < rep.bytes < prep.scan.bytes

@@ -148,6 +148,15 @@ def test_metrics_parse_and_are_written_atomically(make_pool, tmp_path):
     assert [s.value for s in fams["rebal_pool_health"].samples] == [0]
     assert fams["rebal_pool_spread_points"].samples[0].labels == {"pool": pool.name}
     assert list(out.parent.iterdir()) == [out], "no temp file left beside it"
+    # the limits the alert rules compare against, and the scheduled job that writes the same file
+    assert fams["rebal_pool_target_spread_points"].samples[0].value == 10
+    assert abs(fams["rebal_pool_created_timestamp_seconds"].samples[0].value - time.time()) < 600
+    sched = tmp_path / "sched.toml"
+    sched.write_text(cfg.read_text() + f'metrics_file = "{tmp_path / "textfile" / "sched.prom"}"\n'
+                     '[schedule]\nmetrics = "*/5 * * * *"\n')
+    rebal("run", "metrics", config=sched)
+    fams = {f.name: f for f in text_string_to_metric_families((tmp_path / "textfile" / "sched.prom").read_text())}
+    assert abs(fams["rebal_metrics_timestamp_seconds"].samples[0].value - time.time()) < 600
 
 
 def test_systemd_units_verify():

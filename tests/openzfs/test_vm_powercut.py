@@ -99,6 +99,7 @@ def test_power_cuts(guest, tmp_path):
             extra = " --hardlinks" if "hardlinks" in what else ""
             cmd = (f"rebal --config {CFG} rebalance {DATA} --method copy --target-spread 0.01 --allow-snapshots{extra} "
                    "--max-rate 4M --json")
+        seen = {r["id"]: r["outcome"] for r in json.loads(rebal(g, "runs --limit 50 --json").stdout)["runs"]}
         sh(g, f"nohup {cmd} > /root/pc/run-{i}.out 2>&1 &")
         # cut at a random moment once the run is under way: its start event, or the receive running
         started = ("pgrep -f '[z]fs receive' >/dev/null" if what == "replicate"
@@ -110,9 +111,13 @@ def test_power_cuts(guest, tmp_path):
         time.sleep(rng.uniform(0.3, 2.5) if what == "replicate" else rng.uniform(0.5, 6.0))
         g.power_cut()
         boot_again(g)
-        runs = json.loads(rebal(g, "runs --limit 3 --json").stdout)["runs"]
-        cut_run = runs[0]
-        assert cut_run["outcome"] == "interrupted", (i, what, json.dumps(cut_run), sh(g, f"cat /root/pc/run-{i}.out").stdout[-3000:])
+        # the cut run: a new run, or an unfinished one it continued (a rebalance of the same targets
+        # continues the last unfinished run), now listed as interrupted
+        runs = json.loads(rebal(g, "runs --limit 50 --json").stdout)["runs"]
+        cut = [r for r in runs if r["outcome"] == "interrupted" and seen.get(r["id"]) != "interrupted"]
+        assert len(cut) == 1, (i, what, json.dumps(runs[:4]), sh(g, f"cat /root/pc/run-{i}.out").stdout[-3000:])
+        cut_run = cut[0]
+        assert cut_run["kind"] == ("replicate" if what == "replicate" else "rebalance"), (i, cut_run)
         if what == "replicate":
             r = json.loads(rebal(g, "replicate pcjob --json", check=False).stdout)
             assert r["outcome"] == "ok", (i, r)

@@ -128,3 +128,54 @@ def test_config_check_json(tmp_path):
     doc = json.loads(r.stdout)
     assert doc["ok"] is False and len(doc["problems"]) == 2
     assert any(x.startswith("bogus:") for x in doc["problems"])
+
+
+def test_example_values_that_are_not_defaults_say_example():
+    """The file's header says every key shows its default unless it says "example": hold it to that
+    (the retention_target values once showed last = 3, daily = 30 as if they were defaults)."""
+    import re
+
+    models = {"": config.Config, "rebalance": config.Rebalance, "schedule": config.Schedule,
+              "health": config.Health, "notify": config.Notify,
+              "replicate.retention_source": None, "replicate.retention_target": config.Retention}
+    section = ""
+    comments: list[str] = []
+    import tomllib
+
+    bad = []
+    for line in (ROOT / "config.example.toml").read_text().splitlines():
+        s = line.strip()
+        m = re.match(r"^\[\[?([a-z_.]+)\]\]?", s)
+        if m:
+            section, comments = m.group(1), []
+            continue
+        if not s:
+            comments = []
+            continue
+        if s.startswith("#"):
+            comments.append(s)
+            continue
+        kv = re.match(r"^([a-z_]+)\s*=\s*(.+?)\s*(#.*)?$", s)
+        if not kv or section not in models:
+            continue
+        key, raw, inline = kv.group(1), kv.group(2), kv.group(3) or ""
+        value = tomllib.loads(f"v = {raw}")["v"]
+        if section == "replicate.retention_source":
+            default = getattr(config.SOURCE_RETENTION, key)
+        else:
+            field = models[section].model_fields.get(key)
+            if field is None or field.is_required():
+                continue
+            default = field.get_default(call_default_factory=True)
+            default = default if not isinstance(default, list) else list(default)
+        if value != default and "example" not in (inline + " ".join(comments)).lower():
+            bad.append(f"[{section}] {key} = {raw} (default {default!r})")
+        comments = []
+    assert bad == [], bad
+
+
+def test_shell_completion_is_offered():
+    r = rebal("--help")
+    assert "--install-completion" in r.stdout and "--show-completion" in r.stdout
+    r = rebal("--show-completion", "bash", env={"SHELL": "/bin/bash"})
+    assert "_rebal_completion" in r.stdout and "complete " in r.stdout, r.stdout[:300]

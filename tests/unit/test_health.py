@@ -30,6 +30,17 @@ def test_healthy_pool_after_resilver_is_ok_apart_from_scrub():
     assert [x.message for x in f] == ["never scrubbed (rebal scrub POOL)"]
 
 
+def test_a_new_pool_is_not_overdue_for_its_first_scrub():
+    """A pool made a minute ago was never scrubbed, and that is fine until it is older than the
+    scrub age limit (a new user met exit 1 on every new pool)."""
+    st = status("tank-resilvered_zpool-status-v.txt")
+    now = 2_000_000_000
+    young = H.pool_findings(st, None, **LIMITS, now=now, created=now - 60)
+    assert not any("scrub" in x.message for x in young)
+    old = H.pool_findings(st, None, **LIMITS, now=now, created=now - (LIMITS["scrub_max_age_days"] + 1) * 86400)
+    assert [x.message for x in old] == ["never scrubbed (rebal scrub POOL)"]
+
+
 def test_scrub_age_from_openzfs_wording():
     st = status("rz-expanded-scrubbed_zpool-status-v.txt")
     t = H.scrub_time(st.scan)
