@@ -22,6 +22,7 @@ from ..units import human
 from . import journal, rewrite
 from .copier import Copier
 from .groups import copy_groups
+from .inplace_pass import rewrite_dir
 from .files import FileRef, Outcome, Result, Throttle, restat, restore_times
 from .planner import DirEntry, order_dirs, simulate, simulate_dirs, spread
 from .prepare import (Options, Prepared, RefusedError, Target, _avail, build_options, check_pinned, check_writable,  # noqa: F401
@@ -31,6 +32,7 @@ from .scan import candidates
 BATCH_FILES = 64
 BATCH_BYTES = 256 << 20
 SETTLE_EVERY = 10.0  # seconds: settle at least this often between directories
+MEASURE_BYTES = 64 << 20  # re-measure the pool after at least this much was rewritten (or SETTLE_EVERY)
 RETRIES = 2  # a file that changed while copied is tried again this often in the same run
 # files this run's limits leave for a later run: not failures, and their directory is not done
 DEFER_MAX_BYTES = "larger than --max-bytes"
@@ -130,6 +132,13 @@ class _Run:
         self.pinned_ns = int((prep.snapshots[-1][1] + 1) * 1e9) if prep.snapshots else None  # whole seconds
         self.growth = 0
         self.moved = 0  # bytes allocated to what was rewritten: what the model moves (sparse files are small)
+        self.moved_at_measure = 0
+        self.last_measure = 0.0
+        # measure the pool per batch of bytes, not per directory (a `zpool list` per small directory
+        # was a good part of the per-file cost of a tree of small directories)
+        self.measure_every = max(MEASURE_BYTES, prep.pool.size // 200)
+        self.pending_done: list[tuple[bytes, int, int, bool]] = []  # rewrite: done markers not yet written
+        self.ioctl = True  # the rewrite ioctl, until the file system refuses it
 
     def pinned(self, mtime_ns: int) -> bool:
         return self.pinned_ns is not None and mtime_ns < self.pinned_ns
@@ -145,7 +154,14 @@ class _Run:
 
     # measuring
 
+    def flush_done(self) -> None:
+        if self.pending_done:
+            journal.dirs_ended(self.conn, self.report.run_id, self.pending_done)
+            self.pending_done = []
+
     def measure(self, settle: bool) -> float:
+        self.flush_done()
+        self.moved_at_measure, self.last_measure = self.moved, time.monotonic()
         if settle:
             self.zpool.settle(self.pool_name)
             self.last_settle = time.monotonic()
@@ -160,9 +176,12 @@ class _Run:
         first whenever the raw figures, or the model given the bytes rewritten so far, say the
         target may be reached, and otherwise at most every SETTLE_EVERY seconds."""
         target = self.opts.target_spread
-        raw = self.measure(settle=False)
         if self.all:
+            return False  # every file goes, whatever the spread: measured at the end
+        if (self.moved - self.moved_at_measure < self.measure_every and not self.growth
+                and time.monotonic() - self.last_measure < SETTLE_EVERY and not self._near(target)):
             return False
+        raw = self.measure(settle=False)
         if self.growth:  # old copies stay until their snapshots go: the model says when the goal holds then
             self.report.spread_when_freed = spread(simulate(fills(self.prep.pool), self.moved))
             return self.report.spread_when_freed <= target - max(0.3, 0.05 * target)
@@ -178,6 +197,17 @@ class _Run:
             # frees landing must not put the spread back over it right after the run
             return self.measure(settle=True) <= target - max(0.3, 0.05 * target)
         return False
+
+    def _near(self, target: float) -> bool:
+        """Is the model's spread, given what was rewritten so far, near the target? Then measure."""
+        plan = self.prep.plan
+        if plan.measured:
+            done = set(self.report.done_dirs)
+            predicted = spread(simulate_dirs(fills(self.prep.pool), [d for d in plan.ranked if d.path in done],
+                                             plan.pinned_fraction))
+        else:
+            predicted = spread(simulate(fills(self.prep.pool), self.moved, plan.pinned_fraction))
+        return predicted <= target + 1.0
 
     # limits
 
@@ -286,45 +316,6 @@ class _Run:
         return batch, rest
 
     # one directory, zfs rewrite
-
-    def rewrite_dir(self, d: DirEntry, root: bytes, dev: int) -> DirReport:
-        from ..errors import CommandFailed
-
-        rep = DirReport(d.path)
-        journal.start_dir(self.conn, self.report.run_id, d.path, os.lstat(d.path))
-        files = []
-        for n, st in candidates(d.path, root, dev, self.filters, hardlinks_ok=True):
-            if st.st_nlink > 1:  # an inode with several names is rewritten once
-                if st.st_ino in self.linked_seen:
-                    continue
-                self.linked_seen.add(st.st_ino)
-            files.append((n, st))
-        paths = [os.path.join(d.path, n) for n, _ in files]
-        sizes = {os.path.join(d.path, n): st.st_size for n, st in files}
-        allocs = {os.path.join(d.path, n): st.st_blocks * 512 or st.st_size for n, st in files}
-        pinned = {os.path.join(d.path, n): st.st_blocks * 512 for n, st in files if self.pinned(st.st_mtime_ns)}
-        for argv in rewrite.argv_batches(paths, self.prep.physical):
-            if self.limit_hit():
-                break
-            grow = sum(pinned.get(os.fsencode(p), 0) for p in argv[2:])
-            if grow and self.over_budget(grow):  # a whole batch, or none of it
-                break
-            try:
-                self.zfs.run_rewrite(argv)
-            except CommandFailed as e:
-                rep.skipped["zfs rewrite failed"] = rep.skipped.get("zfs rewrite failed", 0) + len(argv) - 2
-                self.events.note(str(e))
-                continue
-            for p in argv[2:]:
-                if p.startswith("/"):
-                    n = sizes.get(os.fsencode(p), 0)
-                    rep.files += 1
-                    rep.bytes += n
-                    self.report.files += 1
-                    self.report.bytes += n
-                    self.moved += allocs.get(os.fsencode(p), 0)
-            self.growth += grow
-        return rep
 
 
 def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, events: Events | None = None,
@@ -445,9 +436,12 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
                 return ("interrupted" if why == "interrupted" else "stopped"), why
             root = next(rt for rt in sorted(roots, key=len, reverse=True) if d.path == rt or d.path.startswith(rt.rstrip(b"/") + b"/"))
             dev = roots[root]
-            rep = r.rewrite_dir(d, root, dev) if prep.method == "rewrite" else r.copy_dir(pool, d, root, dev)
+            rep = rewrite_dir(r, pool, d, root, dev) if prep.method == "rewrite" else r.copy_dir(pool, d, root, dev)
             finished = not r.stop.is_set() and not rep.deferred
-            journal.end_dir(r.conn, r.report.run_id, d.path, rep.files, rep.bytes, finished)
+            if prep.method == "rewrite":  # in place: a lost "done" only means the directory is done again
+                r.pending_done.append((d.path, rep.files, rep.bytes, finished))
+            else:
+                journal.end_dir(r.conn, r.report.run_id, d.path, rep.files, rep.bytes, finished)
             r.report.dirs += finished
             if finished:
                 r.report.done_dirs.append(d.path)

@@ -93,6 +93,16 @@ def end_dir(conn: sqlite3.Connection, run_id: int, path: bytes, files: int, nbyt
         )
 
 
+def dirs_ended(conn: sqlite3.Connection, run_id: int, rows: list[tuple[bytes, int, int, bool]]) -> None:
+    """(path, files, bytes, done) of directories rewritten in place, in one transaction: nothing on
+    the pool depends on these rows (a lost one only means the directory is rewritten again)."""
+    now = time.time()
+    with atomic(conn):
+        conn.executemany(
+            "INSERT OR REPLACE INTO rebalance_dirs (run_id, path, state, files, bytes, ended) VALUES (?, ?, ?, ?, ?, ?)",
+            [(run_id, p, "done" if done else "interrupted", f, b, now) for p, f, b, done in rows])
+
+
 def dir_state(conn: sqlite3.Connection, run_id: int, path: bytes) -> str | None:
     row = conn.execute("SELECT state FROM rebalance_dirs WHERE run_id = ? AND path = ?", (run_id, path)).fetchone()
     return row[0] if row else None
