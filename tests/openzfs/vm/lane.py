@@ -38,7 +38,7 @@ def install(g: Guest, work: Path) -> None:
     """This checkout's rebal, installed in the guest by its own pip from the source (its dependencies
     are Debian's, baked into the image: the guest has no network), and the tests beside it."""
     g.ssh("rm -rf /root/lane && mkdir -p /root/lane/src")
-    for part in ("rebal", "tests", "systemd", "pyproject.toml", "README.md"):
+    for part in ("rebal", "tests", "systemd", "bench", "pyproject.toml", "README.md"):
         g.put(ROOT / part, "/root/lane/src")
     g.ssh("pip install -q --no-deps --no-index --no-build-isolation --break-system-packages --force-reinstall "
           "/root/lane/src 2>&1 | grep -v -e WARNING -e 'as the .root. user' ; rm -rf /root/lane/src/build "
@@ -61,7 +61,17 @@ def run_guest_tests(args, work: Path) -> tuple[int, dict]:
                            timeout=3600)
         sys.stdout.write(r.stdout)
         print(f"lane: guest tests took {time.monotonic() - t0:.0f} s", flush=True)
-        return r.returncode, counts(r.stdout)
+        rc = r.returncode
+        if args.bench and not args.k:
+            t1 = time.monotonic()
+            b = subprocess.run(g._ssh_argv("cd /root/lane/src && python3 bench/openzfs_rewrite.py "
+                                           f"--files {args.bench_files} 2>&1"),
+                               stdout=subprocess.PIPE, text=True, timeout=7200)
+            sys.stdout.write(b.stdout)
+            print(f"lane: bench (bench/openzfs_rewrite.py) took {time.monotonic() - t1:.0f} s, exit {b.returncode}",
+                  flush=True)
+            rc = rc or b.returncode
+        return rc, counts(r.stdout)
     finally:
         if args.keep:
             print(f"lane: guest kept running: ssh -i {g.key} -p {g.port} root@127.0.0.1", flush=True)
@@ -86,6 +96,9 @@ def main() -> int:
     ap.add_argument("--guest-only", action="store_true")
     ap.add_argument("--host-only", action="store_true")
     ap.add_argument("--keep", action="store_true", help="leave the guest running (for a look inside)")
+    ap.add_argument("--no-bench", dest="bench", action="store_false",
+                    help="skip bench/openzfs_rewrite.py after the guest tests")
+    ap.add_argument("--bench-files", default="4000,40000", help="file counts of the rewrite bench")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("lane: run as root (the image build uses debootstrap and chroot)", file=sys.stderr)

@@ -1,0 +1,145 @@
+"""`zfs rewrite` and copy rebalances on real OpenZFS against bare tools, in one run (issue 19). Runs in
+the lane's guest (tests/openzfs/vm/lane.py runs it after the guest tests), as root.
+
+For each file count, a tree of small files (1-16 KiB, 500 per directory) is made afresh for every
+tool on a pool of two mirrors on sparse files, grown by a second mirror after the tree was written;
+every tool is timed from the start to a `zpool sync` after it:
+  bare:        zfs rewrite -P -r -x DIR
+  rebal all:   rebal rebalance DIR --all --method auto   (picks rewrite -P)    goal <= 1.3x bare
+  rebal goal:  rebal rebalance DIR --method auto (stops under the target)  same per-file cost; under target
+  copy:        rebal rebalance DIR --all --method copy  vs a shell loop per file of what
+               zfs-inplace-rebalancing does (cp --reflink=never -ax f f.tmp; compare sha256; mv)
+                                                                            goal >= 10x its files/s
+               and a raw copy (cat f > f.raw per file) beside it
+Only ratios count (2 vCPUs under TCG).
+
+  python3 bench/openzfs_rewrite.py [--files 4000,40000] [--loop-files 4000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BASE = Path("/var/tmp/rebal-rwbench")
+POOL = "rwbench"
+LOOP = ('while IFS= read -r f; do cp --reflink=never -ax "$f" "$f.tmp" && '
+        '[ "$(sha256sum < "$f")" = "$(sha256sum < "$f.tmp")" ] && mv "$f.tmp" "$f"; done')
+RAW = 'while IFS= read -r f; do cat "$f" > "$f.raw"; done'
+
+
+def sh(*argv: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, check=True, capture_output=True, text=True, **kw)
+
+
+def fresh_pool(nfiles: int) -> Path:
+    """The pool with a tree of ``nfiles`` written on its first mirror, then grown by a second."""
+    if subprocess.run(["zpool", "list", POOL], capture_output=True).returncode == 0:
+        sh("zpool", "destroy", "-f", POOL)
+    shutil.rmtree(BASE, ignore_errors=True)
+    BASE.mkdir(parents=True)
+    size = max(1024, nfiles * 40 // 1024 + 512)  # MiB per disk: the tree fills about half of a mirror
+    disks = [BASE / f"d{i}" for i in range(4)]
+    for d in disks:
+        sh("truncate", "-s", f"{size}M", str(d))
+    sh("zpool", "create", "-f", "-m", str(BASE / "mnt"), POOL, "mirror", str(disks[0]), str(disks[1]))
+    sh("zfs", "create", "-o", "compression=off", f"{POOL}/data")
+    root = BASE / "mnt" / "data"
+    rng = random.Random(19)
+    block = os.urandom(16384)
+    for i in range(nfiles):
+        d = root / f"d{i // 500:03d}"
+        if i % 500 == 0:
+            d.mkdir()
+        n = rng.randint(1024, 16384)
+        with open(d / f"f{i:06d}", "wb") as f:
+            f.write(i.to_bytes(8, "little") + block[8:n])
+    sh("zpool", "sync", POOL)
+    sh("zpool", "add", "-f", POOL, "mirror", str(disks[2]), str(disks[3]))
+    return root
+
+
+def timed(argv_or_script, files: list[Path] | None = None) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    if files is None:
+        r = subprocess.run(argv_or_script, capture_output=True, text=True)
+    else:
+        r = subprocess.run(["bash", "-c", argv_or_script], input="".join(f"{f}\n" for f in files), text=True,
+                           capture_output=True)
+    sh("zpool", "sync", POOL)
+    took = time.perf_counter() - t0
+    if r.returncode != 0:
+        sys.exit(f"failed: {argv_or_script if files is None else 'shell loop'}: {r.stderr[-500:]}")
+    return took, r.stdout
+
+
+def rebal(cfg: Path, root: Path, *extra: str) -> tuple[float, dict]:
+    took, out = timed([sys.executable, "-m", "rebal", "--config", str(cfg), "rebalance", str(root), "--json",
+                       "--placement", "model", *extra])
+    done = json.loads(out.splitlines()[-1])
+    if done["outcome"] not in ("ok",):
+        sys.exit(f"rebal did not finish: {done}")
+    return took, done
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--files", default="4000,40000")
+    ap.add_argument("--loop-files", type=int, default=4000, help="file count of the copy comparisons")
+    ap.add_argument("--target", type=float, default=10.0)
+    a = ap.parse_args()
+    cfg = Path("/var/tmp/rebal-rwbench.toml")
+    cfg.write_text('state_db = "/var/tmp/rebal-rwbench.db"\n[rebalance]\nreserve_percent = 1.0\n')
+    results = []
+    try:
+        for n in [int(x) for x in a.files.split(",")]:
+            Path("/var/tmp/rebal-rwbench.db").unlink(missing_ok=True)
+            root = fresh_pool(n)
+            bare, _ = timed(["zfs", "rewrite", "-P", "-r", "-x", str(root)])
+            root = fresh_pool(n)
+            t_all, d_all = rebal(cfg, root, "--all", "--method", "auto")
+            Path("/var/tmp/rebal-rwbench.db").unlink(missing_ok=True)
+            root = fresh_pool(n)
+            t_goal, d_goal = rebal(cfg, root, "--method", "auto", "--target-spread", str(a.target))
+            per_all = t_all / max(1, d_all["files"])
+            per_goal = t_goal / max(1, d_goal["files"])
+            row = {"files": n, "bare_s": round(bare, 2), "rebal_all_s": round(t_all, 2), "method": d_all.get("method"),
+                   "ratio_all": round(t_all / bare, 2), "goal_s": round(t_goal, 2), "goal_files": d_goal["files"],
+                   "per_file_goal_vs_all": round(per_goal / per_all, 2), "goal_spread_after": d_goal["spread_after"]}
+            results.append(row)
+            print(f"{n} files: bare zfs rewrite -P -r {bare:.2f} s; rebal --all {t_all:.2f} s = {t_all / bare:.2f}x "
+                  f"(goal <= 1.3x: {'met' if t_all / bare <= 1.3 else 'NOT met'}); without --all {d_goal['files']} files "
+                  f"in {t_goal:.2f} s, per file {per_goal / per_all:.2f}x the --all run's, spread "
+                  f"{d_goal['spread_before']:.1f} -> {d_goal['spread_after']:.1f} (target {a.target:g}: "
+                  f"{'under' if d_goal['spread_after'] <= a.target else 'OVER'})", flush=True)
+        n = a.loop_files
+        Path("/var/tmp/rebal-rwbench.db").unlink(missing_ok=True)
+        root = fresh_pool(n)
+        t_copy, d_copy = rebal(cfg, root, "--all", "--method", "copy")
+        root = fresh_pool(n)
+        files = sorted(root.rglob("f*"))
+        t_loop, _ = timed(LOOP, files)
+        root = fresh_pool(n)
+        files = sorted(root.rglob("f*"))
+        t_raw, _ = timed(RAW, files)
+        copy_fps, loop_fps, raw_fps = d_copy["files"] / t_copy, n / t_loop, n / t_raw
+        results.append({"copy_files": n, "copy_s": round(t_copy, 2), "loop_s": round(t_loop, 2), "raw_s": round(t_raw, 2),
+                        "copy_vs_loop": round(copy_fps / loop_fps, 2), "copy_vs_raw": round(copy_fps / raw_fps, 2)})
+        print(f"copy, {n} files: rebal {copy_fps:.0f} files/s = {copy_fps / loop_fps:.1f}x the cp/sha256/mv loop "
+              f"({loop_fps:.0f} files/s; goal >= 10x: {'met' if copy_fps / loop_fps >= 10 else 'NOT met'}), "
+              f"{copy_fps / raw_fps:.2f}x a raw cat copy ({raw_fps:.0f} files/s)", flush=True)
+    finally:
+        subprocess.run(["zpool", "destroy", "-f", POOL], capture_output=True)
+        shutil.rmtree(BASE, ignore_errors=True)
+    print("bench-json " + json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
