@@ -45,6 +45,9 @@ def _env() -> dict[str, str]:
     return env
 
 
+CALLS = [0]  # commands run by this process (the replication reports how many a run took)
+
+
 def run(
     argv: list[str] | tuple[str, ...],
     *,
@@ -61,6 +64,7 @@ def run(
         log.info("dry-run, not running: %s", line)
         return Result(argv, 0, "", "")
     log.debug("run: %s", line)
+    CALLS[0] += 1
     try:
         proc = subprocess.run(
             argv,

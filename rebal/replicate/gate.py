@@ -66,6 +66,19 @@ class Policy:
                 "mountpoint": self.mountpoint, "filters": [f for f in ("zstd", "mbuffer") if shutil.which(f)]}
 
 
+def marker(text: str) -> dict | None:
+    """The gate's answer inside a usage text (the line `rebal-gate-info {json}` it writes before the
+    usage of `zfs receive` or `zfs send`), or None: no gate."""
+    for line in text.splitlines():
+        if line.startswith(INFO + " "):
+            try:
+                info = json.loads(line[len(INFO) + 1:])
+            except ValueError:
+                return None
+            return info if isinstance(info, dict) and info.get("rebal_gate") else None
+    return None
+
+
 def split(line: str) -> list[list[str]]:
     """The command line as pipeline stages of argument lists; Refused if it holds shell syntax."""
     if not line or not line.strip():

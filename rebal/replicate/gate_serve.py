@@ -84,6 +84,10 @@ def serve(policy: Policy, line: str | None, log_path: str | None = None, who: st
     if stages == [[INFO]]:
         sys.stdout.write(json.dumps(policy.info()) + "\n")
         return 0
+    if stages in ([["zfs", "receive"]], [["zfs", "recv"]], [["zfs", "send"]]):
+        # the usage text a job asks for first: it learns the gate from the same round trip
+        sys.stderr.write(f"{INFO} {json.dumps(policy.info())}\n")
+        sys.stderr.flush()
     if policy.mode == "receive":
         stages = harden(stages)
     return run_pipeline(stages)

@@ -45,6 +45,22 @@ class Remote:
             raise ReplicationError(f"backup host: {res.stderr.strip()}")
         return L.tree_from(res.stdout)
 
+    def tree_tokens(self, root: str, tokens: bool) -> tuple[dict[str, list[Snap]], dict[str, str]]:
+        """The tree (as tree(), {} where ``root`` does not exist) and, with ``tokens``, the
+        receive_resume_token of every dataset under it that has one: one round trip for both."""
+        props = "guid,createtxg" + (",receive_resume_token" if tokens else "")
+        res = self.run(["zfs", "get", "-Hp", "-r", "-o", "name,property,value", props, root], check=False)
+        if res.returncode != 0:
+            if "does not exist" in res.stderr:
+                return {}, {}
+            raise ReplicationError(f"backup host: {res.stderr.strip()}")
+        found = {}
+        for line in res.stdout.splitlines():
+            parts = line.split("\t")
+            if len(parts) >= 3 and parts[1] == "receive_resume_token" and parts[2].strip() not in ("", "-"):
+                found[parts[0]] = parts[2].strip()
+        return L.tree_from(res.stdout), found
+
     def destroy_many(self, dataset: str, snaps: list[str]) -> None:
         """Destroy snapshots of one dataset (not of its children) in one command."""
         self.run(["zfs", "destroy", f"{dataset}@{','.join(snaps)}"], readonly=False)

@@ -50,11 +50,47 @@ def remote_command(*parts: list[str]) -> str:
 
 
 class Ssh:
+    """ssh to one host. With ``multiplex`` (the default) one master connection, started at once in
+    the background (connecting overlaps the local work before the first remote command), carries
+    every command of the run; closing it is killing that process, not another round trip. If the
+    master cannot connect, each command connects on its own and reports why."""
+
     def __init__(self, ep: Endpoint, multiplex: bool = True) -> None:
         self.ep = ep
         self._dir = tempfile.mkdtemp(prefix="rebal-ssh-") if multiplex else None
+        self.commands = 0  # remote commands run (each a round trip): reported per run
+        self.runs = 0  # of which through run() (the runner counts those as its own too)
+        self._master: subprocess.Popen | None = None
+        self._ready = False
+        if self._dir:
+            self._master = subprocess.Popen(
+                ["ssh", *self._base(), "-M", "-N", "-o", "ControlPersist=no", "-o", f"ControlPath={self._sock}",
+                 "--", ep.host], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True)
+
+    @property
+    def _sock(self) -> str:
+        return f"{self._dir}/m"
+
+    def _wait_master(self) -> None:
+        """Wait (bounded by the connect timeout) until the master accepts commands, or has failed."""
+        if self._ready or self._master is None:
+            return
+        import os
+        import time
+
+        deadline = time.monotonic() + self.ep.connect_timeout + 5
+        while not os.path.exists(self._sock) and self._master.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)  # the socket appears once the master is connected and authenticated
+        self._ready = True
 
     def options(self) -> list[str]:
+        o = self._base()
+        if self._dir:
+            o += ["-o", "ControlMaster=no", "-o", f"ControlPath={self._sock}"]
+        return o
+
+    def _base(self) -> list[str]:
         ep = self.ep
         o = [
             "-o", "BatchMode=yes",
@@ -70,20 +106,22 @@ class Ssh:
             o += ["-o", f"UserKnownHostsFile={ep.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null"]
         if ep.identity_file:
             o += ["-i", ep.identity_file, "-o", "IdentitiesOnly=yes"]
-        if self._dir:
-            o += ["-o", "ControlMaster=auto", "-o", f"ControlPath={self._dir}/%C", "-o", "ControlPersist=120"]
         return o
 
     def argv(self, *parts: list[str]) -> list[str]:
         """ssh command line running ``parts`` (piped) on the backup host."""
+        self.commands += 1
+        self._wait_master()
         return ["ssh", *self.options(), "--", self.ep.host, remote_command(*parts)]
 
     def shell_for_rsync(self) -> str:
         """The ssh command for rsync's -e (rsync splits it like a shell would)."""
+        self._wait_master()
         return shlex.join(["ssh", *self.options()])
 
     def run(self, *parts: list[str], readonly: bool = True, dry_run: bool = False, check: bool = True,
             timeout: float | None = 300, input: str | None = None) -> Result:
+        self.runs += 1
         try:
             res = run(self.argv(*parts), readonly=readonly, dry_run=dry_run, check=False, timeout=timeout, input=input)
         except CommandFailed as e:  # a timeout
@@ -95,8 +133,16 @@ class Ssh:
         return res
 
     def close(self) -> None:
+        if self._master is not None:
+            if self._master.poll() is None:
+                self._master.terminate()
+                try:
+                    self._master.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    self._master.kill()
+                    self._master.wait()
+            self._master = None
         if self._dir:
-            subprocess.run(["ssh", *self.options(), "-O", "exit", self.ep.host], capture_output=True, timeout=10)
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
 

@@ -71,6 +71,8 @@ class ZfsReport:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # the run worked but needs the admin (a rename)
     planned: list[str] = field(default_factory=list)  # dry run: what would be done
+    remote_commands: int = 0  # ssh round trips of the run (streams included)
+    local_commands: int = 0  # zfs commands run here (pyzfs calls not counted)
 
     @property
     def bytes(self) -> int:
@@ -137,10 +139,14 @@ class ZfsReplicator:
     # -- capabilities -----------------------------------------------------------------------
 
     def detect(self) -> None:
-        self.detect_gate()
+        from .gate import marker
+
         res = self._run(["zfs", "send"], check=False)
-        self.send = send_features(res.stdout + res.stderr)
+        send_usage = res.stdout + res.stderr
+        self.send = send_features(send_usage)
         recv_usage = self.remote.usage("receive")
+        # a gate on the other end says so in the usage text it passes on: no round trip of its own
+        self.detect_gate(marker(send_usage if self.job.pull else recv_usage))
         self.resumable = self.send.resume and receive_resumable(recv_usage)
         self.recv_u = receive_has_u(recv_usage)
         # filters on the sending side (compress, buffer) and on the receiving side (buffer, decompress)
@@ -166,10 +172,9 @@ class ZfsReplicator:
             else:
                 self.report.notes.append("mbuffer is not installed on both ends: the stream is not buffered")
 
-    def detect_gate(self) -> None:
+    def detect_gate(self, info: dict | None) -> None:
         """Is the other end's key gated (rebal gate)? Then do only what the gate allows, and say what
         is left out; refuse up front what it would refuse midway."""
-        info = Remote(self.ssh).gate_info()
         self.gate = info
         if info is None:
             return
@@ -215,18 +220,33 @@ class ZfsReplicator:
     # -- the run ------------------------------------------------------------------------------
 
     def run(self) -> ZfsReport:
+        from .. import runner
+
+        calls0, remote0, via0 = runner.CALLS[0], self.ssh.commands, self.ssh.runs
+        try:
+            return self._run_all()
+        finally:  # ssh commands run through the runner are remote ones, not local
+            self.report.local_commands = runner.CALLS[0] - calls0 - (self.ssh.runs - via0)
+            self.report.remote_commands = self.ssh.commands - remote0
+
+    def _run_all(self) -> ZfsReport:
         self.detect()
         datasets = L.local_datasets(self.job.source, self.job.recursive, self._run)
-        if self.resumable:
+        # the backup's datasets, snapshots and resume tokens in one round trip
+        self.target_tree, tokens = self.remote.tree_tokens(self.job.target, self.resumable)
+        if tokens:
             for ds in datasets:
-                self.resume(ds)
+                if self.target_of(ds) in tokens:
+                    self.resume(ds, tokens[self.target_of(ds)])
+            self.target_tree, _ = self.remote.tree_tokens(self.job.target, False)  # what the resumes added
         snap = snapshot_name(self.job.name, self.clock())
         self.report.snapshot = snap
         if self.dry_run:
             self.report.planned.append(f"zfs snapshot {'-r ' if self.job.recursive else ''}{self.job.source}@{snap}")
         else:
             self.local.snapshot([f"{self.job.source}@{snap}"], recursive=self.job.recursive)
-        self.target_tree = self.remote.tree(self.job.target) or {}
+        # the source's snapshots and bookmarks, new one included, in one call for the whole tree
+        self.source_tree = L.local_tree(self.job.source, self.job.recursive, self._run, bookmarks=True)
         self.orphans = self.find_orphans(datasets)
         levels: dict[int, list[str]] = {}
         for ds in datasets:
@@ -268,11 +288,8 @@ class ZfsReplicator:
                 return t
         return None
 
-    def resume(self, ds: str) -> None:
+    def resume(self, ds: str, token: str) -> None:
         target = self.target_of(ds)
-        token = self.remote.token(target)
-        if not token:
-            return
         self.report.tokens[target] = token
         check = self._run(["zfs", "send", "-t", token, "-nvP"], check=False)
         info = parse_token_check(check.stdout + check.stderr) if check.returncode == 0 else None
@@ -300,14 +317,16 @@ class ZfsReplicator:
         target = self.target_of(ds)
         rep = DatasetReport(ds, target)
         try:
-            src = L.local_snapshots(ds, self._run, bookmarks=True)
+            src = self.source_tree.get(ds)
+            if src is None:
+                src = L.local_snapshots(ds, self._run, bookmarks=True)
             to = next((s for s in src if s.name == snap and not s.bookmark), None)
             if to is None:
                 if not self.dry_run:
                     raise ReplicationError(f"{ds}@{snap} is missing right after it was taken")
                 to = Snap(snap, 0, 1 << 62)
                 src = src + [to]
-            tgt = self.remote.snapshots(target)
+            tgt = self.target_tree.get(target)  # None: no such dataset on the backup host
             if tgt is None and self.target_tree:
                 was = self.renamed_from(ds, src, snap)
                 if was is not None:
@@ -363,10 +382,24 @@ class ZfsReplicator:
                 if not self.recv_u:
                     self.report.notes.append(f"{target} set readonly=on (the backup host's zfs has no receive -u)")
             rep.cursor = keep_cursor(self, ds, snap, plan.base if plan.kind == "incremental" else None)
+            self._trees_after(ds, target, src, tgt, plan, to, rep.cursor)
             return rep
         except RebalError as e:
             rep.kind, rep.error = "failed", str(e)
             return rep
+
+    def _trees_after(self, ds: str, target: str, src: list[Snap], tgt: list[Snap] | None, plan, to: Snap, cursor: str) -> None:
+        """Keep both trees as they are now, instead of asking again for the pruning: the target got
+        the new snapshot (and, from a snapshot base, those in between: -I); the source a bookmark."""
+        have = {s.guid for s in tgt or []}
+        lo = plan.base.txg if plan.kind == "incremental" and plan.base and not plan.base.bookmark else to.txg
+        got = [s for s in src if not s.bookmark and lo < s.txg <= to.txg and s.guid not in have]
+        if to.guid not in have and to not in got:
+            got.append(to)
+        with self._lock:
+            self.target_tree[target] = sorted((tgt or []) + got, key=lambda s: s.txg)
+            if cursor == "bookmark":
+                self.source_tree.setdefault(ds, []).append(Snap(to.name, to.guid, to.txg, bookmark=True))
 
     def estimate(self, send: list[str], ds: str, snap: str, kind: str) -> int | None:
         if self.send.dry_run_size:

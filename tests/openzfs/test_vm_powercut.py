@@ -89,7 +89,11 @@ def test_power_cuts(guest, tmp_path):
     rng = random.Random(seed)
     want = setup_guest(g)
     log = []
-    for i in range(cuts):
+    finished_first = []  # runs that ended before their cut came: no cut, tried again (bounded)
+    i = -1
+    while len(log) < cuts:
+        i += 1
+        assert i < cuts + 6, f"too many runs ended before their cut: {finished_first}"
         what = ("replicate" if i % 4 == 3 else "copy --hardlinks" if i % 2 else "copy")
         if what == "replicate":
             sh(g, f"echo {i} > {DATA}/cut-{i} && sync")  # something new to send each time
@@ -97,8 +101,10 @@ def test_power_cuts(guest, tmp_path):
             cmd = f"rebal --config {CFG} replicate pcjob --json"
         else:
             extra = " --hardlinks" if "hardlinks" in what else ""
-            cmd = (f"rebal --config {CFG} rebalance {DATA} --method copy --target-spread 0.01 --allow-snapshots{extra} "
-                   "--max-rate 4M --json")
+            # --all: every run has the whole tree to rewrite (a run that continues an interrupted one
+            # skips what that one finished), so it is still going when the cut comes
+            cmd = (f"rebal --config {CFG} rebalance {DATA} --method copy --all --allow-snapshots{extra} "
+                   "--max-rate 2M --json")
         seen = {r["id"]: r["outcome"] for r in json.loads(rebal(g, "runs --limit 50 --json").stdout)["runs"]}
         sh(g, f"nohup {cmd} > /root/pc/run-{i}.out 2>&1 &")
         # cut at a random moment once the run is under way: its start event, or the receive running
@@ -109,13 +115,22 @@ def test_power_cuts(guest, tmp_path):
         assert r.returncode == 0, f"cut {i}: the run never started: {r.stdout}"
         # the instant of the power cut (not a synchronisation): a replication is cut early, while it sends
         time.sleep(rng.uniform(0.3, 2.5) if what == "replicate" else rng.uniform(0.5, 6.0))
+        alive = sh(g, "pgrep -f '[r]ebal --config' >/dev/null", check=False).returncode == 0
         g.power_cut()
         boot_again(g)
         # the cut run: a new run, or an unfinished one it continued (a rebalance of the same targets
         # continues the last unfinished run), now listed as interrupted
         runs = json.loads(rebal(g, "runs --limit 50 --json").stdout)["runs"]
         cut = [r for r in runs if r["outcome"] == "interrupted" and seen.get(r["id"]) != "interrupted"]
-        assert len(cut) == 1, (i, what, json.dumps(runs[:4]), sh(g, f"cat /root/pc/run-{i}.out").stdout[-3000:])
+        if not alive and not cut:  # it ended before the cut: nothing was cut; the tree must still be whole
+            boot_checks = check(g, DATA, want)
+            assert boot_checks["same"] and boot_checks["temps"] == [], (i, what, boot_checks)
+            finished_first.append((i, what))
+            continue
+        if len(cut) != 1:
+            pytest.fail(f"cut {i} ({what}): not one run newly interrupted. Before: {json.dumps(seen)}. After: "
+                        f"{json.dumps([{k: r[k] for k in ('id', 'kind', 'outcome', 'error', 'started', 'ended')} for r in runs])}. "
+                        f"Output: {sh(g, f'cat /root/pc/run-{i}.out').stdout[-2000:]!r}")
         cut_run = cut[0]
         assert cut_run["kind"] == ("replicate" if what == "replicate" else "rebalance"), (i, cut_run)
         if what == "replicate":
@@ -139,6 +154,7 @@ def test_power_cuts(guest, tmp_path):
     with open(os.environ.get("REBAL_LANE_FIGURES", "/var/tmp/lane-figures.jsonl"), "a") as f:
         for entry in log:
             f.write(json.dumps({"test": "powercut", **entry}) + "\n")
+        f.write(json.dumps({"test": "powercut", "ended_before_their_cut": finished_first}) + "\n")
     assert len(log) >= 10
 
 
@@ -197,7 +213,8 @@ def test_power_cuts_on_the_receiving_side_only(tmp_path_factory):
             assert before <= after, (i, "snapshots lost on the backup host", before - after)
             token = sh(bk, "zfs get -H -o value receive_resume_token bkp/copy 2>/dev/null; true").stdout.strip()
             out = json.loads(sh(fs, f"rebal --config {CFG} replicate off --json", check=False).stdout)
-            assert out["outcome"] == "ok", (i, out)
+            if out["outcome"] != "ok":
+                pytest.fail(f"recv cut {i}: the next run failed: {out.get('error')} {json.dumps(out)[:2000]}")
             sh(bk, "zfs mount bkp/copy 2>/dev/null; true")
             manifest = sh(fs, "base64 -w0 /root/pc/source.manifest").stdout
             sh(bk, f"mkdir -p /root/pc && echo {manifest} | base64 -d > /root/pc/source.manifest")

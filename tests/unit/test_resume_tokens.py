@@ -22,6 +22,7 @@ class FakeSsh:
         self.ep = Endpoint("backup.test")
         self.token = token
         self.calls = []
+        self.commands = self.runs = 0
 
     def argv(self, *parts):
         return ["ssh", "backup.test", " | ".join(" ".join(p) for p in parts)]
@@ -36,9 +37,11 @@ class FakeSsh:
         if argv[:3] == ("zfs", "receive", "-A"):
             self.token = None
             return Result(argv, 0, "", "")  # recv-abort_zfs-receive-A.txt is empty
-        if argv[:3] == ("zfs", "get", "-Hp"):  # snapshots of the target: it has @s1
+        if argv[:3] == ("zfs", "get", "-Hp"):  # snapshots of the target: it has @s1 (and the token, asked)
             ds = argv[-1]
-            return Result(argv, 0, f"{ds}\tguid\t111\n{ds}\tcreatetxg\t5\n{ds}@s1\tguid\t4372394711059958230\n"
+            token = (f"{ds}\treceive_resume_token\t{self.token}\n"
+                     if self.token and "receive_resume_token" in argv[-2] else "")
+            return Result(argv, 0, f"{ds}\tguid\t111\n{ds}\tcreatetxg\t5\n{token}{ds}@s1\tguid\t4372394711059958230\n"
                                    f"{ds}@s1\tcreatetxg\t6\n", "")
         return Result(argv, 0, "", "")
 

@@ -75,7 +75,7 @@ class Guest:
         """Start qemu and wait until ssh answers; returns the seconds it took."""
         if self.proc and self.proc.poll() is None:
             raise GuestError("the guest is already running")
-        self.port = free_port()
+        self.port = self.port or free_port()  # the same port after a power cut: others reach it there
         self.boots += 1
         console = self.dir / f"console-{self.boots}.log"
         argv = ["qemu-system-x86_64", "-machine", "q35,accel=tcg", "-cpu", "max", "-smp", "2", "-m", self.memory,
