@@ -358,3 +358,30 @@ def _iso(ts: float) -> str:
     from .fill import iso
 
     return iso(ts)
+
+
+class Cache:
+    """Answers worth keeping between runs (what the backup host's zfs can do), in the kv table, each
+    with the time it was learnt; older than ``max_age`` seconds counts as unknown."""
+
+    def __init__(self, conn: sqlite3.Connection, max_age: float = 86400.0) -> None:
+        self.conn, self.max_age = conn, max_age
+
+    def get(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        try:
+            d = json.loads(row[0])
+        except ValueError:
+            return None
+        return d.get("v") if time.time() - d.get("t", 0) <= self.max_age else None
+
+    def set(self, key: str, value: str) -> None:
+        with atomic(self.conn):
+            self.conn.execute("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)",
+                              (key, json.dumps({"v": value, "t": time.time()})))
+
+    def forget(self, key: str) -> None:
+        with atomic(self.conn):
+            self.conn.execute("DELETE FROM kv WHERE key = ?", (key,))

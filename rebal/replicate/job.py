@@ -86,7 +86,8 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
 
         try:
             with Ssh(endpoint(j)) as ssh:
-                r = replicator(j, ssh, force_rollback=force_rollback, stop=stop, progress=progress_and_record)
+                extra = {"cache": state.Cache(conn)} if j.mode == "zfs" else {}
+                r = replicator(j, ssh, force_rollback=force_rollback, stop=stop, progress=progress_and_record, **extra)
                 rep = r.run()
             details |= dataclasses.asdict(rep)
             details["bytes"] = rep.bytes

@@ -112,7 +112,7 @@ class Job:
 class ZfsReplicator:
     def __init__(self, job: Job, ssh: Ssh, *, local=None, runner=run, force_rollback: bool = False,
                  dry_run: bool = False, stop: threading.Event | None = None, progress=None,
-                 clock=lambda: datetime.now(timezone.utc)) -> None:
+                 clock=lambda: datetime.now(timezone.utc), cache=None) -> None:
         names.dataset(job.source)
         names.dataset(job.target)
         self.job, self.ssh = job, ssh
@@ -125,6 +125,8 @@ class ZfsReplicator:
             self.local = local or L.local_backend()
             self.remote = Remote(ssh)
         self.gate: dict | None = None  # what a gate on the other end allows (None: no gate)
+        self.cache = cache  # state.Cache: the other end's usage text, kept a day (one round trip less)
+        self.usage_key = ""
         self.force_rollback, self.dry_run = force_rollback, dry_run
         self.stop = stop or threading.Event()
         self.progress = progress
@@ -141,10 +143,14 @@ class ZfsReplicator:
     def detect(self) -> None:
         from .gate import marker
 
-        res = self._run(["zfs", "send"], check=False)
-        send_usage = res.stdout + res.stderr
+        if self.job.pull:  # the source's zfs is the other end
+            send_usage = self._usage_there("send", lambda: self._run(["zfs", "send"], check=False))
+            recv_usage = self.remote.usage("receive")
+        else:
+            res = self._run(["zfs", "send"], check=False)
+            send_usage = res.stdout + res.stderr
+            recv_usage = self._usage_there("receive", lambda: self.remote.run(["zfs", "receive"], check=False))
         self.send = send_features(send_usage)
-        recv_usage = self.remote.usage("receive")
         # a gate on the other end says so in the usage text it passes on: no round trip of its own
         self.detect_gate(marker(send_usage if self.job.pull else recv_usage))
         self.resumable = self.send.resume and receive_resumable(recv_usage)
@@ -171,6 +177,28 @@ class ZfsReplicator:
                 self.filters_recv.insert(0, ["mbuffer", "-q", "-m", "128M"])
             else:
                 self.report.notes.append("mbuffer is not installed on both ends: the stream is not buffered")
+
+    def _usage_there(self, command: str, fetch) -> str:
+        """The usage text of `zfs COMMAND` on the other end: from the state database when it was
+        asked there within a day, else asked now (and kept). A receive or send that then fails on
+        an option forgets it (usage_stale)."""
+        ep = self.ssh.ep
+        self.usage_key = f"usage:zfs-{command}:{ep.user}@{ep.host}:{ep.port}"
+        if self.cache is not None:
+            kept = self.cache.get(self.usage_key)
+            if kept:
+                return kept
+        res = fetch()
+        text = res.stdout + res.stderr
+        if self.cache is not None and "usage" in text.lower() and not self.dry_run:
+            self.cache.set(self.usage_key, text)
+        return text
+
+    def usage_stale(self, err: str) -> None:
+        if self.cache is not None and self.usage_key and any(
+                w in err.lower() for w in ("invalid option", "usage:", "unrecognized")):
+            self.cache.forget(self.usage_key)
+            self.report.notes.append("the other end's zfs refused an option: its abilities are asked again next run")
 
     def detect_gate(self, info: dict | None) -> None:
         """Is the other end's key gated (rebal gate)? Then do only what the gate allows, and say what
@@ -371,6 +399,7 @@ class ZfsReplicator:
                     rep.error = str(classify_ssh(self.ssh.ep, res.sender_err if self.job.pull else res.receiver_err))
                 elif res.receiver_rc != 0:
                     rep.error = explain_receive_error(res.receiver_err, target, rep.base)
+                    self.usage_stale(res.receiver_err)
                 else:
                     rep.error = f"zfs send of {ds}@{snap} failed: {res.sender_err or res.sender_rc}"
                 return rep

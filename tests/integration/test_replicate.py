@@ -378,3 +378,19 @@ def test_zstd_stream_and_parallel_children(pools, backup_host, tmp_path):
 
 def test_tree_grows_shrinks_and_renames_between_runs(pools, backup_host, tmp_path):
     tree_scenario(*pools, backup_host, tmp_path)
+
+
+def test_round_trips_of_a_run_with_nothing_new(pools, backup_host, tmp_path):
+    """Issue 14: the backup's tree and tokens in one query, its zfs's abilities kept a day in the state
+    database: a run with nothing new asks the backup host twice (tree, stream) and prunes once."""
+    src, dst = pools
+    cfg = cfg_for(tmp_path, backup_host, name="rt", source=f"{src.name}/data", target=f"{dst.name}/copy")
+    fill(src, 1)
+    first = rebal_json("replicate", "rt", config=cfg)
+    assert first["outcome"] == "ok" and first["remote_commands"] >= 3, first  # the usage asked once
+    again = rebal_json("replicate", "rt", config=cfg)
+    assert again["outcome"] == "ok" and again["datasets"][0]["kind"] == "incremental", again
+    assert again["remote_commands"] <= 3, again["remote_commands"]  # tree+tokens, stream, prune
+    assert again["local_commands"] <= 10, again["local_commands"]
+    runs = rebal_json("runs", "--job", "rt", config=cfg)["runs"]
+    assert runs[0]["details"]["remote_commands"] == again["remote_commands"]

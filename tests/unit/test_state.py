@@ -105,3 +105,16 @@ def test_runs(tmp_path):
     state.end_run(conn, rid, "ok", details={"bytes": 5})
     row = conn.execute("SELECT * FROM runs").fetchone()
     assert row["outcome"] == "ok" and row["details"] == '{"bytes": 5}' and row["ended"] >= row["started"]
+
+
+def test_cache_keeps_answers_for_a_while(tmp_path):
+    from rebal import state
+
+    conn = state.connect(tmp_path / "s.db")
+    c = state.Cache(conn, max_age=60)
+    assert c.get("k") is None
+    c.set("k", "usage: zfs receive -s")
+    assert c.get("k") == "usage: zfs receive -s"
+    assert state.Cache(conn, max_age=-1).get("k") is None  # too old counts as unknown
+    c.forget("k")
+    assert c.get("k") is None
