@@ -69,6 +69,7 @@ class Prepared:
     available: int = 0  # bytes free for the targets now
     reserve: int = 0  # bytes the rebalance leaves free
     costs: dict | None = None  # snapcost.assess: snapshots that pin data, replication growth, pool growth
+    scan_seconds: float = 0.0  # how long the walk of the targets took
 
     @property
     def key(self) -> str:
@@ -203,8 +204,12 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
             notes.append("zfs rewrite is not available here: files are rewritten by copy-and-rename")
 
     filters = opts.filters
+    import time
+
+    t_scan = time.monotonic()
     sc = scan([t.root for t in targets], filters, snapshot_times=[s[1] + 1 for s in snaps], hardlinks_ok=(method == "rewrite"),
               link_groups=(opts.hardlinks and method == "copy"))
+    scan_seconds = time.monotonic() - t_scan
     remaining = [d for d in sc.dirs if d.path not in done]
     pinned_fraction = (sc.pinned_bytes / sc.bytes) if sc.bytes else 0.0
     # allowed to rewrite what snapshots hold: the old copies stay until they go, and the goal is the
@@ -280,7 +285,8 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
         )
     jobs = opts.jobs or default_jobs(len(pool.data_vdevs))
     prep = Prepared(pool, targets, sc, plan, method, physical, jobs, snaps, warnings, notes, resume_run, done,
-                    reclaim=reclaim, reclaim_only=reclaim_only, filters=filters, available=avail, reserve=int(reserve))
+                    reclaim=reclaim, reclaim_only=reclaim_only, filters=filters, available=avail, reserve=int(reserve),
+                    scan_seconds=scan_seconds)
     from .snapcost import assess
 
     prep.costs = assess(prep, opts.replication_jobs, budget=opts.max_growth)

@@ -25,6 +25,7 @@ def plan_json(prep) -> dict:
         "files_planned": plan.files,
         "bytes_eligible": plan.candidate_bytes,
         "files_eligible": prep.scan.files,
+        "scan_seconds": round(prep.scan_seconds, 2),
         "pinned_bytes": prep.scan.pinned_bytes,
         "vdevs": [
             {"name": v.name, "size": v.size, "alloc": v.alloc, "cap": round(v.cap, 2),
@@ -95,6 +96,8 @@ def plan_text(prep, max_dirs: int = 30) -> str:
             out.append(f"  {n} {k}" + (f", {human(b)}" if b else "") + f"  (e.g. {skips.examples[k][0]})")
     out += [f"warning: {w}" for w in prep.warnings]
     out += [f"note: {n}" for n in prep.notes]
+    out.append(f"note: scanned {prep.scan.files} eligible files in {len(prep.scan.dirs)} directories in "
+               f"{prep.scan_seconds:.1f} s")
     if prep.resume_run is not None:
         out.append(f"note: continues unfinished run {prep.resume_run} ({len(prep.done_dirs)} directories already done)")
     return lines(out)
