@@ -165,6 +165,14 @@ def _snap(policy: Policy, name: str, sep: str = "@", own: bool = False) -> tuple
     return ds, snap
 
 
+def token_target(policy: Policy, toname: str | None) -> None:
+    """The snapshot a resume token would send (read from `zfs send -nvP -t TOKEN` by the serving side:
+    a token is an opaque blob that can name any dataset) must lie under the root."""
+    if not toname:
+        raise Refused("zfs send -t: this zfs does not say what the token would send")
+    _snap(policy, toname)
+
+
 def _read(policy: Policy, sub: str, args: list[str]) -> None:
     """zfs get / list / holds: reading, under the root only (at least one dataset named)."""
     if sub == "get":

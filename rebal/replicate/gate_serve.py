@@ -80,6 +80,13 @@ def serve(policy: Policy, line: str | None, log_path: str | None = None, who: st
         log.warning("refused from %s (%s %s): %s: %s", who, policy.mode, policy.root, shown, e)
         sys.stderr.write(f"rebal gate: refused: {e}\n")
         return 2
+    if policy.mode == "send" and "-t" in stages[0][:3]:
+        try:
+            _check_token(policy, stages[0])
+        except Refused as e:
+            log.warning("refused from %s (%s %s): %s: %s", who, policy.mode, policy.root, shown, e)
+            sys.stderr.write(f"rebal gate: refused: {e}\n")
+            return 2
     log.info("allowed from %s (%s %s): %s", who, policy.mode, policy.root, shown)
     if stages == [[INFO]]:
         sys.stdout.write(json.dumps(policy.info()) + "\n")
@@ -91,6 +98,18 @@ def serve(policy: Policy, line: str | None, log_path: str | None = None, who: st
     if policy.mode == "receive":
         stages = harden(stages)
     return run_pipeline(stages)
+
+
+def _check_token(policy: Policy, argv: list[str]) -> None:
+    """A resume token names what it sends, and a hostile one could name any dataset: ask zfs (dry
+    run) which snapshot it is, and allow it only under the root."""
+    from .gate import token_target
+    from .policy import parse_token_check
+
+    token = argv[argv.index("-t") + 1]
+    r = subprocess.run(["zfs", "send", "-nvP", "-t", token], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    info = parse_token_check(r.stdout + r.stderr) if r.returncode == 0 else None
+    token_target(policy, info.toname if info else None)
 
 
 def run_pipeline(stages: list[list[str]]) -> int:

@@ -200,3 +200,31 @@ def test_fuzz_no_refusal_leaks_and_no_traceback():
             problem = independent_ok(policy, stages)
             assert problem is None, (line, stages, problem)
     assert tried >= 200 and refused > 1000 and allowed > 50, (tried, allowed, refused)
+
+
+def test_a_resume_token_is_allowed_only_for_a_snapshot_under_the_root(tmp_path):
+    """A token is an opaque blob naming what it sends: the gate asks zfs (dry run) and refuses one that
+    names a dataset outside its root. zfs-fuse has no resume tokens: zfs here is a stand-in that
+    replays real OpenZFS 2.4.4 output of `zfs send -nvP -t` (tests/fixtures/openzfs)."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import fixture_text
+
+    fake = tmp_path / "zfs"
+    (tmp_path / "contents").write_text(fixture_text("recv-resume_zfs-send-t-nvP.txt"))  # toname = tank/src@s1
+    fake.write_text("#!/bin/sh\n"
+                    f'if [ "$2" = "-nvP" ]; then cat {tmp_path / "contents"}; exit 0; fi\n'
+                    "echo STREAM; exit 0\n")
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}", SSH_ORIGINAL_COMMAND=f"zfs send -t {TOKEN_OK}")
+    ok = subprocess.run([sys.executable, "-m", "rebal", "gate", "--send-from", "tank/src", "--log", str(tmp_path / "l")],
+                        capture_output=True, text=True, env=env)
+    assert ok.returncode == 0 and ok.stdout.strip() == "STREAM", (ok.stdout, ok.stderr)
+    bad = subprocess.run([sys.executable, "-m", "rebal", "gate", "--send-from", "tank/other", "--log", str(tmp_path / "l")],
+                         capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "tank/src is outside tank/other" in bad.stderr and "STREAM" not in bad.stdout, bad.stderr
+
+
+TOKEN_OK = "1-10a4f3e1d6-f0-789c636064000310a500c4ec50360710e72765a5269730300"
