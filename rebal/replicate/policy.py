@@ -116,6 +116,10 @@ def explain_receive_error(stderr: str, target: str, base: str | None) -> str:
                 "rename or destroy it, or choose another target")
     if "out of space" in low or "no space" in low:
         return f"the backup pool of {target} is full"
+    if "permission denied" in low:
+        return (f"permission denied receiving into {target}: the user rebal logs in as on the backup host needs "
+                "`zfs allow -u USER receive,create,mount,readonly` on the target's parent (README: Securing backups): "
+                f"{stderr.strip().splitlines()[0]}")
     last = stderr.strip().splitlines()
     return f"zfs receive into {target} failed: {' '.join(last[:2]) if last else 'no message'}"
 

@@ -155,3 +155,8 @@ def test_host_key_failures_are_clear():
     assert isinstance(e, HostKeyError) and "never accepts a host key" in str(e) and "/x/kh" in str(e)
     e = classify_ssh(ep, "ssh: connect to host 127.0.0.1 port 2222: Connection refused")
     assert not isinstance(e, HostKeyError) and "Connection refused" in str(e)
+
+
+def test_a_permission_denied_receive_names_the_zfs_allow_set():
+    msg = P.explain_receive_error("cannot receive new filesystem stream: permission denied\n", "bk/x", None)
+    assert "permission denied receiving into bk/x" in msg and "zfs allow -u USER receive,create,mount,readonly" in msg
