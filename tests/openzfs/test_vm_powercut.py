@@ -184,7 +184,7 @@ def test_power_cuts_on_the_receiving_side_only(tmp_path_factory):
         # the file server's job key, authorised on the backup host; the backup host's key pinned
         sh(fs, "ssh-keygen -q -t ed25519 -N '' -f /root/pc/id -C fileserver")
         pub = sh(fs, "cat /root/pc/id.pub").stdout.strip()
-        sh(bk, f"echo {shlex.quote(pub)} >> /root/.ssh/authorized_keys")
+        sh(bk, f"echo {shlex.quote(pub)} >> /root/.ssh/authorized_keys && sync")  # it must outlive the cuts
         sh(fs, f"ssh-keyscan -p {bk.port} -t ed25519 10.0.2.2 2>/dev/null > /root/pc/known_hosts && test -s /root/pc/known_hosts")
         cfg = (f'state_db = "/root/pc/state.db"\n[[replicate]]\nname = "off"\nsource = "fsp/data"\ntarget = "bkp/copy"\n'
                f'target_host = "10.0.2.2"\ntarget_port = {bk.port}\nidentity_file = "/root/pc/id"\n'
