@@ -192,7 +192,9 @@ def test_power_cuts_on_the_receiving_side_only(tmp_path_factory):
         sh(fs, f"cat > {CFG} <<'EOF'\n{cfg}EOF\nsync")
         log = []
         for i in range(cuts):
-            sh(fs, f"echo {i} > /fsp/data/recv-cut-{i} && python3 {CHECK} save /fsp/data /root/pc/source.manifest")
+            # 60 MiB new at 6 MB/s: the send lasts ~10 s, longer than the wait before the cut
+            sh(fs, f"head -c 60M /dev/urandom > /fsp/data/recv-cut-{i} && sync && "
+                   f"python3 {CHECK} save /fsp/data /root/pc/source.manifest")
             before = set(sh(bk, "zfs list -H -o name -t snapshot -r bkp 2>/dev/null; true").stdout.split())
             sh(fs, f"nohup rebal --config {CFG} replicate off --json > /root/pc/recv-{i}.out 2>&1 &")
             r = sh(bk, "for n in $(seq 1200); do pgrep -f '[z]fs receive' >/dev/null && exit 0; sleep 0.1; done; exit 1",
