@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from .errors import RebalError, ToolMissing, UsageError
 from .runner import run
+from .walk import regular_files
 from .zfs import placement
 
 BATCH = 1000  # objects per zdb process (each costs about a second of start-up on zfs-fuse, whatever its size)
@@ -65,17 +66,8 @@ def collect(paths: list[str], zfs) -> tuple[str, list[FileObj]]:
             continue
         if not stat.S_ISDIR(st.st_mode):
             raise UsageError(f"{spec}: not a file or a directory")
-        dev = st.st_dev
-        for d, dirs, files in os.walk(os.fsencode(real)):
-            dirs[:] = [x for x in dirs if x != b".zfs" and os.lstat(os.path.join(d, x)).st_dev == dev]
-            for f in files:
-                p = os.path.join(d, f)
-                try:
-                    fst = os.lstat(p)
-                except OSError:
-                    continue
-                if stat.S_ISREG(fst.st_mode) and fst.st_dev == dev:
-                    objs.append(FileObj(ds, fst.st_ino, fst.st_blocks * 512, p))
+        for p, fst in regular_files(os.fsencode(real), one_fs=True):
+            objs.append(FileObj(ds, fst.st_ino, fst.st_blocks * 512, p))
     if len(pools) > 1:
         raise UsageError(f"the paths lie on several pools ({', '.join(sorted(pools))}); ask one pool at a time")
     return pools.pop(), objs

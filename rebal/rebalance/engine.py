@@ -19,7 +19,7 @@ from .. import state
 from ..errors import RebalError, UsageError
 from ..locks import FileLock
 from ..units import human
-from . import journal, rewrite
+from . import journal
 from .copier import Copier
 from .groups import copy_groups
 from .inplace_pass import rewrite_dir

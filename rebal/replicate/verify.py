@@ -49,18 +49,10 @@ class VerifyReport:
 
 def local_inventory(root: str) -> dict[str, int]:
     """relative path -> size of every regular file below ``root`` (no links followed)."""
-    out = {}
+    from ..walk import regular_files
+
     rb = os.fsencode(root)
-    for d, _dirs, files in os.walk(rb):
-        for f in files:
-            p = os.path.join(d, f)
-            try:
-                st = os.lstat(p)
-            except OSError:
-                continue
-            if (st.st_mode & 0o170000) == 0o100000:
-                out[os.fsdecode(os.path.relpath(p, rb))] = st.st_size
-    return out
+    return {os.fsdecode(os.path.relpath(p, rb)): st.st_size for p, st in regular_files(rb)}
 
 
 def remote_inventory(ssh: Ssh, root: str) -> dict[str, int]:
