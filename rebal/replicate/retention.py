@@ -57,6 +57,10 @@ def prune(rep, datasets: list[str]) -> None:
             protect_tgt.add(d.base)  # this dataset still depends on its old base
             if not d.base_bookmark:
                 protect_src.add(d.base)
+        if d.kind == "failed" and d.bytes:
+            # cut mid-stream: the receiver may keep a resume token, which names this snapshot; the
+            # next run can resume only while the source still has it
+            protect_src.add(report.snapshot)
     # source: by name over the whole job; each snapshot released and destroyed where it exists
     # (`zfs release -r` fails when a child lacks the snapshot: a child added after it was taken)
     root = rep.job.source

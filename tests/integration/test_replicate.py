@@ -354,6 +354,8 @@ def test_cut_network_fails_clearly_and_the_next_run_completes(pools, netns_backu
     assert "cannot reach the backup host" in first["error"] or "timeout" in first["error"].lower(), first["error"]
     runs = rebal_json("runs", "--job", "far", config=cfg)["runs"]
     assert runs[0]["outcome"] == "failed" and runs[0]["error"] == first["error"]
+    # the snapshot being sent stays on the source: a receiver that kept a resume token names it
+    assert first["snapshot"] in snaps(f"{src.name}/data"), (first["snapshot"], snaps(f"{src.name}/data"))
     # the backup side gives up the cut receive on its own (sshd's ClientAlive); then a run completes
     second = None
     for _ in range(20):

@@ -223,6 +223,8 @@ def test_power_cuts_on_the_receiving_side_only(tmp_path_factory):
             c = json.loads(sh(bk, f"python3 {CHECK} check /bkp/copy /root/pc/source.manifest").stdout)
             assert c["same"], (i, "the backup differs from the source", c)
             sh(bk, "zfs umount bkp/copy")
+            if token not in ("", "-"):  # the receive kept its place: the next run takes it up from there
+                assert out.get("resumed"), (i, "a resume token was there but the run did not resume", out.get("notes"))
             log.append({"cut": f"recv-{i}", "what": "receiving side", "error": run.get("error", "")[:120],
                         "token_after_boot": token not in ("", "-"), "resumed": out.get("resumed"),
                         "kinds": [d["kind"] for d in out["datasets"]]})
