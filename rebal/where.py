@@ -88,6 +88,20 @@ def zdb(argv: list[str], runner=run, timeout: float | None = 300) -> str:
 _MISSING = re.compile(r"dmu_(?:bonus_hold|object_info)\w*\((\d+)\) failed")
 
 
+_ROOT_FORM: dict[str, str] = {}  # pool -> how this zdb names its root dataset
+
+
+def _zdb_name(ds: str, runner) -> str:
+    """How zdb names a dataset. A pool's root dataset is `pool/` to OpenZFS's zdb (a bare pool name
+    means its MOS there); zfs-fuse's zdb knows only the bare name. Asked once per pool."""
+    if "/" in ds:
+        return ds
+    if ds not in _ROOT_FORM:
+        r = runner(["zdb", "-d", ds + "/"], check=False, timeout=120)
+        _ROOT_FORM[ds] = ds + "/" if r.returncode == 0 else ds
+    return _ROOT_FORM[ds]
+
+
 def read_objects(ds: str, inos: list[int], runner=run) -> tuple[dict[int, Counter], list[int]]:
     """Block placement of these objects of ``ds`` (one zdb for the lot). An object that went away (a
     file deleted since it was listed) makes zdb stop: it is dropped and the rest read again."""
@@ -97,7 +111,7 @@ def read_objects(ds: str, inos: list[int], runner=run) -> tuple[dict[int, Counte
         if not todo:
             return {}, gone
         try:
-            return placement.parse_objects(zdb(["-ddddd", ds, *map(str, todo)], runner)), gone
+            return placement.parse_objects(zdb(["-ddddd", _zdb_name(ds, runner), *map(str, todo)], runner)), gone
         except RebalError as e:
             m = _MISSING.search(str(e))
             if not m or int(m.group(1)) not in todo:

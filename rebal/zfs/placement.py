@@ -12,7 +12,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 _OBJ_HEAD = re.compile(r"^\s+Object\s+lvl\s+iblk")
-_OBJ_ROW = re.compile(r"^\s+(\d+)\s+\d+\s+\S+\s+\S+\s+\S+\s+\S+\s+[\d.]+\s+")
+# the row under the header: object id first (OpenZFS adds a dnsize column that zfs-fuse lacks)
+_OBJ_ROW = re.compile(r"^\s+(\d+)\s+\d+\s+\S+\s+\S+\s+\S+")
 _BLOCK = re.compile(r"^\s*[0-9a-f]+\s+L(\d+)\s+(.*)$")
 _DVA = re.compile(r"(?<![\w:])(\d+):([0-9a-f]+):([0-9a-f]+)(?![\w:])")
 _CHILD = re.compile(r"^(\s*)children\[(\d+)\]:\s*$")

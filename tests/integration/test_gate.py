@@ -124,7 +124,8 @@ def test_the_gate_refuses_everything_else_and_the_backup_is_untouched(pools, gat
     r1 = rebal_json("replicate", "g", config=cfg)
     assert r1["outcome"] == "ok", r1
     before = everything(dst.name)
-    stream = subprocess.run(["zfs", "send", f"{src.name}/data@{r1['snapshot']}"], capture_output=True, check=True).stdout
+    sh("zfs", "snapshot", f"{src.name}/data@hostile")  # where the source keeps no snapshot (bookmarks)
+    stream = subprocess.run(["zfs", "send", f"{src.name}/data@hostile"], capture_output=True, check=True).stdout
     for tpl in HOSTILE:
         line = tpl.format(root=f"{dst.name}/copy", snap=r1["snapshot"], other=dst.name, pool=dst.name)
         r = ssh_as_job(gated, line, input=stream if "receive" in line else b"")
