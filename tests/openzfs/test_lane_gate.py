@@ -103,16 +103,17 @@ def test_unprivileged_push_and_pull_through_gates(make_pool, user):
         write_random(os.path.join(root, "big.bin"), 200)
         sh("zpool", "sync", src.name)
         # a cut send: killed after 60 MiB, resumed from the token by the next run (through the gate)
+        out = open(home / "cut-run.out", "wb")
         p = subprocess.Popen(["runuser", "-u", USER, "--", sys.executable, "-m", "rebal", "--config", str(cfg),
-                              "replicate", "up", "--json"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
+                              "replicate", "up", "--json"], stdout=out, stderr=out, start_new_session=True)
         deadline = time.monotonic() + 300
         while True:  # bounded polling of the run's recorded progress
             r = rebal_as_user(home, cfg, "runs", "--limit", "1", "--json", check=False)
             runs = json.loads(r.stdout or '{"runs": []}')["runs"] if r.returncode == 0 else []
             if runs and (runs[0]["progress"] or 0) >= 60 << 20:
                 break
-            assert p.poll() is None and time.monotonic() < deadline, "the send ended before it could be cut"
+            assert p.poll() is None and time.monotonic() < deadline, (
+                "the send ended before it could be cut", (home / "cut-run.out").read_text()[-3000:], log.read_text()[-2000:])
             time.sleep(0.2)
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
