@@ -45,7 +45,7 @@ def fresh_pool(nfiles: int) -> Path:
         sh("zpool", "destroy", "-f", POOL)
     shutil.rmtree(BASE, ignore_errors=True)
     BASE.mkdir(parents=True)
-    size = max(1024, nfiles * 40 // 1024 + 512)  # MiB per disk: the tree fills about half of a mirror
+    size = max(96, nfiles * 18 // 1024)  # MiB per disk: the tree (~9 KiB a file) fills about half a mirror
     disks = [BASE / f"d{i}" for i in range(4)]
     for d in disks:
         sh("truncate", "-s", f"{size}M", str(d))
