@@ -37,6 +37,7 @@ def user():
 
     if subprocess.run(["id", USER], capture_output=True).returncode != 0:
         sh("useradd", "-m", "-s", "/bin/sh", USER)
+    sh("usermod", "-p", "*", USER)  # no password, but not locked: sshd (UsePAM no) refuses locked accounts
     base = Path(f"/var/tmp/rebal-lane-gate-{os.getpid()}")
     shutil.rmtree(base, ignore_errors=True)
     (base / "u").mkdir(parents=True)
