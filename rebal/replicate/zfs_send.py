@@ -337,6 +337,8 @@ class ZfsReplicator:
         res = self._stream([["zfs", "send", "-t", token]], self.receive_argv(target), rep)
         if res.ok:
             self.report.resumed.append(info.toname)
+            if info.kind == "full":  # a new replica, as after a full send: read-only (see replicate_dataset)
+                self.remote.run(["zfs", "set", "readonly=on", target], readonly=False)
         else:
             raise ReplicationError(f"resuming the receive of {info.toname} into {target} failed: "
                                    f"{res.receiver_err or res.sender_err or 'stopped'}")
