@@ -65,11 +65,6 @@ class Remote:
         """Destroy snapshots of one dataset (not of its children) in one command."""
         self.run(["zfs", "destroy", f"{dataset}@{','.join(snaps)}"], readonly=False)
 
-    def token(self, dataset: str) -> str | None:
-        res = self.run(["zfs", "get", "-H", "-o", "value", "receive_resume_token", dataset], check=False)
-        tok = res.stdout.strip()
-        return tok if res.returncode == 0 and tok not in ("", "-") else None
-
     def abort(self, dataset: str) -> None:
         self.run(["zfs", "receive", "-A", dataset], readonly=False)
 

@@ -64,7 +64,7 @@ def prune(rep, datasets: list[str]) -> None:
     # source: by name over the whole job; each snapshot released and destroyed where it exists
     # (`zfs release -r` fails when a child lacks the snapshot: a child added after it was taken)
     root = rep.job.source
-    tree = getattr(rep, "source_tree", None) or L.local_tree(root, rep.job.recursive, rep._run, bookmarks=True)
+    tree = rep.source_tree  # fetched after the new snapshot, kept up to date through the run
     snaps = {d: [s for s in v if not s.bookmark] for d, v in tree.items()}
     src = [s for s in snaps.get(root, []) if is_ours(s.name, job)]
     keep = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in src], rep.job.retention_source, protect_src)
@@ -88,7 +88,7 @@ def prune(rep, datasets: list[str]) -> None:
         return  # a gated backup host prunes its own snapshots (rebal prune there): the gate refuses destroy
     # target: per dataset this job replicates (a backup whose source is gone is left alone)
     troot = rep.target_of(root)
-    ttree = rep.target_tree if getattr(rep, "target_tree", None) is not None else (rep.remote.tree(troot) or {})
+    ttree = rep.target_tree  # as the run left it: asked once at the start, updated per dataset sent
     mine = [s for s in ttree.get(troot, []) if is_ours(s.name, job)]
     keep_t = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in mine], rep.job.retention_target, protect_tgt)
     drop = {s.name for s in mine if s.name not in keep_t}
