@@ -1,7 +1,8 @@
 """`rebal where`: the share of a file's or a tree's allocated bytes on each data vdev, measured from
-the block pointers (zfs/placement.py), not guessed. A big tree is sampled (a simple random sample of
-its files, seeded) and the result carries a 95% interval per vdev; zdb runs once per batch of
-objects, and a time limit bounds the whole measurement."""
+the block pointers (zfs/placement.py), not guessed. A big tree is sampled, stratified by size: every
+file big enough to sway the result (at least 1/sample of the tree's bytes) is measured whole, the
+rest by a simple random sample (seeded); the result carries a 95% interval per vdev. zdb runs once
+per batch of objects, and a time limit bounds the whole measurement."""
 
 from __future__ import annotations
 
@@ -136,10 +137,11 @@ def where(paths: list[str], zpool, zfs, *, sample: int = 2000, seed: int = 0, ti
         zpool.settle(pool)  # recent writes show to zdb once their transaction group is on disk
     [p] = zpool.pools([pool])
     names, data_ids = vdev_names(p, runner)
-    chosen = objs
-    if len(objs) > sample:
-        chosen = random.Random(seed).sample(objs, sample)
-        rep.notes.append(f"a random sample of {sample} of {len(objs)} files (seed {seed})")
+    whole, rest, chosen = stratify(objs, sample, seed)
+    if len(chosen) < len(objs):
+        rep.notes.append((f"the {len(whole)} largest file(s) measured whole and " if whole else "")
+                         + f"a random sample of {len(chosen) - len(whole)} of {len(rest)} "
+                         + ("other " if whole else "") + f"files (seed {seed})")
     by_ds: dict[str, list[FileObj]] = {}
     for o in chosen:
         by_ds.setdefault(o.dataset, []).append(o)
@@ -167,32 +169,67 @@ def where(paths: list[str], zpool, zfs, *, sample: int = 2000, seed: int = 0, ti
                 rep.other_bytes += n
         if keep_files:
             rep.per_file[o.path] = Counter({names.get(v, f"vdev-{v}"): n for v, n in c.items()})
-    total = sum(totals.values())
-    rep.measured_bytes = total
-    sampled = len(measured) < len(objs)
-    for v in p.data_vdevs:
-        b = totals.get(v.name, 0)
-        share = b / total if total else 0.0
-        entry = {"name": v.name, "bytes": b, "share": round(share, 4)}
-        if sampled:
-            entry["ci95"] = round(_ci95([(sum(c.get(i, 0) for i in data_ids), c.get(_id(names, v.name), 0))
-                                         for _o, c in measured], share, len(measured), len(objs)), 4)
-        rep.vdevs.append(entry)
+    rep.measured_bytes = sum(totals.values())
+    ids = {v.name: _id(names, v.name) for v in p.data_vdevs}
+    if len(measured) == len(objs):
+        for v in p.data_vdevs:
+            b = totals.get(v.name, 0)
+            rep.vdevs.append({"name": v.name, "bytes": b,
+                              "share": round(b / rep.measured_bytes, 4) if rep.measured_bytes else 0.0})
+    else:
+        # cut short by the time limit before any sampling: what was measured stands for all the files
+        in_whole = {id(o) for o in whole} if rest else set()
+        est = estimate([(id(o) in in_whole, {v: c.get(i, 0) for v, i in ids.items()}) for o, c in measured],
+                       len(rest) if rest else len(objs))
+        for v in p.data_vdevs:
+            share, half = est.get(v.name, (0.0, 1.0))
+            rep.vdevs.append({"name": v.name, "bytes": totals.get(v.name, 0), "share": round(share, 4),
+                              "ci95": round(half, 4)})
     rep.seconds = time.monotonic() - t0
     return rep
 
 
+def stratify(objs: list[FileObj], sample: int, seed: int) -> tuple[list[FileObj], list[FileObj], list[FileObj]]:
+    """(measured whole, the rest, all chosen). Every object at least 1/sample of the bytes (up to half
+    the budget, largest first) is measured whole: a few big files among many small ones would
+    otherwise make a random sample's share swing by whether it caught one of them."""
+    if len(objs) <= sample:
+        return list(objs), [], list(objs)
+    total = sum(o.alloc for o in objs)
+    by_size = sorted(objs, key=lambda o: -o.alloc)
+    cut = 0
+    while cut < sample // 2 and by_size[cut].alloc > 0 and by_size[cut].alloc * sample >= total:
+        cut += 1
+    whole, rest = by_size[:cut], by_size[cut:]
+    rest.sort(key=lambda o: (o.dataset, o.ino))  # the seeded sample must not depend on walk order
+    picked = random.Random(seed).sample(rest, sample - cut)
+    return whole, rest, whole + picked
+
+
+def estimate(rows: list[tuple[bool, dict[str, int]]], rest_population: int) -> dict[str, tuple[float, float]]:
+    """vdev -> (share, 95% half-width) from measured rows (in the whole stratum?, vdev -> bytes).
+    Stratified ratio estimate: whole-stratum bytes count once, sampled ones N/n times; the interval
+    is the linearised variance of the sampled stratum (1.96 * sqrt((1 - n/N) N^2 s_e^2 / n) / X),
+    e = y - share * x; it is 0 when the rest was measured whole or holds no bytes."""
+    sampled = [c for w, c in rows if not w]
+    n = len(sampled)
+    scale = rest_population / n if n else 0.0
+    vdevs = list(rows[0][1]) if rows else []
+    ys = {v: sum(c[v] for w, c in rows if w) + scale * sum(c[v] for c in sampled) for v in vdevs}
+    xhat = sum(ys.values())
+    out: dict[str, tuple[float, float]] = {}
+    for v in vdevs:
+        share = ys[v] / xhat if xhat else 0.0
+        if n < 2 or not xhat:
+            out[v] = (share, 0.0 if n == rest_population else 1.0)
+            continue
+        e = [c[v] - share * sum(c.values()) for c in sampled]
+        ebar = sum(e) / n
+        s2 = sum((x - ebar) ** 2 for x in e) / (n - 1)
+        var = max(0.0, 1 - n / rest_population) * rest_population ** 2 * s2 / n
+        out[v] = (share, min(1.0, 1.96 * math.sqrt(var) / xhat))
+    return out
+
+
 def _id(names: dict[int, str], name: str) -> int:
     return next((i for i, n in names.items() if n == name), -1)
-
-
-def _ci95(pairs: list[tuple[int, int]], ratio: float, n: int, population: int) -> float:
-    """Half-width of the 95% interval of a ratio estimate (sum y / sum x over a simple random sample
-    of n of N files): 1.96 * sqrt((1 - n/N) * s_e^2 / (n * xbar^2)), e = y - ratio * x."""
-    if n < 2:
-        return 1.0
-    xbar = sum(x for x, _ in pairs) / n
-    if xbar == 0:
-        return 1.0
-    s2 = sum((y - ratio * x) ** 2 for x, y in pairs) / (n - 1)
-    return 1.96 * math.sqrt(max(0.0, 1 - n / population) * s2 / (n * xbar * xbar))

@@ -168,10 +168,12 @@ def test_1gib_send_killed_half_way_resumes_from_its_token(disk_pools, backup_hos
 def test_stale_token_is_aborted_once(pools, backup_host, tmp_path):
     src, dst = pools
     cfg = cfg_for(tmp_path, backup_host, name="st", source=f"{src.name}/data", target=f"{dst.name}/copy",
-                  bwlimit="16M")
+                  bwlimit="6M")
     write_random(os.path.join(mountpoint(f"{src.name}/data"), "f.bin"), 80)
     # cut well into the stream: cut at 16 MiB (bytes counted on the sending side, with ssh's buffers
-    # between) the receive twice of three lane runs had not saved a resumable state yet
+    # between) the receive twice of three lane runs had not saved a resumable state yet. At 6 MB/s the
+    # 80 MiB take ~14 s, the cut comes at ~7 s: at 16 MB/s a slow poll (each `rebal runs` is ~1 s in
+    # the guest) once saw the run end before it saw 40 MiB
     kill_run_when(cfg, "st", 40 << 20)
     target = f"{dst.name}/copy"
     wait_for(lambda: not receiving(target), "the cut receive to end")

@@ -54,7 +54,7 @@ def run_guest_tests(args, work: Path) -> tuple[int, dict]:
         install(g, work)
         pytest = ["cd /root/lane/src &&", "REBAL_LANE=openzfs", "python3 -m pytest -p no:cacheprovider -m 'openzfs or lane' -q",
                   "--basetemp=/var/tmp/lane-pytest",
-                  "-o addopts='-ra'", "tests"]
+                  "-o addopts='-ra'", "--durations=12", "tests"]
         if args.k:
             pytest += ["-k", subprocess.list2cmdline([args.k])]
         r = subprocess.run(g._ssh_argv(" ".join(pytest) + " 2>&1"), stdout=subprocess.PIPE, text=True,
