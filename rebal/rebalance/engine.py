@@ -21,23 +21,16 @@ from ..locks import FileLock
 from ..units import human
 from . import journal
 from .copier import Copier
+from .copy_pass import DEFERRED, copy_dir
 from .groups import copy_groups
 from .inplace_pass import rewrite_dir
-from .files import FileRef, Outcome, Result, Throttle, restat, restore_times
+from .files import FileRef, Result, Throttle
 from .planner import DirEntry, order_dirs, simulate, simulate_dirs, spread
 from .prepare import (Options, Prepared, RefusedError, Target, _avail, build_options, check_pinned, check_writable,  # noqa: F401
                       default_jobs, fills, prepare, resolve_targets, run_key)
-from .scan import candidates
 
-BATCH_FILES = 64
-BATCH_BYTES = 256 << 20
 SETTLE_EVERY = 10.0  # seconds: settle at least this often between directories
 MEASURE_BYTES = 64 << 20  # re-measure the pool after at least this much was rewritten (or SETTLE_EVERY)
-RETRIES = 2  # a file that changed while copied is tried again this often in the same run
-# files this run's limits leave for a later run: not failures, and their directory is not done
-DEFER_MAX_BYTES = "larger than --max-bytes"
-DEFER_RESERVE = "too large for the space above the reserve"
-DEFERRED = (DEFER_MAX_BYTES, DEFER_RESERVE)
 
 
 @dataclass
@@ -131,6 +124,8 @@ class _Run:
         # data last written before the newest snapshot is referenced by it: rewriting it grows the pool
         self.pinned_ns = int((prep.snapshots[-1][1] + 1) * 1e9) if prep.snapshots else None  # whole seconds
         self.growth = 0
+        self.pending_size = 0  # bytes of the batches in flight (copies being made)
+        self.pending_grow = 0  # of which pinned by a snapshot: growth not yet counted
         self.moved = 0  # bytes allocated to what was rewritten: what the model moves (sparse files are small)
         self.moved_at_measure = 0
         self.last_measure = 0.0
@@ -219,101 +214,6 @@ class _Run:
         if self.opts.until is not None and time.time() >= self.opts.until:
             return "the end of the time window (--until) was reached"
         return ""
-
-    # one directory, copy method
-
-    def copy_dir(self, pool: ThreadPoolExecutor, d: DirEntry, root: bytes, dev: int) -> DirReport:
-        rep = DirReport(d.path)
-        try:
-            dfd = os.open(d.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as e:
-            rep.skipped[f"directory unreadable ({e.strerror})"] = d.files
-            return rep
-        try:
-            dst = os.fstat(dfd)
-            journal.start_dir(self.conn, self.report.run_id, d.path, dst)
-            todo = [FileRef.from_stat(d.path, n, st) for n, st in candidates(d.path, root, dev, self.filters)]
-            for attempt in range(RETRIES + 1):
-                retry: list[FileRef] = []
-                while todo:
-                    if self.limit_hit():
-                        return rep
-                    batch, todo = self.take_batch(todo, rep)
-                    if not batch:
-                        if todo and not self.stop.is_set():  # nothing more fits under --max-bytes
-                            self.stop_reason = f"--max-bytes reached ({human(self.report.bytes)} rewritten)"
-                            self.stop.set()
-                        continue
-                    ids = journal.begin_batch(self.conn, self.report.run_id, batch)
-                    results = list(pool.map(lambda r: self.copier.copy(dfd, r), batch))
-                    outcomes = []
-                    for jid, ref, res in zip(ids, batch, results):
-                        outcomes.append((jid, res.outcome.value, res.reason, res.copy_ino))
-                        self.events.file_done(ref, res)
-                        if res.outcome is Outcome.SWAPPED:
-                            rep.files += 1
-                            rep.bytes += ref.size
-                            if self.pinned(ref.mtime_ns):
-                                self.growth += ref.alloc
-                            self.report.files += 1
-                            self.report.bytes += ref.size
-                            self.moved += ref.alloc or ref.size
-                        elif res.outcome is Outcome.CHANGED and attempt < RETRIES:
-                            fresh = restat(dfd, ref)
-                            if fresh:
-                                retry.append(fresh)
-                        else:
-                            key = res.outcome.value
-                            rep.skipped[key] = rep.skipped.get(key, 0) + 1
-                            if res.outcome is Outcome.NOSPACE:
-                                self.stop_reason = f"the pool is full (ENOSPC copying {os.fsdecode(ref.path)})"
-                                self.stop.set()
-                    journal.finish_batch(self.conn, outcomes)
-                todo = retry
-                if not todo:
-                    break
-            return rep
-        finally:
-            restore_times(dfd, dst)
-            os.close(dfd)
-
-    def take_batch(self, todo: list[FileRef], rep: DirReport) -> tuple[list[FileRef], list[FileRef]]:
-        """The next files to copy at once, as many as fit above the free-space reserve."""
-        room = _avail(todo[0].dir) - self.reserve
-        batch: list[FileRef] = []
-        size = grow = 0
-        rest: list[FileRef] = []
-        for i, ref in enumerate(todo):
-            if len(batch) >= BATCH_FILES or size >= BATCH_BYTES:
-                rest.extend(todo[i:])
-                break
-            if self.pinned(ref.mtime_ns):
-                if self.over_budget(grow + ref.alloc):
-                    rest.extend(todo[i:])
-                    break
-                grow += ref.alloc
-            if self.opts.max_bytes is not None and self.report.bytes + size + ref.size > self.opts.max_bytes:
-                if not batch and self.report.bytes == 0 and ref.size > self.opts.max_bytes:
-                    rep.skipped[DEFER_MAX_BYTES] = rep.skipped.get(DEFER_MAX_BYTES, 0) + 1
-                    rep.deferred += 1
-                    continue
-                rest.extend(todo[i:])
-                break
-            if size + ref.size > room:
-                if room <= 0:
-                    self.stop_reason = f"free space reached the reserve ({human(self.reserve)})"
-                    self.stop.set()
-                    rest.extend(todo[i:])
-                    break
-                if ref.size > room:
-                    rep.skipped[DEFER_RESERVE] = rep.skipped.get(DEFER_RESERVE, 0) + 1
-                    rep.deferred += 1
-                    continue
-                rest.extend(todo[i:])
-                break
-            batch.append(ref)
-            size += ref.size
-        return batch, rest
 
     # one directory, zfs rewrite
 
@@ -436,7 +336,7 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
                 return ("interrupted" if why == "interrupted" else "stopped"), why
             root = next(rt for rt in sorted(roots, key=len, reverse=True) if d.path == rt or d.path.startswith(rt.rstrip(b"/") + b"/"))
             dev = roots[root]
-            rep = rewrite_dir(r, pool, d, root, dev) if prep.method == "rewrite" else r.copy_dir(pool, d, root, dev)
+            rep = rewrite_dir(r, pool, d, root, dev) if prep.method == "rewrite" else copy_dir(r, pool, d, root, dev)
             finished = not r.stop.is_set() and not rep.deferred
             if prep.method == "rewrite":  # in place: a lost "done" only means the directory is done again
                 r.pending_done.append((d.path, rep.files, rep.bytes, finished))

@@ -158,14 +158,14 @@ def test_real_enospc_during_a_copy_keeps_the_original(make_pool):
     filler = pool.mountpoint / "filler"
 
     class FillThenCopy(Copier):
-        def _copy_data(self, src, dst, size, leased):
+        def _copy_data(self, src, dst, size, leased, dense=False):
             with open(filler, "wb") as fh:  # take every free byte, the way another writer would
                 try:
                     while True:
                         fh.write(os.urandom(2**20))
                 except OSError as e:
                     assert e.errno == 28  # ENOSPC
-            return super()._copy_data(src, dst, size, leased)
+            return super()._copy_data(src, dst, size, leased, dense)
 
     st = os.lstat(f)
     dfd = os.open(pool.mountpoint, os.O_RDONLY | os.O_DIRECTORY)

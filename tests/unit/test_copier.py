@@ -354,3 +354,44 @@ def test_failed_switch_back_keeps_the_original(richfs):
     anchor = richfs / "a" / old_name(ino).decode()
     assert anchor.exists() and os.lstat(anchor).st_ino == ino and anchor.read_bytes() == data
     assert all(p.read_bytes() == data for p in paths)
+
+
+@pytest.mark.parametrize("size", [0, 1, 4097, 1 << 20, (1 << 20) + 1, 3 << 20])
+@pytest.mark.parametrize("damage", ["longer", "shorter", "flipped"])
+def test_a_copy_that_differs_is_never_swapped_in(richfs, monkeypatch, size, damage):
+    """The read-back check catches a copy one byte longer, one byte shorter or one bit off, at sizes
+    around the read chunk (the last read asks one byte past the end)."""
+    f = richfs / "v.bin"
+    data = os.urandom(size)
+    f.write_bytes(data)
+    if damage != "longer" and size == 0:
+        return  # an empty file cannot be shorter nor flipped
+    real = Copier._copy_data
+
+    def damaged(self, src, dst, n, leased, dense=False):
+        out = real(self, src, dst, n, leased, dense)
+        if damage == "longer":
+            os.pwrite(dst, b"x", n)
+        elif damage == "shorter":
+            os.ftruncate(dst, n - 1)
+        else:
+            b = os.pread(dst, 1, n // 2)
+            os.pwrite(dst, bytes([b[0] ^ 1]), n // 2)
+        return out
+
+    monkeypatch.setattr(Copier, "_copy_data", damaged)
+    ino = os.lstat(f).st_ino
+    res = copy(f)
+    assert res.outcome is Outcome.VERIFY, res
+    assert os.lstat(f).st_ino == ino and f.read_bytes() == data
+    assert temp_leftovers(richfs) == []
+
+
+@pytest.mark.parametrize("size", [0, 1, 4096, 1 << 20, (1 << 20) + 1])
+def test_an_exact_copy_of_every_size_is_swapped_in(richfs, size):
+    f = richfs / "ok.bin"
+    data = os.urandom(size)
+    f.write_bytes(data)
+    res = copy(f)
+    assert res.outcome is Outcome.SWAPPED, res
+    assert f.read_bytes() == data

@@ -1,0 +1,151 @@
+"""One directory of a copy-verify-swap rebalance (method copy): its eligible files in batches, each
+file's journal row written before its copy starts (journal.py), the copies made by a pool of
+threads (copier.py), two batches in flight so that no worker waits for the last file of a batch."""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+
+from ..units import human
+from . import journal
+from .files import FileRef, Outcome, Result, restat, restore_times
+from .prepare import _avail
+from .scan import candidates
+
+BATCH_FILES = 64
+BATCH_BYTES = 256 << 20
+WINDOW = 2  # batches in flight at once
+RETRIES = 2  # a file that changed while copied is tried again this often in the same run
+# files this run's limits leave for a later run: not failures, and their directory is not done
+DEFER_MAX_BYTES = "larger than --max-bytes"
+DEFER_RESERVE = "too large for the space above the reserve"
+DEFERRED = (DEFER_MAX_BYTES, DEFER_RESERVE)
+
+
+def copy_dir(r, pool: ThreadPoolExecutor, d, root: bytes, dev: int):
+    """Copy-verify-swap directory ``d`` for run ``r`` (engine._Run); returns its DirReport."""
+    from .engine import DirReport
+
+    rep = DirReport(d.path)
+    try:
+        dfd = os.open(d.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        rep.skipped[f"directory unreadable ({e.strerror})"] = d.files
+        return rep
+    try:
+        dst = os.fstat(dfd)
+        journal.start_dir(r.conn, r.report.run_id, d.path, dst)
+        todo = [FileRef.from_stat(d.path, n, st) for n, st in candidates(d.path, root, dev, r.filters)]
+        for attempt in range(RETRIES + 1):
+            retry: list[FileRef] = []
+            # Two batches in flight: the workers start on the next batch while the last files of
+            # the one before finish (no idle barrier per batch). Each file's journal row is
+            # written before its copy starts, as before; the limits count what is in flight.
+            window: deque = deque()
+            while todo or window:
+                while todo and len(window) < WINDOW and not r.limit_hit():
+                    batch, todo = take_batch(r, todo, rep)
+                    if not batch:
+                        if window:  # nothing fits while the batch in flight holds room: wait for it
+                            break
+                        if todo and not r.stop.is_set():  # nothing more fits under --max-bytes
+                            r.stop_reason = f"--max-bytes reached ({human(r.report.bytes)} rewritten)"
+                            r.stop.set()
+                        break
+                    ids = journal.begin_batch(r.conn, r.report.run_id, batch)
+                    r.pending_size += sum(f.size for f in batch)
+                    r.pending_grow += sum(f.alloc for f in batch if r.pinned(f.mtime_ns))
+                    window.append((batch, ids, [pool.submit(r.copier.copy, dfd, f) for f in batch]))
+                if not window:
+                    if r.limit_hit() or r.stop.is_set():
+                        return rep
+                    continue
+                batch, ids, futures = window.popleft()
+                r.pending_size -= sum(f.size for f in batch)
+                r.pending_grow -= sum(f.alloc for f in batch if r.pinned(f.mtime_ns))
+                finish(r, dfd, rep, batch, ids, [f.result() for f in futures], attempt, retry)
+            if r.limit_hit():
+                return rep
+            todo = retry
+            if not todo:
+                break
+        return rep
+    finally:
+        restore_times(dfd, dst)
+        os.close(dfd)
+
+
+def finish(r, dfd: int, rep, batch: list[FileRef], ids: list[int], results: list[Result], attempt: int,
+           retry: list[FileRef]) -> None:
+    """Count a batch's outcomes, queue the files that changed meanwhile, write its journal rows."""
+    outcomes = []
+    for jid, ref, res in zip(ids, batch, results):
+        outcomes.append((jid, res.outcome.value, res.reason, res.copy_ino))
+        r.events.file_done(ref, res)
+        if res.outcome is Outcome.SWAPPED:
+            rep.files += 1
+            rep.bytes += ref.size
+            if r.pinned(ref.mtime_ns):
+                r.growth += ref.alloc
+            r.report.files += 1
+            r.report.bytes += ref.size
+            r.moved += ref.alloc or ref.size
+        elif res.outcome is Outcome.CHANGED and attempt < RETRIES:
+            fresh = restat(dfd, ref)
+            if fresh:
+                retry.append(fresh)
+        else:
+            key = res.outcome.value
+            rep.skipped[key] = rep.skipped.get(key, 0) + 1
+            if res.outcome is Outcome.NOSPACE:
+                r.stop_reason = f"the pool is full (ENOSPC copying {os.fsdecode(ref.path)})"
+                r.stop.set()
+    journal.finish_batch(r.conn, outcomes)
+
+
+def take_batch(r, todo: list[FileRef], rep) -> tuple[list[FileRef], list[FileRef]]:
+    """The next files to copy at once, as many as fit above the free-space reserve and under the limits,
+    counting the batch in flight. Empty with files left: wait for the batch in flight (if any), else
+    a limit is reached (the stop reason says which) or every file left is deferred."""
+    room = _avail(todo[0].dir) - r.reserve - r.pending_size  # copies in flight take room too
+    done = r.report.bytes + r.pending_size
+    batch: list[FileRef] = []
+    size = grow = 0
+    rest: list[FileRef] = []
+    for i, ref in enumerate(todo):
+        if len(batch) >= BATCH_FILES or size >= BATCH_BYTES:
+            rest.extend(todo[i:])
+            break
+        if r.pinned(ref.mtime_ns):
+            if r.over_budget(r.pending_grow + grow + ref.alloc):
+                rest.extend(todo[i:])
+                break
+            grow += ref.alloc
+        if r.opts.max_bytes is not None and done + size + ref.size > r.opts.max_bytes:
+            if not batch and done == 0 and ref.size > r.opts.max_bytes:
+                rep.skipped[DEFER_MAX_BYTES] = rep.skipped.get(DEFER_MAX_BYTES, 0) + 1
+                rep.deferred += 1
+                continue
+            rest.extend(todo[i:])
+            break
+        if size + ref.size > room:
+            if r.pending_size:  # the copies in flight free their originals' room once swapped: wait
+                rest.extend(todo[i:])
+                break
+            if room <= 0:
+                r.stop_reason = f"free space reached the reserve ({human(r.reserve)})"
+                r.stop.set()
+                rest.extend(todo[i:])
+                break
+            if ref.size > room:
+                rep.skipped[DEFER_RESERVE] = rep.skipped.get(DEFER_RESERVE, 0) + 1
+                rep.deferred += 1
+                continue
+            rest.extend(todo[i:])
+            break
+        batch.append(ref)
+        size += ref.size
+    return batch, rest
+
