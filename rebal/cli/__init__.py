@@ -1,6 +1,8 @@
 """The command line, one module per area:
 
-- app.py            the typer app, global options, shared helpers, `main`
+- app.py            the typer app, global options, `main` through typer
+- io.py             what every command shares and needs no typer (config, state, output, errors)
+- fast.py           `rebal status` without typer (the command run most; start-up time counts)
 - status_cmd.py     status, history, where
 - rebalance_cmd.py  plan, rebalance, runs
 - replicate_cmd.py  replicate, backups, restore, verify
@@ -11,7 +13,20 @@
 
 Rendering lives in `rebal.views` (pure functions, no printing)."""
 
-from .app import app, main
-from . import commands  # noqa: F401,E402  (registers the commands)
+from __future__ import annotations
 
-__all__ = ["app", "main"]
+import sys
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The `rebal` entry point: a plain `rebal status` runs without typer; everything else via typer."""
+    from .fast import try_fast
+
+    if try_fast(sys.argv[1:] if argv is None else list(argv)):
+        return
+    from .app import main as typer_main
+
+    typer_main(argv)
+
+
+__all__ = ["main"]  # the typer app: rebal.cli.app.app, with rebal.cli.commands imported

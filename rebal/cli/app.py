@@ -4,17 +4,14 @@ write what a view in `rebal.views` returns."""
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import sys
-from dataclasses import dataclass
 from typing import Annotated, Optional
 
 import typer
 
 from .. import __version__
-from ..errors import RebalError
+from .io import OPTS, Options, choice, guarded, load_config, open_state, out_json, out_text, state_or_none, warn  # noqa: F401
 
 app = typer.Typer(
     help="Keep a ZFS pool's data evenly spread over its vdevs, and safely copied to a backup host.",
@@ -29,13 +26,6 @@ app.add_typer(config_app, name="config")
 log = logging.getLogger("rebal")
 
 
-@dataclass
-class Options:
-    config: Optional[str] = None
-    debug: bool = False
-
-
-OPTS = Options()
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
 
 
@@ -63,47 +53,6 @@ def _root(
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-
-
-def load_config(check_cron: bool = False):
-    from .. import config
-
-    return config.load(OPTS.config, check_cron=check_cron)
-
-
-def open_state(cfg):
-    from .. import state
-
-    return state.connect(cfg.state_db)
-
-
-def state_or_none(cfg, why: str = "the plan cannot see unfinished runs"):
-    try:
-        return open_state(cfg)
-    except RebalError as e:
-        warn(f"{e} ({why})")
-        return None
-
-
-def out_json(data: dict) -> None:
-    sys.stdout.write(json.dumps(data, indent=2) + "\n")
-
-
-def out_text(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
-
-
-def warn(msg: str) -> None:
-    print(f"rebal: warning: {msg}", file=sys.stderr)
-
-
-def choice(opt: str, value: str, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        from ..errors import UsageError
-
-        raise UsageError(f"{opt} must be one of: {', '.join(allowed)}")
-    return value
 
 
 class Signals:
@@ -156,21 +105,4 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; turn RebalError into one line on stderr and its exit code."""
     from . import commands  # noqa: F401  (registers every command on the app)
 
-    try:
-        app(args=argv, prog_name="rebal", standalone_mode=True)
-    except RebalError as e:
-        if OPTS.debug:
-            import traceback
-
-            traceback.print_exc()
-        for line in str(e).splitlines() or [type(e).__name__]:
-            print(f"rebal: error: {line}", file=sys.stderr)
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        print("rebal: interrupted", file=sys.stderr)
-        sys.exit(130)
-    except Exception as e:  # a bug: say so plainly, traceback only with --debug
-        if OPTS.debug or os.environ.get("REBAL_DEBUG"):
-            raise
-        print(f"rebal: internal error: {type(e).__name__}: {e} (run with --debug for details)", file=sys.stderr)
-        sys.exit(70)
+    guarded(lambda: app(args=argv, prog_name="rebal", standalone_mode=True))

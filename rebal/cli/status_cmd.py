@@ -6,8 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import RebalError
-from .app import JsonOpt, app, load_config, open_state, out_json, out_text, warn
+from .app import JsonOpt, app, load_config, open_state, out_json, out_text
 
 
 @app.command()
@@ -16,33 +15,9 @@ def status(
     as_json: JsonOpt = False,
 ) -> None:
     """Fill of every data vdev (size, alloc, free, CAP) and the pool's spread; records a sample."""
-    from .. import fill, state
-    from ..zfs.cli import Zpool
+    from .fast import show_status
 
-    cfg = load_config()
-    found = Zpool().pools(list(pools or cfg.pools))
-    target = cfg.rebalance.target_spread
-    replication: list[dict] = []
-    waiting: list[dict] = []
-    try:
-        conn = open_state(cfg)
-        for p in found:
-            state.record_sample(conn, p)
-        if cfg.replicate:
-            replication = state.last_successes(conn, cfg)
-        from ..services import rebalance_findings
-
-        waiting = [f.as_dict() for f in rebalance_findings(conn)]
-        conn.close()
-    except RebalError as e:
-        warn(f"sample not recorded: {e}")
-    if as_json:
-        out_json({"pools": [fill.pool_json(p, target) for p in found], "replication": replication,
-                  "rebalance": waiting})
-        return
-    from ..views.status import status_text
-
-    out_text(status_text(found, target, replication) + "".join(f"{w['subject']}: {w['message']}\n" for w in waiting))
+    show_status(list(pools or []), as_json)
 
 
 @app.command()

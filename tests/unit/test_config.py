@@ -94,7 +94,8 @@ def test_unreadable_config(tmp_path):
 def test_every_command_has_help():
     from typer.main import get_command
 
-    from rebal.cli import app
+    from rebal.cli import commands  # noqa: F401  (registers the commands)
+    from rebal.cli.app import app
 
     root = get_command(app)
 

@@ -1,0 +1,86 @@
+"""What every command shares and what needs no typer: the global options, loading the config and the
+state database, writing output and warnings, and the guard that turns a RebalError into one line on
+stderr and its exit code. `fast.py` runs `rebal status` with these alone (no typer import)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from typing import Optional
+
+from ..errors import RebalError
+
+
+@dataclass
+class Options:
+    config: Optional[str] = None
+    debug: bool = False
+
+
+OPTS = Options()
+
+
+def load_config(check_cron: bool = False):
+    from .. import config
+
+    return config.load(OPTS.config, check_cron=check_cron)
+
+
+def open_state(cfg):
+    from .. import state
+
+    return state.connect(cfg.state_db)
+
+
+def state_or_none(cfg, why: str = "the plan cannot see unfinished runs"):
+    try:
+        return open_state(cfg)
+    except RebalError as e:
+        warn(f"{e} ({why})")
+        return None
+
+
+def out_json(data: dict) -> None:
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def out_text(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def warn(msg: str) -> None:
+    print(f"rebal: warning: {msg}", file=sys.stderr)
+
+
+def choice(opt: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        from ..errors import UsageError
+
+        raise UsageError(f"{opt} must be one of: {', '.join(allowed)}")
+    return value
+
+
+def guarded(call) -> None:
+    """Run ``call``; a RebalError becomes "rebal: error: ..." and its exit code, ^C exit 130, and a
+    bug one plain line (its traceback only with --debug or REBAL_DEBUG)."""
+    try:
+        call()
+    except RebalError as e:
+        if OPTS.debug:
+            import traceback
+
+            traceback.print_exc()
+        for line in str(e).splitlines() or [type(e).__name__]:
+            print(f"rebal: error: {line}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        print("rebal: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:  # a bug: say so plainly, traceback only with --debug
+        if OPTS.debug or os.environ.get("REBAL_DEBUG"):
+            raise
+        print(f"rebal: internal error: {type(e).__name__}: {e} (run with --debug for details)", file=sys.stderr)
+        sys.exit(70)  # EX_SOFTWARE
