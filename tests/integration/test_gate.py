@@ -13,7 +13,9 @@ from replscenarios import backup_root, fill, mountpoint, snaps
 from sshenv import gate_key, ssh_as_job, sshd_problem, start_sshd
 from zfsenv import sh
 
-pytestmark = [pytest.mark.zfs, pytest.mark.lane]  # the lane runs them on OpenZFS (bookmarks, receive -u, -x)
+# the lane runs them on OpenZFS (bookmarks, receive -u, -x); CI runs them on zfs-fuse, and its quick
+# lane leaves them to the full lane (9 minutes in the guest)
+pytestmark = [pytest.mark.zfs, pytest.mark.lane, pytest.mark.lane_long]
 
 ZERO = {"last": 1, "hourly": 0, "daily": 0, "weekly": 0, "monthly": 0}
 

@@ -19,7 +19,7 @@ from replscenarios import backup_root, mountpoint, snaps
 from sshenv import gate_key, start_sshd
 from zfsenv import sh
 
-pytestmark = pytest.mark.openzfs
+pytestmark = [pytest.mark.openzfs, pytest.mark.lane_long]
 
 USER = "rebalu"
 # the permission sets of the README's "Securing backups" (no root on either end)

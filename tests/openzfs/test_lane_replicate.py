@@ -140,6 +140,7 @@ def test_a_job_that_keeps_snapshots_holds_nothing_and_moves_to_bookmarks(pools, 
     assert v["level"] == "OK", v
 
 
+@pytest.mark.lane_long
 def test_1gib_send_killed_half_way_resumes_from_its_token(disk_pools, backup_host, tmp_path):
     src, dst = disk_pools
     sh("zfs", "set", "compression=off", f"{src.name}/data")
