@@ -72,11 +72,23 @@ def progress_of_running(cfg) -> int:
     return (runs[0]["progress"] or 0) if runs and runs[0]["outcome"] == "running" else 0
 
 
-def kill_run_when(cfg, job: str, nbytes: int) -> None:
-    """Start `rebal replicate JOB` and SIGKILL it with its children once ``nbytes`` went through."""
+def pool_alloc(pool: str) -> int:
+    return int(sh("zpool", "list", "-Hp", "-o", "alloc", pool).stdout.strip())
+
+
+def kill_run_when(cfg, job: str, nbytes: int, synced_on: str | None = None) -> None:
+    """Start `rebal replicate JOB` and SIGKILL it with its children once ``nbytes`` went through
+    (counted by rebal on the sending side), or with ``synced_on`` (the receiving pool) once that pool
+    holds ``nbytes`` more on disk: a receive saves its resumable state with each transaction group it
+    commits, so only then is a token sure to be left behind by the cut."""
+    base = pool_alloc(synced_on) if synced_on else 0
     p = subprocess.Popen([sys.executable, "-m", "rebal", "--config", str(cfg), "replicate", job, "--json"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    wait_for(lambda: progress_of_running(cfg) >= nbytes or p.poll() is not None, f"{nbytes} bytes sent")
+    if synced_on:
+        wait_for(lambda: pool_alloc(synced_on) - base >= nbytes or p.poll() is not None,
+                 f"{nbytes} bytes received and committed on {synced_on}")
+    else:
+        wait_for(lambda: progress_of_running(cfg) >= nbytes or p.poll() is not None, f"{nbytes} bytes sent")
     assert p.poll() is None, "the send ended before it could be cut"
     os.killpg(p.pid, signal.SIGKILL)
     p.wait()
@@ -171,11 +183,10 @@ def test_stale_token_is_aborted_once(pools, backup_host, tmp_path):
     cfg = cfg_for(tmp_path, backup_host, name="st", source=f"{src.name}/data", target=f"{dst.name}/copy",
                   bwlimit="6M")
     write_random(os.path.join(mountpoint(f"{src.name}/data"), "f.bin"), 80)
-    # cut well into the stream: cut at 16 MiB (bytes counted on the sending side, with ssh's buffers
-    # between) the receive twice of three lane runs had not saved a resumable state yet. At 6 MB/s the
-    # 80 MiB take ~14 s, the cut comes at ~7 s: at 16 MB/s a slow poll (each `rebal runs` is ~1 s in
-    # the guest) once saw the run end before it saw 40 MiB
-    kill_run_when(cfg, "st", 40 << 20)
+    # cut once the backup pool committed part of the stream (so a resumable state is on disk): cuts
+    # timed by the bytes sent left no token in some lane runs (at 16 and at 40 MiB of 80: the receive
+    # had not committed a transaction group yet). At 6 MB/s the 80 MiB take ~14 s.
+    kill_run_when(cfg, "st", 24 << 20, synced_on=dst.name)
     target = f"{dst.name}/copy"
     wait_for(lambda: not receiving(target), "the cut receive to end")
     assert token(target) not in ("-", "")
