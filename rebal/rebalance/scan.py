@@ -109,8 +109,7 @@ def candidates(
             mode = st.st_mode
             if stat.S_ISDIR(mode):
                 continue
-            rel = os.path.relpath(path, root)
-            if filters.excluded(rel):
+            if filters.exclude and filters.excluded(os.path.relpath(path, root)):  # relpath is slow: only if asked
                 if skips is not None:
                     skips.add("excluded", path, st.st_size)
                 continue
@@ -163,7 +162,7 @@ def subdirs(dirpath: bytes, root: bytes, dev: int, filters: Filters, skips: Skip
             if st.st_dev != dev:
                 skips.add("other file system (not entered)", entry.path)
                 continue
-            if filters.excluded(os.path.relpath(entry.path, root)):
+            if filters.exclude and filters.excluded(os.path.relpath(entry.path, root)):
                 skips.add("excluded", entry.path)
                 continue
             out.append(entry.path)
@@ -253,5 +252,6 @@ def _linked(dirpath: bytes, root: bytes, dev: int, filters: Filters) -> Iterator
             except OSError:
                 continue
             if (stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and st.st_dev == dev and not is_temp_name(entry.name)
-                    and not filters.excluded(os.path.relpath(entry.path, root)) and filters.wants(st)):
+                    and not (filters.exclude and filters.excluded(os.path.relpath(entry.path, root)))
+                    and filters.wants(st)):
                 yield entry.name, st
