@@ -78,7 +78,7 @@ def rebal(*args: str, config: Path | None = None, check: bool = True, env: dict 
     r = subprocess.run(argv + list(args), capture_output=True, text=True, env=e)
     assert "Traceback" not in r.stderr, r.stderr
     if check and r.returncode != 0:
-        raise AssertionError(f"rebal {' '.join(args)} exited {r.returncode}: {r.stderr}")
+        raise AssertionError(f"rebal {' '.join(args)} exited {r.returncode}: {r.stderr}\nstdout: {r.stdout[-4000:]}")
     return r
 
 

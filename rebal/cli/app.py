@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import __version__
-from .io import OPTS, Options, choice, guarded, load_config, open_state, out_json, out_text, state_or_none, warn  # noqa: F401
+from .io import OPTS, Options, choice, guarded, load_config, open_state, out_json, out_text, say_error, state_or_none, warn  # noqa: F401
 
 app = typer.Typer(
     help="Keep a ZFS pool's data evenly spread over its vdevs, and safely copied to a backup host.",

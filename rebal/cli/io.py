@@ -55,6 +55,11 @@ def warn(msg: str) -> None:
     print(f"rebal: warning: {msg}", file=sys.stderr)
 
 
+def say_error(msg: str) -> None:
+    """A failure the command reports itself (its exit code follows): one line on stderr."""
+    print(f"rebal: error: {msg}", file=sys.stderr)
+
+
 def choice(opt: str, value: str, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         from ..errors import UsageError

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .app import JsonOpt, Signals, app, load_config, out_json, out_text, warn
+from .app import JsonOpt, Signals, app, load_config, out_json, out_text, say_error, warn
 
 
 @app.command()
@@ -28,6 +28,8 @@ def replicate(
                                    progress=bar.update if bar.enabled else None, on_wait=warn)
     if as_json:
         out_json(details | {"outcome": outcome})
+        if outcome == "failed":  # stdout is for the script; its log still says why
+            say_error(f"replicate {job} failed: {details.get('error') or 'see the JSON on stdout'}")
     else:
         out_text(replication_text(outcome, details))
     if outcome == "failed":

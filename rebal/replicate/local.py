@@ -10,10 +10,12 @@ Listing datasets and snapshots always uses the zfs command (libzfs_core has no l
 
 from __future__ import annotations
 
+import time
+
 from .. import names
 from ..errors import CommandFailed, RebalError
 from ..runner import Result, run
-from .policy import Snap
+from .policy import Snap, snapshot_name
 
 
 class LocalError(RebalError):
@@ -102,6 +104,28 @@ class LzcLocal(CliLocal):
 
     def bookmark(self, snap: str, bookmark: str) -> None:
         self.lzc.lzc_bookmark({bookmark.encode(): snap.encode()})
+
+
+def take_snapshot(local, source: str, job: str, recursive: bool, clock, sleep=time.sleep, tries: int = 3,
+                  avoid: frozenset[str] | set[str] = frozenset()) -> str:
+    """Snapshot ``source`` (and, ``recursive``, its children) as rebal-<job>-<UTC second>; the name.
+    A run that follows another within the same second would take the same name: zfs refuses it
+    ("dataset already exists") where the last run's snapshot is still on the source, and where it
+    was pruned its bookmark and the backup's copy (names in ``avoid``) would clash later. Then wait
+    for the next second and take that one. The snapshot is atomic, so a refused one made nothing;
+    any other failure is raised as it is."""
+    for attempt in range(tries):
+        when = clock()
+        snap = snapshot_name(job, when)
+        if snap not in avoid:
+            try:
+                local.snapshot([f"{source}@{snap}"], recursive=recursive)
+                return snap
+            except Exception:
+                if attempt == tries - 1 or not local.exists(f"{source}@{snap}"):
+                    raise
+        sleep(1.001 - when.microsecond / 1e6)
+    raise LocalError(f"no free snapshot name for {source} after {tries} tries (is the clock stuck?)")
 
 
 def available_backends() -> list:

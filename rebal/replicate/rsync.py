@@ -112,18 +112,17 @@ class RsyncReplicator:
 
     def run(self) -> RsyncReport:
         job = self.job
-        snap = snapshot_name(job.name, self.clock())
-        self.report.snapshot = snap
         datasets = L.local_datasets(job.source, job.recursive, self._run)
         mounts = {ds: self._mountpoint(ds) for ds in datasets}
         if self.dry_run:
+            snap = self.report.snapshot = snapshot_name(job.name, self.clock())
             self.report.planned.append(f"zfs snapshot {'-r ' if job.recursive else ''}{job.source}@{snap}")
             self.report.planned.append(f"rsync {' '.join(self.flags())} <snapshot of {job.source}>/ "
                                        f"{self.ssh.ep.user}@{self.ssh.ep.host}:{job.target}/")
             return self.report
         self._detect_gate()
         self._cleanup_views()
-        self.local.snapshot([f"{job.source}@{snap}"], recursive=job.recursive)
+        snap = self.report.snapshot = L.take_snapshot(self.local, job.source, job.name, job.recursive, self.clock)
         root_mp = mounts[job.source]
         for ds in datasets:
             if self.stop.is_set():

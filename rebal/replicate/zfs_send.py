@@ -267,12 +267,14 @@ class ZfsReplicator:
                 if self.target_of(ds) in tokens:
                     self.resume(ds, tokens[self.target_of(ds)])
             self.target_tree, _ = self.remote.tree_tokens(self.job.target, False)  # what the resumes added
-        snap = snapshot_name(self.job.name, self.clock())
-        self.report.snapshot = snap
         if self.dry_run:
+            snap = snapshot_name(self.job.name, self.clock())
             self.report.planned.append(f"zfs snapshot {'-r ' if self.job.recursive else ''}{self.job.source}@{snap}")
         else:
-            self.local.snapshot([f"{self.job.source}@{snap}"], recursive=self.job.recursive)
+            used = {s.name for snaps in self.target_tree.values() for s in snaps}
+            snap = L.take_snapshot(self.local, self.job.source, self.job.name, self.job.recursive, self.clock,
+                                   avoid=used)
+        self.report.snapshot = snap
         # the source's snapshots and bookmarks, new one included, in one call for the whole tree
         self.source_tree = L.local_tree(self.job.source, self.job.recursive, self._run, bookmarks=True)
         self.orphans = self.find_orphans(datasets)

@@ -87,6 +87,7 @@ def test_diverged_target_fails_cleanly(pools, backup_host, tmp_path):
     assert r.returncode == 1
     out = json.loads(r.stdout)
     assert out["outcome"] == "failed" and "@made-on-the-backup" in out["error"] and "diverged" in out["error"]
+    assert r.stderr.startswith("rebal: error: replicate j failed: ") and "diverged" in r.stderr, r.stderr
     assert snaps(f"{dst.name}/copy") == before, "nothing on the target may be destroyed"
     runs = rebal_json("runs", "--job", "j", config=cfg)["runs"]
     assert runs[0]["outcome"] == "failed" and "diverged" in runs[0]["error"]

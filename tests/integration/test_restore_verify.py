@@ -157,8 +157,9 @@ def test_scrub_and_its_findings(make_pool, backup_host, tmp_path):
     cfg.write_text(f'state_db = "{tmp_path / "s.db"}"\npools = ["{pool.name}"]\n')
     r = rebal("health", config=cfg, check=False)
     assert r.returncode == 0 and "never scrubbed" not in r.stdout, r.stdout  # made a minute ago: not overdue
-    old = tmp_path / "old.toml"  # a scrub age limit this young pool is already past
-    old.write_text(cfg.read_text() + "[health]\nscrub_max_age_days = 0.00001\n")
+    old = tmp_path / "old.toml"  # a scrub age limit (0.09 s) this young pool is past: the first health
+    # run above (a whole process start) already took longer than that since the pool's creation
+    old.write_text(cfg.read_text() + "[health]\nscrub_max_age_days = 0.000001\n")
     r = rebal("health", config=old, check=False)
     assert r.returncode == 1 and f"WARNING {pool.name}: never scrubbed" in r.stdout
     assert rebal("scrub", pool.name, config=cfg).stdout.strip() in (f"{pool.name}: scrub started",)

@@ -3,7 +3,6 @@
 only metric names that `rebal metrics` writes."""
 
 import json
-import os
 import re
 import shutil
 import subprocess
