@@ -10,7 +10,9 @@ every tool is timed from the start to a `zpool sync` after it:
   copy:        rebal rebalance DIR --all --method copy  vs a shell loop per file of what
                zfs-inplace-rebalancing does (cp --reflink=never -ax f f.tmp; compare sha256; mv)
                                                                             goal >= 10x its files/s
-               and a raw copy (cat f > f.raw per file) beside it
+               and a raw copy (cat f > f.raw per file) beside it; and the same copy rebalance
+               with an fsync per file (REBAL_DURABILITY=file) against the default, one
+               barrier per batch (issue 14: what batched durability saves here)
 Only ratios count (2 vCPUs under TCG).
 
   python3 bench/openzfs_rewrite.py [--files 4000,40000] [--loop-files 4000]
@@ -66,10 +68,10 @@ def fresh_pool(nfiles: int) -> Path:
     return root
 
 
-def timed(argv_or_script, files: list[Path] | None = None) -> tuple[float, str]:
+def timed(argv_or_script, files: list[Path] | None = None, env: dict | None = None) -> tuple[float, str]:
     t0 = time.perf_counter()
     if files is None:
-        r = subprocess.run(argv_or_script, capture_output=True, text=True)
+        r = subprocess.run(argv_or_script, capture_output=True, text=True, env=env)
     else:
         r = subprocess.run(["bash", "-c", argv_or_script], input="".join(f"{f}\n" for f in files), text=True,
                            capture_output=True)
@@ -80,9 +82,9 @@ def timed(argv_or_script, files: list[Path] | None = None) -> tuple[float, str]:
     return took, r.stdout
 
 
-def rebal(cfg: Path, root: Path, *extra: str) -> tuple[float, dict]:
+def rebal(cfg: Path, root: Path, *extra: str, env: dict | None = None) -> tuple[float, dict]:
     took, out = timed([sys.executable, "-m", "rebal", "--config", str(cfg), "rebalance", str(root), "--json",
-                       "--placement", "model", *extra])
+                       "--placement", "model", *extra], env=env)
     done = json.loads(out.splitlines()[-1])
     if done["outcome"] not in ("ok",):
         sys.exit(f"rebal did not finish: {done}")
@@ -123,6 +125,10 @@ def main() -> None:
         Path("/var/tmp/rebal-rwbench.db").unlink(missing_ok=True)
         root = fresh_pool(n)
         t_copy, d_copy = rebal(cfg, root, "--all", "--method", "copy")
+        Path("/var/tmp/rebal-rwbench.db").unlink(missing_ok=True)
+        root = fresh_pool(n)
+        t_fsync, d_fsync = rebal(cfg, root, "--all", "--method", "copy",
+                                 env=dict(os.environ, REBAL_DURABILITY="file"))
         root = fresh_pool(n)
         files = sorted(root.rglob("f*"))
         t_loop, _ = timed(LOOP, files)
@@ -130,11 +136,14 @@ def main() -> None:
         files = sorted(root.rglob("f*"))
         t_raw, _ = timed(RAW, files)
         copy_fps, loop_fps, raw_fps = d_copy["files"] / t_copy, n / t_loop, n / t_raw
+        fsync_fps = d_fsync["files"] / t_fsync
         results.append({"copy_files": n, "copy_s": round(t_copy, 2), "loop_s": round(t_loop, 2), "raw_s": round(t_raw, 2),
-                        "copy_vs_loop": round(copy_fps / loop_fps, 2), "copy_vs_raw": round(copy_fps / raw_fps, 2)})
+                        "copy_vs_loop": round(copy_fps / loop_fps, 2), "copy_vs_raw": round(copy_fps / raw_fps, 2),
+                        "fsync_per_file_s": round(t_fsync, 2), "batch_vs_fsync_per_file": round(copy_fps / fsync_fps, 2)})
         print(f"copy, {n} files: rebal {copy_fps:.0f} files/s = {copy_fps / loop_fps:.1f}x the cp/sha256/mv loop "
               f"({loop_fps:.0f} files/s; goal >= 10x: {'met' if copy_fps / loop_fps >= 10 else 'NOT met'}), "
-              f"{copy_fps / raw_fps:.2f}x a raw cat copy ({raw_fps:.0f} files/s)", flush=True)
+              f"{copy_fps / raw_fps:.2f}x a raw cat copy ({raw_fps:.0f} files/s); one barrier per batch "
+              f"= {copy_fps / fsync_fps:.2f}x an fsync per file ({fsync_fps:.0f} files/s)", flush=True)
     finally:
         subprocess.run(["zpool", "destroy", "-f", POOL], capture_output=True)
         shutil.rmtree(BASE, ignore_errors=True)

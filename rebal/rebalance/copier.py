@@ -24,13 +24,10 @@ import fcntl
 import os
 import stat
 import threading
+from dataclasses import dataclass
 
 import xxhash
 
-CHUNK = 1 << 20
-ZERO = bytes(CHUNK)
-SEEK_DATA = getattr(os, "SEEK_DATA", 3)
-SEEK_HOLE = getattr(os, "SEEK_HOLE", 4)
 F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
 F_GETLEASE = getattr(fcntl, "F_GETLEASE", 1025)
 LEASE_CHECK_BYTES = 16 << 20
@@ -38,6 +35,21 @@ LEASE_CHECK_BYTES = 16 << 20
 
 from .files import (FileRef, Outcome, Result, Throttle, group_tmp_name, is_temp_name, old_name,  # noqa: F401
                     tmp_name)
+from .sparse import CHUNK, ZERO, hash_zeros, next_data, next_hole, sample_offsets
+
+
+@dataclass
+class Prepared:
+    """A verified copy under its temp name, ready to swap: the original (``src``, leased if
+    ``leased``) and the copy (``tmp``) are still open."""
+
+    dfd: int
+    ref: FileRef
+    src: int
+    tmp: int
+    leased: bool
+    copy_ino: int
+    written: int
 
 
 class _Abort(Exception):
@@ -73,13 +85,18 @@ class Copier:
     # -- the whole file -----------------------------------------------------------------------
 
     def copy(self, dfd: int, ref: FileRef, on_created=None) -> Result:
-        """Rewrite one file. Never raises for a per-file problem: the outcome says what happened.
+        """Rewrite one file, its copy fsynced on its own. Never raises for a per-file problem: the
+        outcome says what happened. ``on_created(copy_ino)`` is called once the temp file exists."""
+        p = self.prepare(dfd, ref, on_created, fsync=True)
+        return p if isinstance(p, Result) else self.swap(p)
 
-        ``on_created(copy_ino)`` is called once the temp file exists (for the journal).
-        """
+    def prepare(self, dfd: int, ref: FileRef, on_created=None, fsync: bool = True) -> Prepared | Result:
+        """Steps 1-3: the verified copy under its temp name, the original still open (and leased).
+        ``fsync`` False: the caller makes a whole batch durable with one barrier (durable.py) before
+        it calls ``swap``; the Prepared holds two open descriptors until then. A Result: failed."""
         src = tmp = -1
-        tmp_made = old_made = False
-        tname, oname = tmp_name(ref.ino), old_name(ref.ino)
+        tmp_made = False
+        tname = tmp_name(ref.ino)
         written = 0
         try:
             src, st = _open_original(dfd, ref)
@@ -95,33 +112,19 @@ class Copier:
                 return Result(Outcome.FAILED, reason=f"temp name {tname.decode()} exists (left by someone else?)")
             tmp_made = True
             tst = os.fstat(tmp)
-            copy_ino = tst.st_ino
             if on_created:
-                on_created(copy_ino)
+                on_created(tst.st_ino)
             # a file with as many blocks as bytes has no hole to look for (two lseeks saved per file)
             dense = st.st_blocks * 512 >= ref.size
             digest, written = self._copy_data(src, tmp, ref.size, leased, dense)
             self._copy_metadata(src, tmp, st, tst)
-            os.fsync(tmp)
+            if fsync:
+                os.fsync(tmp)
             self._verify(src, tmp, ref.size, digest)
-            self._check_unchanged(dfd, src, ref, leased)
-            # Swap. The original first gets a second hidden name, so that it can be put back.
-            _link_noreplace(dfd, ref.name, oname)
-            old_made = True
-            os.rename(tname, ref.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            p = Prepared(dfd, ref, src, tmp, leased, tst.st_ino, written)
+            src = tmp = -1  # handed over to the Prepared
             tmp_made = False
-            if leased and not self._lease_held(src):
-                # A writer opened the original in the instant of the swap: give it back its file.
-                old_made = False  # whatever happens now, the original keeps a name
-                try:
-                    os.rename(oname, ref.name, src_dir_fd=dfd, dst_dir_fd=dfd)
-                except OSError as e:
-                    return Result(Outcome.FAILED, written, f"a writer came during the swap and the original could "
-                                  f"not be put back ({e.strerror}): it is kept as {oname.decode()}", copy_ino)
-                return Result(Outcome.IN_USE, written, "opened for writing during the swap", copy_ino)
-            os.unlink(oname, dir_fd=dfd)
-            old_made = False
-            return Result(Outcome.SWAPPED, written, copy_ino=copy_ino)
+            return p
         except (_Abort, OSError) as e:
             return _failure(e, written)
         finally:
@@ -129,10 +132,52 @@ class Copier:
                 os.close(tmp)
             if tmp_made:
                 _unlink_quiet(dfd, tname)
-            if old_made:
-                _unlink_quiet(dfd, oname)
             if src >= 0:
                 os.close(src)  # releases the lease
+
+    def swap(self, p: Prepared) -> Result:
+        """Step 4 for a prepared (durable) copy: the original checked unchanged, the copy renamed over
+        it while the original keeps an anchor name. Closes the Prepared's descriptors."""
+        dfd, ref, src = p.dfd, p.ref, p.src
+        tname, oname = tmp_name(ref.ino), old_name(ref.ino)
+        tmp_made, old_made = True, False
+        try:
+            self._check_unchanged(dfd, src, ref, p.leased)
+            # Swap. The original first gets a second hidden name, so that it can be put back.
+            _link_noreplace(dfd, ref.name, oname)
+            old_made = True
+            os.rename(tname, ref.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            tmp_made = False
+            if p.leased and not self._lease_held(src):
+                # A writer opened the original in the instant of the swap: give it back its file.
+                old_made = False  # whatever happens now, the original keeps a name
+                try:
+                    os.rename(oname, ref.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                except OSError as e:
+                    return Result(Outcome.FAILED, p.written, f"a writer came during the swap and the original could "
+                                  f"not be put back ({e.strerror}): it is kept as {oname.decode()}", p.copy_ino)
+                return Result(Outcome.IN_USE, p.written, "opened for writing during the swap", p.copy_ino)
+            os.unlink(oname, dir_fd=dfd)
+            old_made = False
+            return Result(Outcome.SWAPPED, p.written, copy_ino=p.copy_ino)
+        except (_Abort, OSError) as e:
+            return _failure(e, p.written)
+        finally:
+            self.drop(p, unlink=tmp_made)
+            if old_made:
+                _unlink_quiet(dfd, oname)
+
+    @staticmethod
+    def drop(p: Prepared, unlink: bool = True) -> None:
+        """Close a Prepared's descriptors (releasing the lease), and remove its temp unless told not to."""
+        if p.tmp >= 0:
+            os.close(p.tmp)
+            p.tmp = -1
+        if unlink:
+            _unlink_quiet(p.dfd, tmp_name(p.ref.ino))
+        if p.src >= 0:
+            os.close(p.src)
+            p.src = -1
 
     # -- a hardlink group ---------------------------------------------------------------------
 
@@ -256,12 +301,12 @@ class Copier:
             if self.stop.is_set():
                 raise _Abort(Outcome.ABORTED, "stop requested")
             if off >= seg_end:
-                data_at = _next_data(src, off, size)
+                data_at = next_data(src, off, size)
                 if data_at > off:  # a hole: leave it unwritten in the copy, hash it as zeros
-                    _hash_zeros(h, data_at - off)
+                    hash_zeros(h, data_at - off)
                     off = data_at
                     continue
-                seg_end = _next_hole(src, off, size)
+                seg_end = next_hole(src, off, size)
             want = min(CHUNK, seg_end - off)
             n = os.preadv(src, [mv[:want]], off)
             if n <= 0:
@@ -343,7 +388,7 @@ class Copier:
                 raise _Abort(Outcome.VERIFY, "copy read back differs from the original (hash)")
             return
         # size: compare samples of both files
-        for off in _sample_offsets(size):
+        for off in sample_offsets(size):
             a = os.pread(src, 65536, off)
             b = os.pread(dst, 65536, off)
             if a != b:
@@ -428,36 +473,3 @@ def _listxattr(fd: int, dev: int) -> list[str]:
             _NO_XATTRS.add(dev)
             return []  # a file system without xattrs: nothing to copy
         raise
-
-
-def _next_data(fd: int, off: int, size: int) -> int:
-    """Offset of the next data at or after ``off`` (``size`` if only a hole is left)."""
-    try:
-        return min(os.lseek(fd, off, SEEK_DATA), size)
-    except OSError as e:
-        if e.errno == errno.ENXIO:
-            return size  # a hole up to the end
-        return off  # SEEK_DATA not supported: treat everything as data
-
-
-def _next_hole(fd: int, off: int, size: int) -> int:
-    """End of the data at ``off`` (``size`` where holes are not reported)."""
-    try:
-        return max(off + 1, min(os.lseek(fd, off, SEEK_HOLE), size))
-    except OSError:
-        return size
-
-
-def _hash_zeros(h, n: int) -> None:
-    zmv = memoryview(ZERO)
-    while n > 0:
-        k = min(n, CHUNK)
-        h.update(zmv[:k])
-        n -= k
-
-
-def _sample_offsets(size: int) -> list[int]:
-    if size <= 4 * 65536:
-        return list(range(0, size, 65536)) or [0]
-    step = size // 5
-    return [0, step, 2 * step, 3 * step, 4 * step, max(0, size - 65536)]

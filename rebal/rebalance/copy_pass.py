@@ -1,6 +1,11 @@
 """One directory of a copy-verify-swap rebalance (method copy): its eligible files in batches, each
 file's journal row written before its copy starts (journal.py), the copies made by a pool of
-threads (copier.py), two batches in flight so that no worker waits for the last file of a batch."""
+threads (copier.py), two batches in flight so that no worker waits for the last file of a batch.
+
+Durability per batch where the file system has a proven barrier (durable.py: OpenZFS): the copies
+of a batch are made and verified without an fsync each, one barrier makes them all durable, then
+they are swapped. Elsewhere each copy is fsynced before its swap. Either way the batch's renames
+are made durable before the journal drops its rows."""
 
 from __future__ import annotations
 
@@ -9,7 +14,8 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 from ..units import human
-from . import journal
+from . import durable, journal
+from .copier import Prepared
 from .files import FileRef, Outcome, Result, restat, restore_times
 from .prepare import _avail
 from .scan import candidates
@@ -37,6 +43,8 @@ def copy_dir(r, pool: ThreadPoolExecutor, d, root: bytes, dev: int):
     try:
         dst = os.fstat(dfd)
         journal.start_dir(r.conn, r.report.run_id, d.path, dst)
+        barrier = durable.batch_barrier(dfd)
+        work = r.copier.copy if barrier is None else (lambda dfd_, f: r.copier.prepare(dfd_, f, fsync=False))
         todo = [FileRef.from_stat(d.path, n, st) for n, st in candidates(d.path, root, dev, r.filters)]
         for attempt in range(RETRIES + 1):
             retry: list[FileRef] = []
@@ -57,7 +65,7 @@ def copy_dir(r, pool: ThreadPoolExecutor, d, root: bytes, dev: int):
                     ids = journal.begin_batch(r.conn, r.report.run_id, batch)
                     r.pending_size += sum(f.size for f in batch)
                     r.pending_grow += sum(f.alloc for f in batch if r.pinned(f.mtime_ns))
-                    window.append((batch, ids, [pool.submit(r.copier.copy, dfd, f) for f in batch]))
+                    window.append((batch, ids, [pool.submit(work, dfd, f) for f in batch]))
                 if not window:
                     if r.limit_hit() or r.stop.is_set():
                         return rep
@@ -65,7 +73,11 @@ def copy_dir(r, pool: ThreadPoolExecutor, d, root: bytes, dev: int):
                 batch, ids, futures = window.popleft()
                 r.pending_size -= sum(f.size for f in batch)
                 r.pending_grow -= sum(f.alloc for f in batch if r.pinned(f.mtime_ns))
-                finish(r, dfd, rep, batch, ids, [f.result() for f in futures], attempt, retry)
+                results = collect(r, futures)
+                if barrier is not None:
+                    results = swap_batch(r, dfd, barrier, results)
+                durable.after_swaps(dfd, barrier)
+                finish(r, dfd, rep, batch, ids, results, attempt, retry)
             if r.limit_hit():
                 return rep
             todo = retry
@@ -75,6 +87,36 @@ def copy_dir(r, pool: ThreadPoolExecutor, d, root: bytes, dev: int):
     finally:
         restore_times(dfd, dst)
         os.close(dfd)
+
+
+def collect(r, futures) -> list:
+    """The batch's outcomes (Results, or Prepared copies awaiting the barrier). A worker that raised
+    (no per-file problem does: only a bug or MemoryError) leaves no prepared copy open behind it."""
+    try:
+        return [f.result() for f in futures]
+    except BaseException:
+        for f in futures:
+            x = f.result() if f.done() and not f.exception() else None
+            if isinstance(x, Prepared):
+                r.copier.drop(x)
+        raise
+
+
+def swap_batch(r, dfd: int, barrier, results: list) -> list[Result]:
+    """One barrier for the batch's prepared copies, then their swaps (in this thread: a few
+    metadata calls each, while the workers copy the next batch). If the barrier fails, no copy of
+    the batch is swapped: each is dropped and counted failed, its original untouched."""
+    prepared = [x for x in results if isinstance(x, Prepared)]
+    if not prepared:
+        return results
+    try:
+        barrier(dfd)
+    except OSError as e:
+        why = f"the batch could not be made durable (syncfs: {e.strerror})"
+        for p in prepared:
+            r.copier.drop(p)
+        return [Result(Outcome.FAILED, x.written, why, x.copy_ino) if isinstance(x, Prepared) else x for x in results]
+    return [r.copier.swap(x) if isinstance(x, Prepared) else x for x in results]
 
 
 def finish(r, dfd: int, rep, batch: list[FileRef], ids: list[int], results: list[Result], attempt: int,

@@ -59,7 +59,9 @@ def test_mixed_tree_rebalance_closes_the_spread_and_keeps_everything(make_pool, 
 
 def test_crash_at_random_moments_then_rerun(make_pool, tmp_path):
     """SIGKILL the rebalance at 25 random moments; after each a rerun finishes, and the tree is the
-    same (hardlink groups included: --hardlinks re-creates them), with no temp file left."""
+    same (hardlink groups included: --hardlinks re-creates them), with no temp file left. Every
+    other killed run makes its copies durable per batch (REBAL_DURABILITY=batch: copies of a batch
+    made, then one barrier, then their swaps), so kills land inside batch windows too."""
     seed = int(os.environ.get("REBAL_CRASH_SEED", "20261122"))
     rng = random.Random(seed)
     pool, data = grown_pool(
@@ -73,7 +75,9 @@ def test_crash_at_random_moments_then_rerun(make_pool, tmp_path):
             "--target-spread", "0.01", "--hardlinks", "--json"]
     kills = 0
     for i in range(25):
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        mode = "batch" if i % 2 else "file"
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=dict(os.environ, REBAL_DURABILITY=mode))
         # kill once the run has started copying, after a random number of directories
         want = rng.randint(0, 14)  # 13 directories, then the hardlink groups
         seen = 0
@@ -89,9 +93,9 @@ def test_crash_at_random_moments_then_rerun(make_pool, tmp_path):
         kills += proc.returncode == -signal.SIGKILL
         r = rebal("rebalance", f"{pool.name}/data", "--target-spread", "0.01", "--hardlinks", "--json", config=cfg)
         done = json.loads(r.stdout.splitlines()[-1])
-        assert done["outcome"] in ("incomplete", "ok"), (seed, i, done)
-        assert temp_leftovers(data) == [], (seed, i)
-        assert manifest(data) == before, (seed, i)
+        assert done["outcome"] in ("incomplete", "ok"), (seed, i, mode, done)
+        assert temp_leftovers(data) == [], (seed, i, mode)
+        assert manifest(data) == before, (seed, i, mode)
     assert kills >= 20, f"only {kills} of 25 runs were killed mid-way (seed {seed})"
 
 
