@@ -2,10 +2,9 @@
 file's journal row written before its copy starts (journal.py), the copies made by a pool of
 threads (copier.py), two batches in flight so that no worker waits for the last file of a batch.
 
-Durability per batch where the file system has a proven barrier (durable.py: OpenZFS): the copies
-of a batch are made and verified without an fsync each, one barrier makes them all durable, then
-they are swapped. Elsewhere each copy is fsynced before its swap. Either way the batch's renames
-are made durable before the journal drops its rows."""
+Durability per batch (durable.py): the copies of a batch are made and verified without an fsync
+each, one barrier makes them all durable, then they are swapped; the batch's renames are made
+durable before the journal drops its rows. REBAL_DURABILITY=file: an fsync inside each copy."""
 
 from __future__ import annotations
 
@@ -43,8 +42,9 @@ def copy_dir(r, pool: ThreadPoolExecutor, d, root: bytes, dev: int):
     try:
         dst = os.fstat(dfd)
         journal.start_dir(r.conn, r.report.run_id, d.path, dst)
-        barrier = durable.batch_barrier(dfd)
-        work = r.copier.copy if barrier is None else (lambda dfd_, f: r.copier.prepare(dfd_, f, fsync=False))
+        barrier = durable.Barrier(dfd)
+        batched = durable.per_batch()
+        work = (lambda dfd_, f: r.copier.prepare(dfd_, f, fsync=False)) if batched else r.copier.copy
         todo = [FileRef.from_stat(d.path, n, st) for n, st in candidates(d.path, root, dev, r.filters)]
         for attempt in range(RETRIES + 1):
             retry: list[FileRef] = []
@@ -74,9 +74,9 @@ def copy_dir(r, pool: ThreadPoolExecutor, d, root: bytes, dev: int):
                 r.pending_size -= sum(f.size for f in batch)
                 r.pending_grow -= sum(f.alloc for f in batch if r.pinned(f.mtime_ns))
                 results = collect(r, futures)
-                if barrier is not None:
-                    results = swap_batch(r, dfd, barrier, results)
-                durable.after_swaps(dfd, barrier)
+                if batched:
+                    results = swap_batch(r, barrier, results)
+                barrier.renames()
                 finish(r, dfd, rep, batch, ids, results, attempt, retry)
             if r.limit_hit():
                 return rep
@@ -102,7 +102,7 @@ def collect(r, futures) -> list:
         raise
 
 
-def swap_batch(r, dfd: int, barrier, results: list) -> list[Result]:
+def swap_batch(r, barrier: durable.Barrier, results: list) -> list[Result]:
     """One barrier for the batch's prepared copies, then their swaps (in this thread: a few
     metadata calls each, while the workers copy the next batch). If the barrier fails, no copy of
     the batch is swapped: each is dropped and counted failed, its original untouched."""
@@ -110,9 +110,9 @@ def swap_batch(r, dfd: int, barrier, results: list) -> list[Result]:
     if not prepared:
         return results
     try:
-        barrier(dfd)
+        barrier.copies([p.tmp for p in prepared])
     except OSError as e:
-        why = f"the batch could not be made durable (syncfs: {e.strerror})"
+        why = f"the batch's copies could not be made durable ({e.strerror})"
         for p in prepared:
             r.copier.drop(p)
         return [Result(Outcome.FAILED, x.written, why, x.copy_ino) if isinstance(x, Prepared) else x for x in results]

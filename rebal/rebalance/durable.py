@@ -1,20 +1,18 @@
-"""How a batch of copies is made durable before their renames: one barrier for the batch where the
-file system provably has one, else an fsync per copy (as before).
+"""How a batch of copies is made durable before their renames, and the renames before the journal
+forgets them: one barrier per batch instead of an fsync inside every copy.
 
-On OpenZFS under Linux, syncfs(2) on a dataset runs zfs_sync(), which calls
-``zil_commit(zilog, 0)``: object 0 means every object, so every pending write, create and setattr of
-the dataset is in the intent log (or a synced transaction group) when it returns. That is one
-barrier for all the copies of a batch, and it is what rebal uses there. Proven in the OpenZFS lane by
-power cuts (tests/openzfs/test_vm_powercut.py): the guest is killed inside batch windows and the tree
-is whole after each.
+- OpenZFS under Linux: syncfs(2) on a dataset runs zfs_sync(), which calls ``zil_commit(zilog, 0)``;
+  object 0 means every object, so every pending write, create and setattr of the dataset is in the
+  intent log when it returns. One call for the whole batch. Proven in the OpenZFS lane by power cuts
+  of the guest inside batch windows (tests/openzfs/test_vm_powercut.py).
+- Anywhere else (zfs-fuse, and any other file system): the copies are fsynced one after another once
+  the whole batch is written. That is correct on every POSIX file system, and cheap on zfs-fuse,
+  whose intent log commits every record up to the fsynced file's last one: the first fsync writes
+  the log for the batch, the others find it written. syncfs(2) is no barrier there at all (FUSE does
+  not pass it on: a file written and syncfs'd is lost when the daemon dies). Both proven by killing
+  the zfs-fuse daemon (tests/integration/test_durability_zfs.py).
 
-Anywhere else the copier keeps its fsync per file. On zfs-fuse syncfs(2) returns at once without
-reaching the daemon (the kernel sends FUSE no sync request: only virtiofs asks for one), so it is no
-barrier at all; on other file systems rebal does not rely on one it has not tested.
-
-``REBAL_DURABILITY`` = ``file`` or ``batch`` overrides the choice (``batch`` on a file system whose
-syncfs is not a barrier keeps the crash guarantees of a killed process, not of a power cut: the
-zfs-fuse crash tests use it to kill runs inside batch windows).
+``REBAL_DURABILITY=file`` goes back to an fsync inside each copy (the benches compare the two).
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-from collections.abc import Callable
 
 ZFS_SUPER_MAGIC = 0x2FC12FC1  # OpenZFS's Linux super block magic (zfs_vfsops.c)
 _libc = None
@@ -50,24 +47,35 @@ def syncfs(fd: int) -> None:
         raise OSError(e, os.strerror(e))
 
 
-def batch_barrier(dfd: int) -> Callable[[int], None] | None:
-    """The barrier that makes a whole batch of copies in directory ``dfd`` durable, or None where
-    each copy must be fsynced on its own."""
-    forced = os.environ.get("REBAL_DURABILITY", "")
-    if forced == "file":
-        return None
-    if forced == "batch" or fs_type(dfd) == ZFS_SUPER_MAGIC:
-        return syncfs
-    return None
+def per_batch() -> bool:
+    """Durability per batch (the default), or an fsync inside each copy (REBAL_DURABILITY=file)."""
+    return os.environ.get("REBAL_DURABILITY", "batch") != "file"
 
 
-def after_swaps(dfd: int, barrier: Callable[[int], None] | None) -> None:
-    """Make a batch's renames durable before the journal forgets its rows: a power cut must not bring
-    back a temp name that no journal row names any more. The directory's fsync commits its renames
-    (on ZFS, to the intent log); the barrier does the same for the whole dataset. A failure here
-    risks no data (every name holds a complete file); at worst a temp is left for the leftover
-    clean-up of the next run (leftovers.py), so it is not raised."""
-    try:
-        (barrier or os.fsync)(dfd)
-    except OSError:
-        pass
+class Barrier:
+    """The durability calls of one directory's batches."""
+
+    def __init__(self, dfd: int) -> None:
+        self.dfd = dfd
+        self.syncfs = fs_type(dfd) == ZFS_SUPER_MAGIC
+
+    def copies(self, fds: list[int]) -> None:
+        """Make the batch's copies (open descriptors of the temps) durable, or raise OSError."""
+        if not fds:
+            return
+        if self.syncfs:
+            syncfs(fds[0])
+        else:
+            for fd in fds:
+                os.fsync(fd)
+
+    def renames(self) -> None:
+        """Make the batch's renames durable before the journal drops its rows: a power cut must not
+        bring back a temp name that no journal row names. The directory's fsync commits its renames
+        (on ZFS the intent log up to the last rename); syncfs commits the whole dataset. A failure
+        here risks no data (every name holds a complete file); at worst a temp is left for the
+        leftover clean-up of the next run (leftovers.py), so it is not raised."""
+        try:
+            (syncfs if self.syncfs else os.fsync)(self.dfd)
+        except OSError:
+            pass

@@ -4,9 +4,11 @@ zfs-fuse daemon holds the pool's open transaction groups and intent log in its m
 each cut the daemon is started again, the pool imported and mounted, and what survived is read.
 
 - syncfs(2) is no barrier there: a file written and syncfs'd is gone after the cut (FUSE does not
-  pass syncfs on to the daemon). So rebal keeps an fsync per copy on zfs-fuse (durable.py).
-- An fsync'd copy swapped in by the copier, with the directory fsynced after the swap (what the copy
-  pass does before the journal drops its rows), is there after the cut: the new inode, whole.
+  pass syncfs on to the daemon), while an fsync'd one survives.
+- The batch barrier rebal uses there (durable.Barrier: the batch's copies fsynced once all are
+  written): a cut right after it leaves every copy of the batch whole, and copies made after it are
+  lost (so the cut is real); a cut right after the swaps and the directory's fsync leaves every name
+  on its new inode, whole, and no temp or anchor name.
 
 The OpenZFS barrier (syncfs = zil_commit of every object) is proven by the lane's power cuts of the
 whole guest (tests/openzfs/test_vm_powercut.py)."""
@@ -21,7 +23,7 @@ import pytest
 from zfsenv import sh
 
 from rebal.rebalance import durable
-from rebal.rebalance.copier import Copier, FileRef, Outcome
+from rebal.rebalance.copier import Copier, FileRef, Outcome, Prepared, tmp_name
 
 pytestmark = pytest.mark.zfs
 
@@ -64,8 +66,7 @@ def test_syncfs_is_no_barrier_on_zfs_fuse_and_fsync_is(cut_pool):
     d = cut_pool.mountpoint / "d"
     dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        assert durable.fs_type(dfd) != durable.ZFS_SUPER_MAGIC
-        assert durable.batch_barrier(dfd) is None, "zfs-fuse: an fsync per copy, no batch barrier"
+        assert not durable.Barrier(dfd).syncfs, "zfs-fuse: the batch's copies are fsynced, no syncfs"
         fd = write(d / "synced-by-syncfs")
         durable.syncfs(fd)  # returns 0 ...
         os.close(fd)
@@ -80,21 +81,65 @@ def test_syncfs_is_no_barrier_on_zfs_fuse_and_fsync_is(cut_pool):
     assert (d / "fsynced").read_bytes() == DATA
 
 
-def test_a_swapped_copy_survives_a_power_cut(cut_pool):
+def batch_of(d: Path, n: int, tag: str) -> list[FileRef]:
+    refs = []
+    for i in range(n):
+        p = d / f"{tag}{i}"
+        p.write_bytes(DATA[: 4096 + 997 * i])
+        refs.append(FileRef.from_stat(os.fsencode(d), os.fsencode(p.name), os.lstat(p)))
+    return refs
+
+
+def commit(pool) -> None:
+    """The originals committed first: a property change is a sync task, it waits for its txg."""
+    sh("zfs", "set", "rebal:test=1", pool.name)
+    sh("zfs", "inherit", "rebal:test", pool.name)
+
+
+def test_a_cut_right_after_the_barrier_keeps_every_copy_of_the_batch(cut_pool):
     d = cut_pool.mountpoint / "d"
-    (d / "f").write_bytes(DATA)
-    # the original is committed first (a sync task waits for its transaction group)
-    sh("zfs", "set", "rebal:test=1", cut_pool.name)
-    st = os.lstat(d / "f")
+    refs = batch_of(d, 20, "f")
+    late_refs = batch_of(d, 5, "late")
+    commit(cut_pool)
+    c = Copier()
     dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        res = Copier().copy(dfd, FileRef.from_stat(os.fsencode(d), b"f", st))
-        assert res.outcome is Outcome.SWAPPED, res
-        durable.after_swaps(dfd, durable.batch_barrier(dfd))
+        prepared = [c.prepare(dfd, r, fsync=False) for r in refs]
+        assert all(isinstance(p, Prepared) for p in prepared)
+        durable.Barrier(dfd).copies([p.tmp for p in prepared])
+        late = [c.prepare(dfd, r, fsync=False) for r in late_refs]  # after the barrier: not durable
+        assert all(isinstance(p, Prepared) for p in late)
+        for p in prepared + late:
+            os.close(p.tmp)
+            os.close(p.src)
     finally:
         os.close(dfd)
     power_cut_and_back(cut_pool)
-    after = os.lstat(d / "f")
-    assert after.st_ino == res.copy_ino != st.st_ino, "the swap survived the cut"
-    assert (d / "f").read_bytes() == DATA
-    assert sorted(os.listdir(d)) == ["f"], "no temp or anchor name came back"
+    for i, r in enumerate(refs):
+        want = DATA[: 4096 + 997 * i]
+        assert (d / f"f{i}").read_bytes() == want and os.lstat(d / f"f{i}").st_ino == r.ino, "original untouched"
+        assert (d / tmp_name(r.ino).decode()).read_bytes() == want, f"copy {i} is whole after the cut"
+    lost = [r for r in late_refs if (d / tmp_name(r.ino).decode()).exists()]
+    assert lost == [], "copies made after the barrier are lost: the cut is a real one"
+
+
+def test_a_cut_right_after_a_batch_was_swapped_keeps_every_swap(cut_pool):
+    d = cut_pool.mountpoint / "d"
+    refs = batch_of(d, 20, "f")
+    commit(cut_pool)
+    c = Copier()
+    dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        prepared = [c.prepare(dfd, r, fsync=False) for r in refs]
+        b = durable.Barrier(dfd)
+        b.copies([p.tmp for p in prepared])
+        results = [c.swap(p) for p in prepared]
+        assert [x.outcome for x in results] == [Outcome.SWAPPED] * 20
+        b.renames()  # what the copy pass does before the journal drops the batch's rows
+    finally:
+        os.close(dfd)
+    power_cut_and_back(cut_pool)
+    for i, (r, res) in enumerate(zip(refs, results)):
+        assert os.lstat(d / f"f{i}").st_ino == res.copy_ino != r.ino, f"swap {i} survived the cut"
+        assert (d / f"f{i}").read_bytes() == DATA[: 4096 + 997 * i]
+    assert sorted(os.listdir(d)) == sorted(f"f{i}" for i in range(20)), "no temp or anchor name came back"

@@ -39,8 +39,11 @@ def test_prepare_leaves_a_verified_copy_and_swap_puts_it_in_place(richfs, dfd):
     for f, p in zip(files, prepared):
         assert os.lstat(f).st_ino == p.ref.ino
         assert (richfs / tmp_name(p.ref.ino).decode()).read_bytes() == f.read_bytes()
-    durable.syncfs(dfd)
+    b = durable.Barrier(dfd)
+    assert not b.syncfs, "tmpfs: not OpenZFS"
+    b.copies([p.tmp for p in prepared])
     results = [c.swap(p) for p in prepared]
+    b.renames()
     assert [x.outcome for x in results] == [Outcome.SWAPPED] * 5
     assert [os.lstat(f).st_ino for f in files] == [p.copy_ino for p in prepared]
     assert manifest(richfs) == before and temp_leftovers(richfs) == []
@@ -84,19 +87,31 @@ def test_a_failed_prepare_is_a_result_and_leaves_nothing(richfs, dfd):
     assert res.outcome is Outcome.ABORTED and temp_leftovers(richfs) == []
 
 
-def test_barrier_only_where_it_is_proven(richfs, dfd, monkeypatch):
-    monkeypatch.delenv("REBAL_DURABILITY", raising=False)
+def test_syncfs_only_on_openzfs(richfs, dfd, monkeypatch):
     assert durable.fs_type(dfd) == TMPFS_MAGIC  # read from fstatfs(2), not guessed
-    assert durable.batch_barrier(dfd) is None, "tmpfs: an fsync per copy"
+    assert not durable.Barrier(dfd).syncfs, "tmpfs: the copies are fsynced one after another"
     monkeypatch.setattr(durable, "fs_type", lambda fd: durable.ZFS_SUPER_MAGIC)
-    assert durable.batch_barrier(dfd) is durable.syncfs, "OpenZFS: one syncfs per batch"
+    b = durable.Barrier(dfd)
+    assert b.syncfs, "OpenZFS: one syncfs for the batch"
+    calls = []
+    monkeypatch.setattr(durable, "syncfs", calls.append)
+    b.copies([7, 8, 9])
+    b.renames()
+    assert calls == [7, dfd]
+
+
+def test_per_batch_unless_told(monkeypatch):
+    monkeypatch.delenv("REBAL_DURABILITY", raising=False)
+    assert durable.per_batch()
     monkeypatch.setenv("REBAL_DURABILITY", "file")
-    assert durable.batch_barrier(dfd) is None
-    monkeypatch.undo()
-    monkeypatch.setenv("REBAL_DURABILITY", "batch")
-    assert durable.batch_barrier(dfd) is durable.syncfs
+    assert not durable.per_batch()
 
 
-def test_syncfs_errors_are_raised(tmp_path):
+def test_a_barrier_that_fails_is_raised_and_a_rename_barrier_that_fails_is_not(tmp_path):
     with pytest.raises(OSError):
         durable.syncfs(987654)  # no such descriptor: EBADF
+    b = durable.Barrier(os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY))
+    with pytest.raises(OSError):
+        b.copies([987654])
+    os.close(b.dfd)
+    b.renames()  # a closed directory descriptor: nothing raised, nothing is at risk
