@@ -103,20 +103,23 @@ def collect(r, futures) -> list:
 
 
 def swap_batch(r, barrier: durable.Barrier, results: list) -> list[Result]:
-    """One barrier for the batch's prepared copies, then their swaps (in this thread: a few
-    metadata calls each, while the workers copy the next batch). If the barrier fails, no copy of
-    the batch is swapped: each is dropped and counted failed, its original untouched."""
+    """One barrier for the batch's prepared copies, then their swaps, on the run's second pool of
+    threads (a few metadata calls each; the first pool copies the next batch meanwhile). If the
+    barrier fails, no copy of the batch is swapped: each is dropped and counted failed, its
+    original untouched."""
     prepared = [x for x in results if isinstance(x, Prepared)]
     if not prepared:
         return results
+    pmap = r.swap_pool.map if r.swap_pool is not None else map
     try:
-        barrier.copies([p.tmp for p in prepared])
+        barrier.copies([p.tmp for p in prepared], pmap)
     except OSError as e:
         why = f"the batch's copies could not be made durable ({e.strerror})"
         for p in prepared:
             r.copier.drop(p)
         return [Result(Outcome.FAILED, x.written, why, x.copy_ino) if isinstance(x, Prepared) else x for x in results]
-    return [r.copier.swap(x) if isinstance(x, Prepared) else x for x in results]
+    swapped = iter(list(pmap(r.copier.swap, prepared)))
+    return [next(swapped) if isinstance(x, Prepared) else x for x in results]
 
 
 def finish(r, dfd: int, rep, batch: list[FileRef], ids: list[int], results: list[Result], attempt: int,

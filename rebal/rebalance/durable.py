@@ -52,6 +52,14 @@ def per_batch() -> bool:
     return os.environ.get("REBAL_DURABILITY", "batch") != "file"
 
 
+def _fsync(fd: int) -> OSError | None:
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        return e
+    return None
+
+
 class Barrier:
     """The durability calls of one directory's batches."""
 
@@ -59,15 +67,17 @@ class Barrier:
         self.dfd = dfd
         self.syncfs = fs_type(dfd) == ZFS_SUPER_MAGIC
 
-    def copies(self, fds: list[int]) -> None:
-        """Make the batch's copies (open descriptors of the temps) durable, or raise OSError."""
+    def copies(self, fds: list[int], map_=map) -> None:
+        """Make the batch's copies (open descriptors of the temps) durable, or raise OSError.
+        ``map_``: how the fsyncs are spread (a thread pool's map runs them at once)."""
         if not fds:
             return
         if self.syncfs:
             syncfs(fds[0])
-        else:
-            for fd in fds:
-                os.fsync(fd)
+            return
+        errors = [e for e in map_(_fsync, fds) if e is not None]  # every fsync has ended here
+        if errors:
+            raise errors[0]
 
     def renames(self) -> None:
         """Make the batch's renames durable before the journal drops its rows: a power cut must not

@@ -114,6 +114,7 @@ class _Run:
         self.pool_name = prep.pool.name
         self.reserve = prep.pool.size * opts.reserve_percent / 100
         self.copier = Copier(opts.verify, stop, Throttle(opts.max_rate))
+        self.swap_pool = None  # the copy pass's second pool of threads (barriers and swaps), while it runs
         self.report: Report
         self.stop_reason = ""
         self.last_settle = time.monotonic()
@@ -329,7 +330,8 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
     if r.spread_now <= opts.target_spread and not r.all:
         return "ok", f"spread {r.spread_now:.1f} is within the target {opts.target_spread:g}"
     roots = {t.root: os.lstat(t.root).st_dev for t in prep.targets}
-    with ThreadPoolExecutor(max_workers=prep.jobs, thread_name_prefix="rebal-copy") as pool:
+    with ThreadPoolExecutor(max_workers=prep.jobs, thread_name_prefix="rebal-copy") as pool, \
+            ThreadPoolExecutor(max_workers=prep.jobs, thread_name_prefix="rebal-swap") as r.swap_pool:
         for d in dirs:
             why = r.limit_hit()
             if why:
