@@ -148,7 +148,7 @@ class Copier:
             old_made = True
             os.rename(tname, ref.name, src_dir_fd=dfd, dst_dir_fd=dfd)
             tmp_made = False
-            if p.leased and not self._lease_held(src):
+            if p.leased and not self.lease_held(src):
                 # A writer opened the original in the instant of the swap: give it back its file.
                 old_made = False  # whatever happens now, the original keeps a name
                 try:
@@ -224,13 +224,13 @@ class Copier:
             os.link(ref0.name, old_name(ino), src_dir_fd=dfd0, dst_dir_fd=dfd0, follow_symlinks=False)
             anchor = (dfd0, old_name(ino))
             for k, (dfd, ref) in enumerate(names):
-                if leased and not self._lease_held(src):
+                if leased and not self.lease_held(src):
                     raise _Abort(Outcome.IN_USE, "opened for writing while the group was switched")
                 tname = t0 if k == 0 else group_tmp_name(ino, k)
                 os.rename(tname, ref.name, src_dir_fd=dfd, dst_dir_fd=dfd)
                 temps.remove((dfd, tname))
                 swapped.append(k)
-            if leased and not self._lease_held(src):
+            if leased and not self.lease_held(src):
                 raise _Abort(Outcome.IN_USE, "opened for writing while the group was switched")
             return Result(Outcome.SWAPPED, written, copy_ino=tst.st_ino)
         except (_Abort, OSError) as e:
@@ -279,7 +279,7 @@ class Copier:
             return False  # no lease support here (EINVAL, ENOLCK, EPERM): rely on the unchanged-check
 
     @staticmethod
-    def _lease_held(fd: int) -> bool:
+    def lease_held(fd: int) -> bool:
         try:
             return fcntl.fcntl(fd, F_GETLEASE) == fcntl.F_RDLCK
         except OSError:
@@ -324,7 +324,7 @@ class Copier:
             since_check += n
             if leased and since_check >= LEASE_CHECK_BYTES:
                 since_check = 0
-                if not self._lease_held(src):
+                if not self.lease_held(src):
                     raise _Abort(Outcome.IN_USE, "opened for writing during the copy")
             if nonzero:
                 end = off
@@ -403,7 +403,7 @@ class Copier:
             raise _Abort(Outcome.CHANGED, "replaced while being copied")
         if not _same(os.fstat(src), ref):
             raise _Abort(Outcome.CHANGED, "modified while being copied")
-        if leased and not self._lease_held(src):
+        if leased and not self.lease_held(src):
             raise _Abort(Outcome.IN_USE, "opened for writing during the copy")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from ..units import human
 from . import durable, journal
@@ -22,6 +22,7 @@ from .scan import candidates
 BATCH_FILES = 64
 BATCH_BYTES = 256 << 20
 WINDOW = 2  # batches in flight at once
+LEASE_POLL = 0.2  # seconds between two looks at the leases of copies waiting for their batch's barrier
 RETRIES = 2  # a file that changed while copied is tried again this often in the same run
 # files this run's limits leave for a later run: not failures, and their directory is not done
 DEFER_MAX_BYTES = "larger than --max-bytes"
@@ -90,13 +91,27 @@ def copy_dir(r, pool: ThreadPoolExecutor, d, root: bytes, dev: int):
 
 
 def collect(r, futures) -> list:
-    """The batch's outcomes (Results, or Prepared copies awaiting the barrier). A worker that raised
-    (no per-file problem does: only a bug or MemoryError) leaves no prepared copy open behind it."""
+    """The batch's outcomes (Results, or Prepared copies awaiting the barrier). While the batch is
+    being made, a prepared original whose lease a writer broke is let go at once (within
+    LEASE_POLL), so the writer's open(2), which waits on the lease, is not held up until the barrier.
+    A worker that raised (no per-file problem does: only a bug or MemoryError) leaves no prepared
+    copy open behind it."""
+    out: list = [None] * len(futures)
+    pending = set(range(len(futures)))
     try:
-        return [f.result() for f in futures]
+        while pending:
+            wait([futures[i] for i in pending], timeout=LEASE_POLL, return_when=FIRST_COMPLETED)
+            for i in [i for i in pending if futures[i].done()]:
+                out[i] = futures[i].result()
+                pending.discard(i)
+            for i, x in enumerate(out):
+                if isinstance(x, Prepared) and x.leased and not r.copier.lease_held(x.src):
+                    r.copier.drop(x)
+                    out[i] = Result(Outcome.IN_USE, x.written, "opened for writing while its batch was made durable",
+                                    x.copy_ino)
+        return out
     except BaseException:
-        for f in futures:
-            x = f.result() if f.done() and not f.exception() else None
+        for x in out:
             if isinstance(x, Prepared):
                 r.copier.drop(x)
         raise

@@ -298,7 +298,7 @@ def test_hardlink_group_switched_back_when_a_writer_comes(richfs):
 
     class BreaksMidway(Copier):
         @staticmethod
-        def _lease_held(fd):
+        def lease_held(fd):
             # the lease breaks once the first name points at the copy (a writer came meanwhile)
             if os.lstat(paths[0]).st_ino != ino:
                 switched.append(True)
@@ -337,7 +337,7 @@ def test_failed_switch_back_keeps_the_original(richfs):
 
     class BreaksTwice(Copier):
         @staticmethod
-        def _lease_held(fd):
+        def lease_held(fd):
             return os.lstat(paths[0]).st_ino == ino  # breaks once the first name was switched
 
         @staticmethod

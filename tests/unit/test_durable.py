@@ -115,3 +115,35 @@ def test_a_barrier_that_fails_is_raised_and_a_rename_barrier_that_fails_is_not(t
         b.copies([987654])
     os.close(b.dfd)
     b.renames()  # a closed directory descriptor: nothing raised, nothing is at risk
+
+
+def test_a_writer_is_not_held_up_until_the_batch_is_made_durable(richfs, dfd):
+    """A prepared original stays open (and leased) until its batch's barrier. A writer that opens it
+    meanwhile waits on the lease: the copy pass lets the file go at once instead of at the barrier
+    (which could be a whole throttled batch later, or the kernel's 45 s lease-break time)."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from rebal.rebalance.copy_pass import collect
+    from rebal.rebalance.files import Result
+
+    f = richfs / "a"
+    f.write_bytes(b"x" * 10000)
+    c = Copier()
+    p = c.prepare(dfd, ref_of(f), fsync=False)
+    assert isinstance(p, Prepared) and p.leased, "tmpfs takes leases (as root)"
+    ready, rest_of_batch = Future(), Future()
+    ready.set_result(p)
+
+    def writer():  # the rest of the batch ends only once the writer got the file
+        with open(f, "ab") as w:
+            w.write(b"y")
+        rest_of_batch.set_result(Result(Outcome.SWAPPED))
+
+    t = threading.Thread(target=writer)
+    t.start()
+    out = collect(SimpleNamespace(copier=c), [ready, rest_of_batch])
+    t.join()
+    assert out[0].outcome is Outcome.IN_USE, out[0]
+    assert f.read_bytes() == b"x" * 10000 + b"y" and os.lstat(f).st_ino == p.ref.ino
+    assert temp_leftovers(richfs) == []
