@@ -2,9 +2,10 @@
 file's journal row written before its copy starts (journal.py), the copies made by a pool of
 threads (copier.py), two batches in flight so that no worker waits for the last file of a batch.
 
-Durability per batch (durable.py): the copies of a batch are made and verified without an fsync
-each, one barrier makes them all durable, then they are swapped; the batch's renames are made
-durable before the journal drops its rows. REBAL_DURABILITY=file: an fsync inside each copy."""
+Durability per batch on OpenZFS (durable.py): the copies of a batch are made and verified without
+an fsync each, one barrier makes them all durable, then they are swapped. Elsewhere each copy is
+fsynced before its swap. Either way the batch's renames are made durable before the journal drops
+its rows."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def copy_dir(r, pool: ThreadPoolExecutor, d, root: bytes, dev: int):
         dst = os.fstat(dfd)
         journal.start_dir(r.conn, r.report.run_id, d.path, dst)
         barrier = durable.Barrier(dfd)
-        batched = durable.per_batch()
+        batched = durable.per_batch(barrier)
         work = (lambda dfd_, f: r.copier.prepare(dfd_, f, fsync=False)) if batched else r.copier.copy
         todo = [FileRef.from_stat(d.path, n, st) for n, st in candidates(d.path, root, dev, r.filters)]
         for attempt in range(RETRIES + 1):

@@ -12,7 +12,10 @@ forgets them: one barrier per batch instead of an fsync inside every copy.
   not pass it on: a file written and syncfs'd is lost when the daemon dies). Both proven by killing
   the zfs-fuse daemon (tests/integration/test_durability_zfs.py).
 
-``REBAL_DURABILITY=file`` goes back to an fsync inside each copy (the benches compare the two).
+Which one runs (``per_batch``): the batch barrier where it is one call, on OpenZFS; an fsync inside
+each copy elsewhere, since zfs-fuse already commits the fsyncs of the parallel workers together
+(bench/rebalance.py measured batches at 0.94-0.95x the per-copy fsync there). ``REBAL_DURABILITY``
+= ``batch`` or ``file`` chooses either anywhere (the crash tests and the benches use both).
 """
 
 from __future__ import annotations
@@ -47,9 +50,13 @@ def syncfs(fd: int) -> None:
         raise OSError(e, os.strerror(e))
 
 
-def per_batch() -> bool:
-    """Durability per batch (the default), or an fsync inside each copy (REBAL_DURABILITY=file)."""
-    return os.environ.get("REBAL_DURABILITY", "batch") != "file"
+def per_batch(barrier: Barrier) -> bool:
+    """Durability per batch, or an fsync inside each copy: REBAL_DURABILITY (batch, file) if set,
+    else per batch where the barrier is one syncfs (OpenZFS)."""
+    forced = os.environ.get("REBAL_DURABILITY", "")
+    if forced in ("batch", "file"):
+        return forced == "batch"
+    return barrier.syncfs
 
 
 def _fsync(fd: int) -> OSError | None:

@@ -59,10 +59,10 @@ def test_mixed_tree_rebalance_closes_the_spread_and_keeps_everything(make_pool, 
 
 def test_crash_at_random_moments_then_rerun(make_pool, tmp_path):
     """SIGKILL the rebalance at 25 random moments; after each a rerun finishes, and the tree is the
-    same (hardlink groups included: --hardlinks re-creates them), with no temp file left. Runs make
-    their copies durable per batch (the copies of a batch made, one barrier, then their swaps), so
-    kills land inside batch windows; every other killed run fsyncs inside each copy instead
-    (REBAL_DURABILITY=file), so both paths are killed."""
+    same (hardlink groups included: --hardlinks re-creates them), with no temp file left. Every other
+    killed run makes its copies durable per batch (REBAL_DURABILITY=batch: the copies of a batch
+    made, one barrier, then their swaps, as on OpenZFS), so kills land inside batch windows; the
+    others fsync inside each copy (zfs-fuse's default), so both paths are killed."""
     seed = int(os.environ.get("REBAL_CRASH_SEED", "20261122"))
     rng = random.Random(seed)
     pool, data = grown_pool(

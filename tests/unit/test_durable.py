@@ -100,11 +100,17 @@ def test_syncfs_only_on_openzfs(richfs, dfd, monkeypatch):
     assert calls == [7, dfd]
 
 
-def test_per_batch_unless_told(monkeypatch):
+def test_per_batch_on_openzfs_unless_told(dfd, monkeypatch):
     monkeypatch.delenv("REBAL_DURABILITY", raising=False)
-    assert durable.per_batch()
+    tmpfs = durable.Barrier(dfd)
+    assert not durable.per_batch(tmpfs), "not OpenZFS: an fsync inside each copy"
+    monkeypatch.setattr(durable, "fs_type", lambda fd: durable.ZFS_SUPER_MAGIC)
+    zfs = durable.Barrier(dfd)
+    assert durable.per_batch(zfs), "OpenZFS: one syncfs per batch"
     monkeypatch.setenv("REBAL_DURABILITY", "file")
-    assert not durable.per_batch()
+    assert not durable.per_batch(zfs)
+    monkeypatch.setenv("REBAL_DURABILITY", "batch")
+    assert durable.per_batch(tmpfs)
 
 
 def test_a_barrier_that_fails_is_raised_and_a_rename_barrier_that_fails_is_not(tmp_path):
