@@ -190,18 +190,28 @@ def _statements(script: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def atomic(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One write transaction (BEGIN IMMEDIATE); rolled back if the block raises."""
+def atomic(conn: sqlite3.Connection, durable: bool = True) -> Iterator[sqlite3.Connection]:
+    """One write transaction (BEGIN IMMEDIATE); rolled back if the block raises. ``durable`` False:
+    its commit is not synced on its own (synchronous = NORMAL for it), for rows that nothing on the
+    pool depends on; the next durable commit syncs the write-ahead log, and with it this one (the
+    log is written in order), so a power cut can lose such a commit only together with every
+    commit after it."""
     if conn.in_transaction:
         yield conn
         return
-    conn.execute("BEGIN IMMEDIATE")
+    if not durable:
+        conn.execute("PRAGMA synchronous = NORMAL")
     try:
-        yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    finally:
+        if not durable:
+            conn.execute("PRAGMA synchronous = FULL")
 
 
 # -- fill samples -----------------------------------------------------------------------------

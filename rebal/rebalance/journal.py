@@ -64,8 +64,10 @@ def group_copied(conn: sqlite3.Connection, jid: int, copy_ino: int) -> None:
 
 def finish_batch(conn: sqlite3.Connection, outcomes: Iterable[tuple[int, str, str, int | None]]) -> None:
     """(journal id, state, reason, copy inode) for each file of a batch. Swapped rows are dropped:
-    the file is done and the run's totals keep the figures; the others stay for the report."""
-    with atomic(conn):
+    the file is done and the run's totals keep the figures; the others stay for the report.
+    Not synced on its own: a lost row change leaves a row `copying` whose temp is gone, which
+    recovery passes over (the next begin_batch's durable commit syncs it anyway)."""
+    with atomic(conn, durable=False):
         for jid, state, reason, copy_ino in outcomes:
             if state == "swapped":
                 conn.execute("DELETE FROM journal WHERE id = ?", (jid,))
@@ -76,8 +78,9 @@ def finish_batch(conn: sqlite3.Connection, outcomes: Iterable[tuple[int, str, st
 
 
 def start_dir(conn: sqlite3.Connection, run_id: int, path: bytes, st: os.stat_result) -> None:
-    """Record a directory's times before its entries change (renames move its mtime)."""
-    with atomic(conn):
+    """Record a directory's times before its entries change (renames move its mtime). Not synced on
+    its own: the directory's first begin_batch, durable, comes before any entry changes."""
+    with atomic(conn, durable=False):
         conn.execute(
             "INSERT OR REPLACE INTO rebalance_dirs (run_id, path, state, ino, atime_ns, mtime_ns)"
             " VALUES (?, ?, 'started', ?, ?, ?)",
@@ -86,7 +89,8 @@ def start_dir(conn: sqlite3.Connection, run_id: int, path: bytes, st: os.stat_re
 
 
 def end_dir(conn: sqlite3.Connection, run_id: int, path: bytes, files: int, nbytes: int, done: bool) -> None:
-    with atomic(conn):
+    """Not synced on its own: a lost `done` only means the directory is rewritten again."""
+    with atomic(conn, durable=False):
         conn.execute(
             "UPDATE rebalance_dirs SET state = ?, files = ?, bytes = ?, ended = ? WHERE run_id = ? AND path = ?",
             ("done" if done else "interrupted", files, nbytes, time.time(), run_id, path),
@@ -97,7 +101,7 @@ def dirs_ended(conn: sqlite3.Connection, run_id: int, rows: list[tuple[bytes, in
     """(path, files, bytes, done) of directories rewritten in place, in one transaction: nothing on
     the pool depends on these rows (a lost one only means the directory is rewritten again)."""
     now = time.time()
-    with atomic(conn):
+    with atomic(conn, durable=False):
         conn.executemany(
             "INSERT OR REPLACE INTO rebalance_dirs (run_id, path, state, files, bytes, ended) VALUES (?, ?, ?, ?, ?, ?)",
             [(run_id, p, "done" if done else "interrupted", f, b, now) for p, f, b, done in rows])

@@ -118,3 +118,21 @@ def test_cache_keeps_answers_for_a_while(tmp_path):
     assert state.Cache(conn, max_age=-1).get("k") is None  # too old counts as unknown
     c.forget("k")
     assert c.get("k") is None
+
+
+def test_a_relaxed_commit_is_synced_by_the_next_durable_one_and_full_comes_back(tmp_path):
+    """Rows nothing on the pool depends on commit with synchronous = NORMAL; every other commit
+    stays FULL (a journal row naming a temp must be on disk before the temp exists)."""
+    conn = state.connect(str(tmp_path / "s.db"))
+    full = conn.execute("PRAGMA synchronous").fetchone()[0]
+    assert full == 2  # FULL
+    with state.atomic(conn, durable=False):
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL for this one
+        conn.execute("INSERT INTO samples (ts, pool, size, alloc, free, spread) VALUES (1, 'p', 1, 1, 0, 0)")
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == full
+    with pytest.raises(RuntimeError):
+        with state.atomic(conn, durable=False):
+            conn.execute("INSERT INTO samples (ts, pool, size, alloc, free, spread) VALUES (2, 'p', 1, 1, 0, 0)")
+            raise RuntimeError("boom")
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == full, "FULL again after a rollback"
+    assert conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0] == 1
