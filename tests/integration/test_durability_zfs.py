@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -96,24 +97,35 @@ def commit(pool) -> None:
     sh("zfs", "inherit", "rebal:test", pool.name)
 
 
-def test_a_cut_right_after_the_barrier_keeps_every_copy_of_the_batch(cut_pool):
-    d = cut_pool.mountpoint / "d"
-    refs = batch_of(d, 20, "f")
-    late_refs = batch_of(d, 5, "late")
-    commit(cut_pool)
-    c = Copier()
+def prepare_all(c: Copier, dfd: int, refs: list[FileRef]) -> list[Prepared]:
+    """The batch's verified copies under their temp names, none fsynced on its own."""
+    prepared = [c.prepare(dfd, r, fsync=False) for r in refs]
+    assert all(isinstance(p, Prepared) for p in prepared), prepared
+    return prepared
+
+
+@contextmanager
+def in_dir(pool, n: int):
+    """(directory, refs of ``n`` committed originals, a Copier, the directory's descriptor)."""
+    d = pool.mountpoint / "d"
+    refs = batch_of(d, n, "f")
+    commit(pool)
     dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        prepared = [c.prepare(dfd, r, fsync=False) for r in refs]
-        assert all(isinstance(p, Prepared) for p in prepared)
+        yield d, refs, Copier(), dfd
+    finally:
+        os.close(dfd)
+
+
+def test_a_cut_right_after_the_barrier_keeps_every_copy_of_the_batch(cut_pool):
+    with in_dir(cut_pool, 20) as (d, refs, c, dfd):
+        late_refs = batch_of(d, 5, "late")
+        prepared = prepare_all(c, dfd, refs)
         durable.Barrier(dfd).copies([p.tmp for p in prepared])
-        late = [c.prepare(dfd, r, fsync=False) for r in late_refs]  # after the barrier: not durable
-        assert all(isinstance(p, Prepared) for p in late)
+        late = prepare_all(c, dfd, late_refs)  # after the barrier: not durable
         for p in prepared + late:
             os.close(p.tmp)
             os.close(p.src)
-    finally:
-        os.close(dfd)
     power_cut_and_back(cut_pool)
     for i, r in enumerate(refs):
         want = DATA[: 4096 + 997 * i]
@@ -124,20 +136,13 @@ def test_a_cut_right_after_the_barrier_keeps_every_copy_of_the_batch(cut_pool):
 
 
 def test_a_cut_right_after_a_batch_was_swapped_keeps_every_swap(cut_pool):
-    d = cut_pool.mountpoint / "d"
-    refs = batch_of(d, 20, "f")
-    commit(cut_pool)
-    c = Copier()
-    dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        prepared = [c.prepare(dfd, r, fsync=False) for r in refs]
+    with in_dir(cut_pool, 20) as (d, refs, c, dfd):
+        prepared = prepare_all(c, dfd, refs)
         b = durable.Barrier(dfd)
         b.copies([p.tmp for p in prepared])
         results = [c.swap(p) for p in prepared]
         assert [x.outcome for x in results] == [Outcome.SWAPPED] * 20
         b.renames()  # what the copy pass does before the journal drops the batch's rows
-    finally:
-        os.close(dfd)
     power_cut_and_back(cut_pool)
     for i, (r, res) in enumerate(zip(refs, results)):
         assert os.lstat(d / f"f{i}").st_ino == res.copy_ino != r.ino, f"swap {i} survived the cut"
