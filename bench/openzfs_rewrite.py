@@ -48,6 +48,9 @@ def fresh_pool(nfiles: int) -> Path:
     shutil.rmtree(BASE, ignore_errors=True)
     BASE.mkdir(parents=True)
     size = max(96, nfiles * 18 // 1024)  # MiB per disk: the tree (~9 KiB a file) fills about half a mirror
+    free = shutil.disk_usage(BASE).free >> 20
+    if free < 4 * size:  # the sparse disks fill as the pool does: a full host file system suspends the pool
+        sys.exit(f"{BASE}: {free} MiB free, {4 * size} MiB needed for the pool's disks ({nfiles} files)")
     disks = [BASE / f"d{i}" for i in range(4)]
     for d in disks:
         sh("truncate", "-s", f"{size}M", str(d))

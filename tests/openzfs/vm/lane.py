@@ -79,6 +79,9 @@ def run_guest_tests(args, work: Path) -> tuple[int, dict]:
 def run_bench(args, g: Guest) -> int:
     """bench/openzfs_rewrite.py in the guest, ``--bench-runs`` times; the exit code of the worst."""
     rc = 0
+    # the guest tests' leftovers (pytest keeps its temporary directories) would leave the bench's
+    # sparse vdevs too little room on the guest's root: seen, the bench's pool was suspended
+    g.ssh("rm -rf /var/tmp/lane-pytest /var/tmp/rebal-rwbench*", check=False, timeout=600)
     for i in range(args.bench_runs):
         t1 = time.monotonic()
         b = subprocess.run(g._ssh_argv("cd /root/lane/src && python3 bench/openzfs_rewrite.py "
