@@ -95,8 +95,9 @@ def collect(r, futures) -> list:
     """The batch's outcomes (Results, or Prepared copies awaiting the barrier). While the batch is
     being made, a prepared original whose lease a writer broke is let go at once (within
     LEASE_POLL), so the writer's open(2), which waits on the lease, is not held up until the barrier.
-    A worker that raised (no per-file problem does: only a bug or MemoryError) leaves no prepared
-    copy open behind it."""
+    If a worker raised (no per-file problem does: only a bug or MemoryError), the prepared copies
+    collected so far are dropped before the error goes on; copies still being made then are left to
+    the journal's recovery, which names them."""
     out: list = [None] * len(futures)
     pending = set(range(len(futures)))
     try:

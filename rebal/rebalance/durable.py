@@ -14,7 +14,7 @@ forgets them: one barrier per batch instead of an fsync inside every copy.
 
 Which one runs (``per_batch``): the batch barrier where it is one call, on OpenZFS; an fsync inside
 each copy elsewhere, since zfs-fuse already commits the fsyncs of the parallel workers together
-(bench/rebalance.py measured batches at 0.94-0.95x the per-copy fsync there). ``REBAL_DURABILITY``
+(bench/rebalance.py measured batches at 0.91-0.95x the per-copy fsync there). ``REBAL_DURABILITY``
 = ``batch`` or ``file`` chooses either anywhere (the crash tests and the benches use both).
 """
 
