@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import inplace, rewrite
 
+EMPTY = object()  # an empty file: nothing to rewrite, and no answer from the ioctl
 CHUNK = 256  # files between two checks of the limits (stop, --max-bytes, --until, --max-growth)
 
 
@@ -50,8 +51,8 @@ def _by_ioctl(r, pool, d, files, rep):
     def one(item):
         name, st = item
         try:
-            inplace.rewrite_file(dfd, name, st.st_ino, physical)
-            return None
+            # an empty file is "done" without an ioctl: it proves nothing about the ioctl
+            return None if inplace.rewrite_file(dfd, name, st.st_ino, physical) else EMPTY
         except inplace.Unsupported as e:
             return e
         except FileNotFoundError:
@@ -84,8 +85,8 @@ def _by_ioctl(r, pool, d, files, rep):
                     if not started:
                         raise res  # the first file tells: this file system has no ioctl
                     res = f"zfs rewrite failed ({res})"
-                if res is None:
-                    started = True
+                if res is None or res is EMPTY:
+                    started = started or res is None
                     _tally(r, rep, st)
                 else:
                     rep.skipped[res] = rep.skipped.get(res, 0) + 1
