@@ -1,17 +1,22 @@
-"""The configuration file: TOML in, validated models out. Every error names the key and the file."""
+"""The configuration file: TOML in, validated models out. Every error names the key and the file.
+
+The models are dataclasses checked by `schema.py` (types, bounds, patterns, unknown and missing keys).
+They were pydantic models until issue 19: pydantic's import and schema building were 1.4 s of every
+command's 2.3 s start in the lane's OpenZFS guest (150 ms of `rebal status` here), more than
+the work of many commands; `rebal gate` starts once per ssh command of a replication.
+"""
 
 from __future__ import annotations
 
 import os
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal, Optional
-
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
-                      model_validator)
+from typing import Literal
 
 from . import names
 from .errors import ConfigError
+from .schema import Model, spec, validate
 
 DEFAULT_PATH = "/etc/rebal/config.toml"
 DEFAULT_STATE_DB = "/var/lib/rebal/state.db"
@@ -53,96 +58,81 @@ def cron_problem(expr: str) -> str | None:
     return None
 
 
-def _check_cron(value: str | None, info: ValidationInfo) -> str | None:
-    if value is not None and (info.context or {}).get("check_cron", True):
-        problem = cron_problem(value)
-        if problem:
-            raise ValueError(problem)
-    return value
+
+def _cron_problem(value: str, ctx: dict) -> str | None:
+    return cron_problem(value) if ctx.get("check_cron", True) else None
 
 
-def _named(problem_fn):
-    def check(value: str) -> str:
-        problem = problem_fn(value)
-        if problem:
-            raise ValueError(problem)
-        return value
-
-    return AfterValidator(check)
+HHMM = r"^([01]\d|2[0-3]):[0-5]\d$"
 
 
-Cron = Annotated[str | None, AfterValidator(_check_cron)]
-Dataset = Annotated[str, _named(names.dataset_problem)]
-PoolName = Annotated[str, _named(names.pool_problem)]
-Host = Annotated[str, _named(names.host_problem)]
-User = Annotated[str, _named(names.user_problem)]
-HHMM = Annotated[str, Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class Rebalance(Strict):
-    targets: list[str] = []  # datasets or directories the scheduled rebalance works on
-    target_spread: float = Field(10.0, gt=0, le=100)
-    reserve_percent: float = Field(10.0, ge=0, lt=100)
+@dataclass(kw_only=True)
+class Rebalance(Model):
+    targets: list[str] = spec(factory=list)  # datasets or directories the scheduled rebalance works on
+    target_spread: float = spec(10.0, gt=0, le=100)
+    reserve_percent: float = spec(10.0, ge=0, lt=100)
     verify: Literal["hash", "size", "none"] = "hash"
     method: Literal["auto", "copy", "rewrite"] = "auto"
-    jobs: int = Field(0, ge=0, le=64)  # 0: chosen from the number of data vdevs and cores
+    jobs: int = spec(0, ge=0, le=64)  # 0: chosen from the number of data vdevs and cores
     allow_snapshots: bool = False
-    max_growth: str | None = Field(None, pattern=r"^\d+(\.\d+)?[KMGTkmgt]?$")  # with allow_snapshots: the pool may grow this much
+    max_growth: str | None = spec(None, pattern=r"^\d+(\.\d+)?[KMGTkmgt]?$")  # with allow_snapshots: the pool may grow this much
     hardlinks: bool = False
-    exclude: list[str] = []
-    min_age_days: float = Field(0, ge=0)
+    exclude: list[str] = spec(factory=list)
+    min_age_days: float = spec(0, ge=0)
     max_rate: str | None = None  # e.g. "200M" per second
 
 
-class Schedule(Strict):
-    fill: Cron = "*/15 * * * *"
-    health: Cron = "*/10 * * * *"
-    rebalance: Cron = None
+@dataclass(kw_only=True)
+class Schedule(Model):
+    fill: str | None = spec("*/15 * * * *", check_ctx=_cron_problem)
+    health: str | None = spec("*/10 * * * *", check_ctx=_cron_problem)
+    rebalance: str | None = spec(None, check_ctx=_cron_problem)
     rebalance_after: str | None = None  # a replication job: the rebalance runs right after its run lands
-    rebalance_end: HHMM | None = None
-    scrub: Cron = None
-    metrics: Cron = None  # write metrics_file for node_exporter's textfile collector (e.g. "*/5 * * * *")
+    rebalance_end: str | None = spec(None, pattern=HHMM)
+    scrub: str | None = spec(None, check_ctx=_cron_problem)
+    metrics: str | None = spec(None, check_ctx=_cron_problem)  # write metrics_file for node_exporter's textfile collector (e.g. "*/5 * * * *")
 
 
-class Health(Strict):
-    cap_warning: float = Field(80, gt=0, le=100)
-    cap_critical: float = Field(90, gt=0, le=100)
-    replication_max_age_hours: float = Field(36, gt=0)
-    scrub_max_age_days: float = Field(35, gt=0)
-    verify_max_age_days: float = Field(35, gt=0)
+@dataclass(kw_only=True)
+class Health(Model):
+    cap_warning: float = spec(80, gt=0, le=100)
+    cap_critical: float = spec(90, gt=0, le=100)
+    replication_max_age_hours: float = spec(36, gt=0)
+    scrub_max_age_days: float = spec(35, gt=0)
+    verify_max_age_days: float = spec(35, gt=0)
 
 
-class Email(Strict):
-    host: Host
-    port: int = Field(587, gt=0, lt=65536)
+@dataclass(kw_only=True)
+class Email(Model):
+    host: str = spec(check=names.host_problem)
+    port: int = spec(587, gt=0, lt=65536)
     starttls: bool = True
     username: str | None = None
     password_file: str | None = None
-    sender: str = Field(alias="from")
-    to: list[str] = Field(min_length=1)
+    sender: str = spec(alias="from")
+    to: list[str] = spec(min_items=1)
 
 
-class Webhook(Strict):
-    url: str = Field(pattern=r"^https?://")
+@dataclass(kw_only=True)
+class Webhook(Model):
+    url: str = spec(pattern=r"^https?://")
 
 
-class Notify(Strict):
-    reminder_hours: float = Field(24, gt=0)
+@dataclass(kw_only=True)
+class Notify(Model):
+    reminder_hours: float = spec(24, gt=0)
     email: Email | None = None
     webhook: Webhook | None = None
     command: list[str] | None = None
 
 
-class Retention(Strict):
-    last: int = Field(1, ge=0)  # the newest N, whatever their times
-    hourly: int = Field(24, ge=0)
-    daily: int = Field(7, ge=0)
-    weekly: int = Field(4, ge=0)
-    monthly: int = Field(6, ge=0)
+@dataclass(kw_only=True)
+class Retention(Model):
+    last: int = spec(1, ge=0)  # the newest N, whatever their times
+    hourly: int = spec(24, ge=0)
+    daily: int = spec(7, ge=0)
+    weekly: int = spec(4, ge=0)
+    monthly: int = spec(6, ge=0)
 
 
 # The source keeps none of the job's snapshots beyond the next incremental's base: where the ZFS has
@@ -151,130 +141,97 @@ class Retention(Strict):
 SOURCE_RETENTION = Retention(last=0, hourly=0, daily=0, weekly=0, monthly=0)
 
 
-class Replicate(Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-    source: Dataset
+def _source_retention() -> Retention:
+    return Retention(last=0, hourly=0, daily=0, weekly=0, monthly=0)
+
+
+@dataclass(kw_only=True)
+class Replicate(Model):
+    name: str = spec(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    source: str = spec(check=names.dataset_problem)
     mode: Literal["zfs", "rsync"] = "zfs"
     # push: this host is the file server and sends to target_host; pull: this host is the backup
     # host and fetches from source_host (whose key may be gated: rebal gate --send-from)
     direction: Literal["push", "pull"] = "push"
-    target_host: Optional[Host] = None
-    target_user: User = "root"
-    target_port: int = Field(22, gt=0, lt=65536)
-    source_host: Optional[Host] = None
-    source_user: User = "root"
-    source_port: int = Field(22, gt=0, lt=65536)
+    target_host: str | None = spec(None, check=names.host_problem)
+    target_user: str = spec("root", check=names.user_problem)
+    target_port: int = spec(22, gt=0, lt=65536)
+    source_host: str | None = spec(None, check=names.host_problem)
+    source_user: str = spec("root", check=names.user_problem)
+    source_port: int = spec(22, gt=0, lt=65536)
     identity_file: str | None = None
     known_hosts: str | None = None
-    target: str
+    target: str = spec()
     recursive: bool = False
     raw: bool = False
     compressed: bool = True
     large_blocks: bool = True
     embedded: bool = True
-    bwlimit: str | None = Field(None, pattern=r"^\d+[KMGkmg]?$")
+    bwlimit: str | None = spec(None, pattern=r"^\d+[KMGkmg]?$")
     stream_compress: Literal["none", "zstd"] = "none"
     mbuffer: bool = False
     snapshot_target: bool = False
-    schedule: Cron = None
-    keepalive: int = Field(10, ge=1, le=600)  # seconds between ssh keepalives; 3 missed = link down
-    retention_source: Retention = SOURCE_RETENTION
-    retention_target: Retention = Retention()
+    schedule: str | None = spec(None, check_ctx=_cron_problem)
+    keepalive: int = spec(10, ge=1, le=600)  # seconds between ssh keepalives; 3 missed = link down
+    retention_source: Retention = spec(factory=_source_retention)
+    retention_target: Retention = spec(factory=Retention)
 
-    @field_validator("target")
-    @classmethod
-    def _target(cls, v: str, info: ValidationInfo) -> str:
-        if info.data.get("mode", "zfs") == "zfs":
-            problem = names.dataset_problem(v)
+    def problems(self) -> list[tuple[str, str]]:
+        if self.mode == "zfs":
+            problem = names.dataset_problem(self.target)
         else:
-            problem = None if v.startswith("/") and "\n" not in v else "an rsync target is an absolute directory"
+            problem = None if self.target.startswith("/") and "\n" not in self.target else \
+                "an rsync target is an absolute directory"
         if problem:
-            raise ValueError(problem)
-        return v
-
-
-    @model_validator(mode="after")
-    def _ends(self) -> "Replicate":
+            return [("target", problem)]
         if self.direction == "push":
             if self.target_host is None:
-                raise ValueError("a push job needs target_host (the backup host)")
+                return [("", "a push job needs target_host (the backup host)")]
             if self.source_host is not None:
-                raise ValueError("source_host is for direction = \"pull\"; a push job sends from this host")
+                return [("", "source_host is for direction = \"pull\"; a push job sends from this host")]
         else:
             if self.source_host is None:
-                raise ValueError("a pull job needs source_host (the file server to fetch from)")
+                return [("", "a pull job needs source_host (the file server to fetch from)")]
             if self.target_host is not None:
-                raise ValueError("target_host is for push jobs; a pull job receives on this host")
+                return [("", "target_host is for push jobs; a pull job receives on this host")]
             if self.mode != "zfs":
-                raise ValueError("pull jobs replicate with zfs send/receive (mode = \"zfs\"); rsync pull is not built")
-        return self
+                return [("", "pull jobs replicate with zfs send/receive (mode = \"zfs\"); rsync pull is not built")]
+        return []
 
     @property
     def remote_host(self) -> str:
         return self.target_host if self.direction == "push" else self.source_host
 
 
-class Config(Strict):
+@dataclass(kw_only=True)
+class Config(Model):
     state_db: str = DEFAULT_STATE_DB
     # where the metrics schedule writes (Debian's prometheus-node-exporter reads this directory)
     metrics_file: str = "/var/lib/prometheus/node-exporter/rebal.prom"
-    pools: list[PoolName] = []  # pools to watch; empty: every imported pool
-    rebalance: Rebalance = Rebalance()
-    schedule: Schedule = Schedule()
-    health: Health = Health()
-    notify: Notify = Notify()
-    replicate: list[Replicate] = []
+    pools: list[str] = spec(factory=list, each=names.pool_problem)  # pools to watch; empty: every imported pool
+    rebalance: Rebalance = spec(factory=Rebalance)
+    schedule: Schedule = spec(factory=Schedule)
+    health: Health = spec(factory=Health)
+    notify: Notify = spec(factory=Notify)
+    replicate: list[Replicate] = spec(factory=list)
 
-    @field_validator("replicate")
-    @classmethod
-    def _unique_jobs(cls, jobs: list[Replicate]) -> list[Replicate]:
+    def problems(self) -> list[tuple[str, str]]:
         seen = set()
-        for j in jobs:
+        for j in self.replicate:
             if j.name in seen:
-                raise ValueError(f"two jobs are named {j.name!r}")
+                return [("replicate", f"two jobs are named {j.name!r}")]
             seen.add(j.name)
-        return jobs
-
-    @model_validator(mode="after")
-    def _chained(self) -> Config:
         after = self.schedule.rebalance_after
         if after is not None and self.job(after) is None:
-            raise ValueError(f"schedule.rebalance_after names {after!r}, which is no [[replicate]] job")
-        return self
+            return [("", f"schedule.rebalance_after names {after!r}, which is no [[replicate]] job")]
+        return []
 
     def job(self, name: str) -> Replicate | None:
         return next((j for j in self.replicate if j.name == name), None)
 
 
-def _loc(loc: tuple) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in ("function-after", "function-plain") or str(part).startswith(("function-", "str", "int")):
-            continue
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(top level)"
-
-
-def _message(err: dict) -> str:
-    if err["type"] == "extra_forbidden":
-        return "unknown key"
-    if err["type"] == "missing":
-        return "required key is missing"
-    msg = err["msg"]
-    return msg.removeprefix("Value error, ")
-
-
 def parse(data: dict, path: str, *, check_cron: bool = True) -> Config:
-    try:
-        return Config.model_validate(data, context={"check_cron": check_cron})
-    except ValidationError as e:
-        problems = []
-        for err in e.errors():
-            problems.append(f"{_loc(err['loc'])}: {_message(err)}")
-        raise ConfigError(path, sorted(set(problems), key=problems.index)) from None
+    return validate(Config, data, path, {"check_cron": check_cron})
 
 
 def load(explicit: str | None = None, *, check_cron: bool = False) -> Config:

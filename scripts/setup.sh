@@ -17,7 +17,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 # The project and its test extras, into the python3 on PATH.
-if ! python3 -c 'import rebal, typer, pydantic, apscheduler, xxhash, pytest, aiosmtpd, prometheus_client' 2>/dev/null \
+if ! python3 -c 'import rebal, typer, apscheduler, xxhash, pytest, aiosmtpd, prometheus_client' 2>/dev/null \
    || [ "$(python3 -c 'import rebal, os; print(os.path.dirname(os.path.dirname(rebal.__file__)))' 2>/dev/null)" != "$PWD" ]; then
   echo "setup: pip install -e .[test]"
   python3 -m pip install -q -e ".[test]" 2>/dev/null \

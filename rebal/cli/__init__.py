@@ -29,4 +29,4 @@ def main(argv: list[str] | None = None) -> None:
     typer_main(argv)
 
 
-__all__ = ["main"]  # the typer app: rebal.cli.app.app, with rebal.cli.commands imported
+__all__ = ["main"]  # the typer app: rebal.cli.app.app, after rebal.cli.commands.load()

@@ -8,8 +8,25 @@ import logging
 import sys
 from typing import Annotated, Optional
 
-import typer
 
+def _import_typer():
+    """typer before 0.16 (Debian 13 ships 0.15) imports rich, markdown-it and pygments when it loads,
+    only to format help and errors in colour, which rebal turns off below (rich_markup_mode=None,
+    pretty_exceptions_enable=False). In the lane's OpenZFS guest that was 0.9 s of every command's
+    start (issue 19). rich stays hidden while typer loads; rebal's progress bars import it later."""
+    if "rich" in sys.modules:
+        import typer
+        return typer
+    sys.modules["rich"] = None  # type: ignore[assignment]  # `import rich` raises ImportError
+    try:
+        import typer
+    finally:
+        if sys.modules.get("rich", 0) is None:
+            del sys.modules["rich"]
+    return typer
+
+
+typer = _import_typer()
 from .. import __version__
 from .io import OPTS, Options, choice, guarded, load_config, open_state, out_json, out_text, say_error, state_or_none, warn  # noqa: F401
 
@@ -20,7 +37,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-config_app = typer.Typer(help="Check the configuration file.", no_args_is_help=True)
+config_app = typer.Typer(help="Check the configuration file.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(config_app, name="config")
 
 log = logging.getLogger("rebal")
@@ -103,6 +120,8 @@ def log_for_service() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; turn RebalError into one line on stderr and its exit code."""
-    from . import commands  # noqa: F401  (registers every command on the app)
+    from . import commands
+
+    commands.load(sys.argv[1:] if argv is None else list(argv))  # registers what this command line needs
 
     guarded(lambda: app(args=argv, prog_name="rebal", standalone_mode=True))

@@ -1,5 +1,5 @@
-"""`rebal status` without typer. Status is the command people and timers run most, and typer (with
-the pydantic it loads to convert parameters) costs more start-up than the command's own work. When
+"""`rebal status` without typer. Status is the command people and timers run most, and typer and
+click cost more start-up than the command's own work. When
 the command line is exactly `rebal [--config FILE | -c FILE] status [--json] [POOL...]`, `main`
 runs it here; anything else (help, another option, another command) goes to typer, which parses
 the same command line the same way (a test holds both to the same output)."""

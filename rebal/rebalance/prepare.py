@@ -149,8 +149,22 @@ def default_jobs(n_data_vdevs: int) -> int:
 def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
     targets = resolve_targets(zfs, opts.targets)
     pool_name = targets[0].dataset.split("/")[0]
-    [pool] = zpool.pools([pool_name])
-    expansions = _expansions(zpool, pool_name)
+    datasets = sorted({t.dataset for t in targets})
+    # the pool's queries at once: each is a zfs/zpool process of about 0.1 s in the lane's guest, and
+    # one after the other they were a good part of a small run's fixed cost (issue 19)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=4 + 2 * len(datasets), thread_name_prefix="rebal-query") as ex:
+        f_pool = ex.submit(zpool.pools, [pool_name])
+        f_exp = ex.submit(_expansions, zpool, pool_name)
+        f_snaps = [ex.submit(zfs.snapshots, ds) for ds in datasets]
+        f_dedup = [ex.submit(zfs.get, ds, ["dedup"]) for ds in datasets]
+        f_rw = ex.submit(rewrite.detect, zfs, zpool, pool_name) if opts.method in ("auto", "rewrite") else None
+        [pool] = f_pool.result()  # in the order they ran before: the first failure is the same
+        expansions = f_exp.result()
+        snap_lists = [f.result() for f in f_snaps]
+        dedups = [f.result() for f in f_dedup]
+        sup = f_rw.result() if f_rw is not None else None
     if any(not e.done for e in expansions):
         raise RefusedError(f"a RAIDZ expansion of pool {pool_name} is still running: wait for it "
                            f"(zpool wait -t raidz_expand {pool_name}), then rewrite the old blocks")
@@ -170,10 +184,9 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
 
     # snapshots pin old blocks: rewriting what they reference grows the pool, moves nothing
     snaps: list[tuple[str, int, int]] = []
-    datasets = sorted({t.dataset for t in targets})
-    for ds in datasets:
-        snaps += zfs.snapshots(ds)
-        if zfs.get(ds, ["dedup"]).get("dedup", "off") not in ("off", "-"):
+    for ds, found, props in zip(datasets, snap_lists, dedups):
+        snaps += found
+        if props.get("dedup", "off") not in ("off", "-"):
             warnings.append(f"dedup is on for {ds}: a rewrite there may only add a reference, not move data")
     snaps.sort(key=lambda s: s[1])
     # creation is in whole seconds: a file written in the snapshot's second may be in it (+1: counted)
@@ -194,8 +207,7 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
             done = done | journal.dirs_done_since(conn, pool_name, opts.filters.expanded_at)
 
     method, physical = "copy", False
-    if opts.method in ("auto", "rewrite"):
-        sup = rewrite.detect(zfs, zpool, pool_name)
+    if sup is not None:
         if sup.available:
             method, physical = "rewrite", sup.physical
         elif opts.method == "rewrite":

@@ -1,5 +1,7 @@
+import dataclasses
 import subprocess
 import sys
+from dataclasses import MISSING
 from pathlib import Path
 
 import pytest
@@ -7,6 +9,7 @@ from conftest import rebal
 
 from rebal import config
 from rebal.errors import ConfigError
+from rebal.schema import default_of, key_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,8 +20,8 @@ def test_example_config_is_valid_and_documents_every_key():
     text = (ROOT / "config.example.toml").read_text()
     # every key of every model appears in the example with a comment line somewhere above it
     def keys(model, prefix=""):
-        for name, field in model.model_fields.items():
-            yield field.alias or name
+        for f in dataclasses.fields(model):
+            yield key_of(f)
 
     for model in (config.Config, config.Rebalance, config.Schedule, config.Health, config.Notify,
                   config.Email, config.Webhook, config.Replicate, config.Retention):
@@ -94,7 +97,9 @@ def test_unreadable_config(tmp_path):
 def test_every_command_has_help():
     from typer.main import get_command
 
-    from rebal.cli import commands  # noqa: F401  (registers the commands)
+    from rebal.cli import commands
+
+    commands.load()  # registers every command
     from rebal.cli.app import app
 
     root = get_command(app)
@@ -164,10 +169,10 @@ def test_example_values_that_are_not_defaults_say_example():
         if section == "replicate.retention_source":
             default = getattr(config.SOURCE_RETENTION, key)
         else:
-            field = models[section].model_fields.get(key)
-            if field is None or field.is_required():
+            field = next((f for f in dataclasses.fields(models[section]) if key_of(f) == key), None)
+            default = None if field is None else default_of(field)
+            if default is MISSING or field is None:
                 continue
-            default = field.get_default(call_default_factory=True)
             default = default if not isinstance(default, list) else list(default)
         if value != default and "example" not in (inline + " ".join(comments)).lower():
             bad.append(f"[{section}] {key} = {raw} (default {default!r})")
@@ -180,3 +185,22 @@ def test_shell_completion_is_offered():
     assert "--install-completion" in r.stdout and "--show-completion" in r.stdout
     r = rebal("--show-completion", "bash", env={"SHELL": "/bin/bash"})
     assert "_rebal_completion" in r.stdout and "complete " in r.stdout, r.stdout[:300]
+
+
+def test_each_command_is_owned_by_the_module_that_registers_it():
+    """`rebal CMD` loads only CMD's module (commands.OWNER): hold that table to what each module
+    registers, each imported alone in a fresh interpreter."""
+    from rebal.cli import commands
+
+    code = ("import sys; from rebal.cli import app; from typer.main import get_command; import importlib; "
+            "importlib.import_module('rebal.cli.' + sys.argv[1]); "
+            "print(' '.join(sorted(n for n in get_command(app.app).commands if n != 'config' or sys.argv[1] == 'config_cmd')))")
+    found = {}
+    for m in commands.MODULES:
+        r = subprocess.run([sys.executable, "-c", code, m], capture_output=True, text=True, check=True)
+        for name in r.stdout.split():
+            found[name] = m
+    assert found == commands.OWNER
+    assert commands.command_name(["-c", "x.toml", "--debug", "rebalance", "/d"]) == "rebalance"
+    assert commands.command_name(["--config=x", "status"]) == "status"
+    assert commands.command_name(["--help"]) is None and commands.command_name([]) is None

@@ -1,6 +1,7 @@
 from datetime import datetime, timedelta, timezone
 
 from rebal.config import Replicate, Retention
+from rebal.schema import validate
 from rebal.rebalance.snapcost import expiry, owner_of
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
@@ -8,7 +9,7 @@ NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
 
 def job(**kw):
     base = {"name": "nightly", "source": "tank/data", "target_host": "backup", "target": "b/copy"}
-    return Replicate.model_validate(base | kw)
+    return validate(Replicate, base | kw, "test")
 
 
 def names(*days_ago):

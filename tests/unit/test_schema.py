@@ -1,0 +1,83 @@
+"""The config's checks (rebal/schema.py): what pydantic's strict mode refused before is refused still,
+every problem named by its key path, all of them at once."""
+
+import subprocess
+import sys
+
+import pytest
+
+from rebal import config
+from rebal.errors import ConfigError
+
+
+def problems(data: dict) -> list[str]:
+    with pytest.raises(ConfigError) as e:
+        config.parse(data, "c.toml")
+    return e.value.problems
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"rebalance": {"jobs": True}}, "rebalance.jobs: Input should be a valid integer"),
+    ({"rebalance": {"jobs": 2.0}}, "rebalance.jobs: Input should be a valid integer"),
+    ({"rebalance": {"jobs": 65}}, "rebalance.jobs: Input should be less than or equal to 64"),
+    ({"rebalance": {"target_spread": 0}}, "rebalance.target_spread: Input should be greater than 0"),
+    ({"rebalance": {"allow_snapshots": "yes"}}, "rebalance.allow_snapshots: Input should be a valid boolean"),
+    ({"rebalance": {"verify": "md5"}}, "rebalance.verify: Input should be 'hash' or 'size' or 'none'"),
+    ({"rebalance": {"exclude": "*.tmp"}}, "rebalance.exclude: Input should be a valid list"),
+    ({"rebalance": {"exclude": ["a", 3]}}, "rebalance.exclude[1]: Input should be a valid string"),
+    ({"rebalance": {"max_growth": "lots"}}, "rebalance.max_growth: String should match pattern"),
+    ({"rebalance": "fast"}, "rebalance: Input should be a table of keys"),
+    ({"schedule": {"rebalance_end": "25:00"}}, "schedule.rebalance_end: String should match pattern"),
+    ({"notify": {"email": {"host": "mail", "to": ["a@b"]}}}, "notify.email.from: required key is missing"),
+    ({"notify": {"email": {"host": "mail", "from": "r@h", "to": []}}}, "notify.email.to: List should have at least 1"),
+    ({"notify": {"webhook": {"url": "ftp://x"}}}, "notify.webhook.url: String should match pattern"),
+    ({"notify": {"sms": {}}}, "notify.sms: unknown key"),
+    ({"replicate": [{"name": "n", "source": "t/x", "target_host": "h", "target": "b/c", "retention_target": {"yearly": 1}}]},
+     "replicate[0].retention_target.yearly: unknown key"),
+    ({"replicate": [{"name": "n", "source": "t/x", "target_host": "h", "target": "b/c"}] * 2},
+     "replicate: two jobs are named 'n'"),
+    ({"replicate": [{"name": "n", "source": "t/x", "target_host": "h", "target": "/b", "mode": "rsync",
+                     "target_port": 0}]}, "replicate[0].target_port: Input should be greater than 0"),
+    ({"replicate": [{"name": "n", "source": "t/x", "target_host": "h", "target": "b/-x"}]},
+     "replicate[0].target: "),
+    ({"schedule": {"rebalance_after": "nope"}}, "(top level): schedule.rebalance_after names 'nope'"),
+])
+def test_refused_with_its_key_path(data, expected):
+    found = problems(data)
+    assert any(p.startswith(expected) for p in found), found
+
+
+def test_every_problem_at_once_and_nothing_else():
+    found = problems({"bogus": 1, "health": {"cap_warning": "high", "cap_critical": 95}, "pools": ["ok", "-o"]})
+    assert len(found) == 3, found
+    assert sorted(p.split(":")[0] for p in found) == ["bogus", "health.cap_warning", "pools[1]"]
+
+
+def test_valid_values_land_typed():
+    cfg = config.parse({"rebalance": {"target_spread": 5, "jobs": 3, "exclude": ["*.iso"]},
+                        "notify": {"email": {"host": "mail.example", "from": "r@h", "to": ["a@b"]}},
+                        "replicate": [{"name": "n", "source": "t/x", "target_host": "h", "target": "b/c",
+                                       "retention_target": {"daily": 30}}]}, "c.toml")
+    assert cfg.rebalance.target_spread == 5.0 and isinstance(cfg.rebalance.target_spread, float)
+    assert cfg.rebalance.jobs == 3 and cfg.rebalance.exclude == ["*.iso"]
+    assert cfg.notify.email.sender == "r@h" and cfg.notify.email.port == 587
+    job = cfg.job("n")
+    assert job.retention_target.daily == 30 and job.retention_target.hourly == 24
+    assert job.retention_source == config.SOURCE_RETENTION and job.remote_host == "h"
+    # defaults are not shared between instances
+    assert config.Config().rebalance is not config.Config().rebalance
+
+
+def test_cron_checked_only_when_asked():
+    assert config.parse({"schedule": {"fill": "61 * * * *"}}, "c", check_cron=False).schedule.fill == "61 * * * *"
+    assert any("not a valid cron expression" in p for p in problems({"schedule": {"fill": "61 * * * *"}}))
+
+
+def test_commands_start_without_pydantic(tmp_path):
+    """The point of schema.py: no command pays pydantic's import (issue 19: 1.4 s of a start in the guest)."""
+    code = ("import sys; from rebal import config; config.load(sys.argv[1]); import rebal.cli.app; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'rich')))")
+    p = tmp_path / "c.toml"
+    p.write_text('[rebalance]\ntarget_spread = 5\n')
+    r = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "[]", r.stdout
