@@ -23,7 +23,7 @@ from . import journal
 from .copier import Copier
 from .copy_pass import DEFERRED, copy_dir
 from .groups import copy_groups
-from .inplace_pass import rewrite_dir
+from .inplace_pass import eligible, rewrite_dir
 from .files import FileRef, Result, Throttle
 from .planner import DirEntry, order_dirs, simulate, simulate_dirs, spread
 from .prepare import (Options, Prepared, RefusedError, Target, _avail, build_options, check_pinned, check_writable,  # noqa: F401
@@ -330,15 +330,28 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
     if r.spread_now <= opts.target_spread and not r.all:
         return "ok", f"spread {r.spread_now:.1f} is within the target {opts.target_spread:g}"
     roots = {t.root: os.lstat(t.root).st_dev for t in prep.targets}
+
+    def where(d: DirEntry) -> tuple[bytes, int]:
+        root = next(rt for rt in sorted(roots, key=len, reverse=True) if d.path == rt or d.path.startswith(rt.rstrip(b"/") + b"/"))
+        return root, roots[root]
+
+    rewriting = prep.method == "rewrite"
     with ThreadPoolExecutor(max_workers=prep.jobs, thread_name_prefix="rebal-copy") as pool, \
-            ThreadPoolExecutor(max_workers=prep.jobs, thread_name_prefix="rebal-swap") as r.swap_pool:
-        for d in dirs:
+            ThreadPoolExecutor(max_workers=prep.jobs, thread_name_prefix="rebal-swap") as r.swap_pool, \
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-scan") as scanner:
+        # rewrite: the next directory is scanned while this one's files are rewritten
+        ahead = scanner.submit(eligible, r, dirs[0], *where(dirs[0])) if rewriting and dirs else None
+        for i, d in enumerate(dirs):
             why = r.limit_hit()
             if why:
                 return ("interrupted" if why == "interrupted" else "stopped"), why
-            root = next(rt for rt in sorted(roots, key=len, reverse=True) if d.path == rt or d.path.startswith(rt.rstrip(b"/") + b"/"))
-            dev = roots[root]
-            rep = rewrite_dir(r, pool, d, root, dev) if prep.method == "rewrite" else copy_dir(r, pool, d, root, dev)
+            if rewriting:
+                files = ahead.result()
+                if i + 1 < len(dirs):
+                    ahead = scanner.submit(eligible, r, dirs[i + 1], *where(dirs[i + 1]))
+                rep = rewrite_dir(r, pool, d, files)
+            else:
+                rep = copy_dir(r, pool, d, *where(d))
             finished = not r.stop.is_set() and not rep.deferred
             if prep.method == "rewrite":  # in place: a lost "done" only means the directory is done again
                 r.pending_done.append((d.path, rep.files, rep.bytes, finished))

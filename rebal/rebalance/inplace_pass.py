@@ -14,12 +14,12 @@ EMPTY = object()  # an empty file: nothing to rewrite, and no answer from the io
 CHUNK = 256  # files between two checks of the limits (stop, --max-bytes, --until, --max-growth)
 
 
-def rewrite_dir(r, pool: ThreadPoolExecutor, d, root: bytes, dev: int):
-    """Rewrite directory ``d`` for run ``r`` (engine._Run); returns its DirReport."""
-    from .engine import DirReport
+def eligible(r, d, root: bytes, dev: int) -> list:
+    """(name, lstat) of the files of directory ``d`` to rewrite. The run scans the next directory
+    with this while the pool's threads rewrite the current one (one thread: the hardlink set is
+    only ever touched here, in directory order)."""
     from .scan import candidates
 
-    rep = DirReport(d.path)
     files = []
     for n, st in candidates(d.path, root, dev, r.filters, hardlinks_ok=True):
         if st.st_nlink > 1:  # an inode with several names is rewritten once
@@ -27,6 +27,15 @@ def rewrite_dir(r, pool: ThreadPoolExecutor, d, root: bytes, dev: int):
                 continue
             r.linked_seen.add(st.st_ino)
         files.append((n, st))
+    return files
+
+
+def rewrite_dir(r, pool: ThreadPoolExecutor, d, files: list):
+    """Rewrite the ``files`` (from `eligible`) of directory ``d`` for run ``r`` (engine._Run);
+    returns its DirReport."""
+    from .engine import DirReport
+
+    rep = DirReport(d.path)
     if r.ioctl:
         try:
             return _by_ioctl(r, pool, d, files, rep)
