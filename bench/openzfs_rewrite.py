@@ -95,7 +95,8 @@ def timed(argv_or_script, files: list[Path] | None = None, env: dict | None = No
 def rebal(cfg: Path, root: Path, *extra: str, env: dict | None = None) -> tuple[float, dict]:
     took, out = timed([sys.executable, "-m", "rebal", "--config", str(cfg), "rebalance", str(root), "--json",
                        "--placement", "model", *extra], env=env)
-    done = json.loads(out.splitlines()[-1])
+    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    done = events[-1] | {"method": next((e.get("method") for e in events if e.get("event") == "start"), None)}
     if done["outcome"] not in ("ok",):
         sys.exit(f"rebal did not finish: {done}")
     return took, done
