@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -141,10 +141,6 @@ class Retention(Model):
 SOURCE_RETENTION = Retention(last=0, hourly=0, daily=0, weekly=0, monthly=0)
 
 
-def _source_retention() -> Retention:
-    return Retention(last=0, hourly=0, daily=0, weekly=0, monthly=0)
-
-
 @dataclass(kw_only=True)
 class Replicate(Model):
     name: str = spec(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -173,7 +169,7 @@ class Replicate(Model):
     snapshot_target: bool = False
     schedule: str | None = spec(None, check_ctx=_cron_problem)
     keepalive: int = spec(10, ge=1, le=600)  # seconds between ssh keepalives; 3 missed = link down
-    retention_source: Retention = spec(factory=_source_retention)
+    retention_source: Retention = spec(factory=lambda: replace(SOURCE_RETENTION))
     retention_target: Retention = spec(factory=Retention)
 
     def problems(self) -> list[tuple[str, str]]:

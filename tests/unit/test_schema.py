@@ -63,7 +63,8 @@ def test_valid_values_land_typed():
     assert cfg.notify.email.sender == "r@h" and cfg.notify.email.port == 587
     job = cfg.job("n")
     assert job.retention_target.daily == 30 and job.retention_target.hourly == 24
-    assert job.retention_source == config.SOURCE_RETENTION and job.remote_host == "h"
+    assert job.retention_source == config.SOURCE_RETENTION and job.retention_source is not config.SOURCE_RETENTION
+    assert job.remote_host == "h"
     # defaults are not shared between instances
     assert config.Config().rebalance is not config.Config().rebalance
 
