@@ -56,8 +56,12 @@ def run(
     timeout: float | None = DEFAULT_TIMEOUT,
     check: bool = True,
     input: str | None = None,
+    stop=None,
 ) -> Result:
-    """Run one command. Raises a typed error on failure unless ``check`` is False."""
+    """Run one command. Raises a typed error on failure unless ``check`` is False.
+
+    ``stop`` (a threading.Event): the command is ended (SIGTERM) as soon as it is set; its output so
+    far is returned with a negative exit status, never raised (the caller asked for the stop)."""
     argv = tuple(str(a) for a in argv)
     line = shlex.join(argv)
     if dry_run and not readonly:
@@ -65,6 +69,11 @@ def run(
         return Result(argv, 0, "", "")
     log.debug("run: %s", line)
     CALLS[0] += 1
+    if stop is not None:
+        res = _run_stoppable(argv, line, timeout, stop)
+        if check and res.returncode > 0:
+            raise classify(res)
+        return res
     try:
         proc = subprocess.run(
             argv,
@@ -87,6 +96,41 @@ def run(
         log.debug("exit %d: %s: %s", proc.returncode, line, proc.stderr.strip()[:500])
         if check:
             raise classify(res)
+    return res
+
+
+def _run_stoppable(argv: tuple[str, ...], line: str, timeout: float | None, stop) -> Result:
+    import signal
+    import time
+
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                text=True, errors="surrogateescape", env=_env())
+    except FileNotFoundError:
+        raise ToolMissing(f"{argv[0]} is not installed (or not on PATH); install ZFS first") from None
+    except PermissionError:
+        raise PermissionDenied(f"not allowed to run {argv[0]}") from None
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with proc:
+        while True:
+            try:
+                out, err = proc.communicate(timeout=0.2)  # output is kept across the retries
+                break
+            except subprocess.TimeoutExpired:
+                if stop.is_set() or (deadline is not None and time.monotonic() > deadline):
+                    log.debug("stopping: %s", line)
+                    proc.send_signal(signal.SIGTERM)
+                    try:
+                        out, err = proc.communicate(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        out, err = proc.communicate()
+                    if not stop.is_set():
+                        raise CommandFailed(argv, -1, f"timed out after {timeout:.0f} s") from None
+                    break
+    res = Result(argv, proc.returncode, out, err)
+    if proc.returncode > 0:
+        log.debug("exit %d: %s: %s", proc.returncode, line, err.strip()[:500])
     return res
 
 

@@ -11,6 +11,8 @@ import os
 import signal
 import threading
 import time
+from contextlib import closing
+from itertools import takewhile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -23,7 +25,7 @@ from . import journal
 from .copier import Copier
 from .copy_pass import DEFERRED, copy_dir
 from .groups import copy_groups
-from .inplace_pass import eligible, rewrite_dir
+from .inplace_pass import batches
 from .files import FileRef, Result, Throttle
 from .planner import DirEntry, order_dirs, simulate, simulate_dirs, spread
 from .prepare import (Options, Prepared, RefusedError, Target, _avail, build_options, check_pinned, check_writable,  # noqa: F401
@@ -134,7 +136,6 @@ class _Run:
         # was a good part of the per-file cost of a tree of small directories)
         self.measure_every = max(MEASURE_BYTES, prep.pool.size // 200)
         self.pending_done: list[tuple[bytes, int, int, bool]] = []  # rewrite: done markers not yet written
-        self.ioctl = True  # the rewrite ioctl, until the file system refuses it
 
     def pinned(self, mtime_ns: int) -> bool:
         return self.pinned_ns is not None and mtime_ns < self.pinned_ns
@@ -335,33 +336,26 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
         root = next(rt for rt in sorted(roots, key=len, reverse=True) if d.path == rt or d.path.startswith(rt.rstrip(b"/") + b"/"))
         return root, roots[root]
 
-    rewriting = prep.method == "rewrite"
     with ThreadPoolExecutor(max_workers=prep.jobs, thread_name_prefix="rebal-copy") as pool, \
             ThreadPoolExecutor(max_workers=prep.jobs, thread_name_prefix="rebal-swap") as r.swap_pool, \
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-scan") as scanner:
-        # rewrite: the next directory is scanned while this one's files are rewritten
-        ahead = scanner.submit(eligible, r, dirs[0], *where(dirs[0])) if rewriting and dirs else None
-        for i, d in enumerate(dirs):
-            why = r.limit_hit()
-            if why:
-                return ("interrupted" if why == "interrupted" else "stopped"), why
-            if rewriting:
-                files = ahead.result()
-                if i + 1 < len(dirs):
-                    ahead = scanner.submit(eligible, r, dirs[i + 1], *where(dirs[i + 1]))
-                rep = rewrite_dir(r, pool, d, files)
-            else:
-                rep = copy_dir(r, pool, d, *where(d))
-            finished = not r.stop.is_set() and not rep.deferred
-            if prep.method == "rewrite":  # in place: a lost "done" only means the directory is done again
-                r.pending_done.append((d.path, rep.files, rep.bytes, finished))
-            else:
-                journal.end_dir(r.conn, r.report.run_id, d.path, rep.files, rep.bytes, finished)
-            r.report.dirs += finished
-            if finished:
-                r.report.done_dirs.append(d.path)
-            if _step_done(r, rep):
-                return "ok", _goal(r)
+        if prep.method == "rewrite":  # in place, batches of many directories (inplace_pass.py)
+            steps = batches(r, pool, scanner, dirs, where)
+        else:  # copy-and-rename, directory by directory
+            steps = ((d, copy_dir(r, pool, d, *where(d))) for d in takewhile(lambda _d: not r.limit_hit(), dirs))
+        with closing(steps):
+            for d, rep in steps:
+                if prep.method == "rewrite":  # in place: a lost "done" only means the directory is done again
+                    finished = not rep.deferred
+                    r.pending_done.append((d.path, rep.files, rep.bytes, finished))
+                else:
+                    finished = not r.stop.is_set() and not rep.deferred
+                    journal.end_dir(r.conn, r.report.run_id, d.path, rep.files, rep.bytes, finished)
+                r.report.dirs += finished
+                if finished:
+                    r.report.done_dirs.append(d.path)
+                if _step_done(r, rep):
+                    return "ok", _goal(r)
     if prep.scan.groups and not r.limit_hit():
         if _step_done(r, copy_groups(r, DirReport(b"(hardlink groups)"))):
             return "ok", _goal(r)

@@ -1,23 +1,35 @@
-"""One directory of a `zfs rewrite` rebalance (method rewrite): every eligible file rewritten in place,
-by the ioctl from a pool of threads (inplace.py) where the file system takes it, else by `zfs
-rewrite` command lines of up to 256 paths. In place: no temp names, no renames, directory times
-untouched, so no journal entry need precede it; the caller records the directory done afterwards."""
+"""The directories of a `zfs rewrite` rebalance (method rewrite): every eligible file rewritten in
+place by `zfs rewrite -v [-P]` processes, each handed thousands of paths from several directories.
+
+Why the command and not rebal's own loop: the kernel does the same work either way, but a loop of
+open/ioctl/close in Python cost 1.25-1.4x the command's loop in C (issue 19, measured on OpenZFS
+2.4.4), and a process per directory or per 256 paths cost more than the rewrite of small files.
+In place, same inode: names, times and links do not change and a crash leaves each file either
+rewritten or not with the same content, so nothing needs a journal entry before it; the caller
+records each directory done once the batch that held it has ended.
+
+Batches are cut by files (the command line's length), by bytes (the next measurement of the pool,
+--max-bytes, --max-rate, --max-growth) and to one directory when the model says the target is near,
+so the run stops at the target as often as it did directory by directory. `-v` names each file
+rewritten; a stop (Ctrl-C, SIGTERM, --until) ends the processes at once and what they named counts.
+"""
 
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Executor, ThreadPoolExecutor
 
-from . import inplace, rewrite
-
-EMPTY = object()  # an empty file: nothing to rewrite, and no answer from the ioctl
-CHUNK = 256  # files between two checks of the limits (stop, --max-bytes, --until, --max-growth)
+PROC_FILES = 8192  # paths per `zfs rewrite` process
+PROC_ARGV = 1 << 20  # bytes of paths per process: under ARG_MAX (2 MiB with the usual 8 MiB stack)
+PROC_MIN = 2048  # fewer paths than this per extra process: its start costs more than it brings
+BATCH_BYTES = 4 << 30  # a batch at most this much data, so progress and the limits are seen often
+GONE = "gone or replaced since the scan"
 
 
 def eligible(r, d, root: bytes, dev: int) -> list:
-    """(name, lstat) of the files of directory ``d`` to rewrite. The run scans the next directory
-    with this while the pool's threads rewrite the current one (one thread: the hardlink set is
-    only ever touched here, in directory order)."""
+    """(name, lstat) of the files of directory ``d`` to rewrite. Runs on one scanning thread ahead
+    of the rewrite (the hardlink set is only ever touched here, in directory order)."""
     from .scan import candidates
 
     files = []
@@ -30,19 +42,167 @@ def eligible(r, d, root: bytes, dev: int) -> list:
     return files
 
 
-def rewrite_dir(r, pool: ThreadPoolExecutor, d, files: list):
-    """Rewrite the ``files`` (from `eligible`) of directory ``d`` for run ``r`` (engine._Run);
-    returns its DirReport."""
+def procs_for(jobs: int, nfiles: int) -> int:
+    """How many `zfs rewrite` processes share a batch. Several keep several reads in flight where the
+    data is not cached (old data: the case that matters); each costs a process start."""
+    return max(1, min(jobs, 4, nfiles // PROC_MIN or 1))
+
+
+class _Dir:
+    """A directory of the run: its eligible files (scanned ahead), how far the batches got, its report."""
+
+    __slots__ = ("d", "fut", "off", "rep")
+
+    def __init__(self, d, fut) -> None:
+        self.d, self.fut, self.off, self.rep = d, fut, 0, None
+
+    @property
+    def files(self) -> list:
+        return self.fut.result()
+
+
+def batches(r, workers: Executor, scanner: ThreadPoolExecutor, dirs: list, where):
+    """Rewrite ``dirs`` for run ``r`` (engine._Run) batch by batch; yields (DirEntry, DirReport) for
+    each directory, in order, once every file of it was answered (a directory larger than a batch
+    spans several). Ends when the directories are done or a limit is hit (the directory begun then is
+    yielded with its files left counted as deferred), or when the caller stops asking (the target)."""
+    ahead: deque[_Dir] = deque()
+    nxt = 0
+    try:
+        while True:
+            # keep enough directories scanned ahead for this batch and the next
+            while nxt < len(dirs) and (len(ahead) < 2 or sum(x.d.files for x in ahead) < 2 * BATCH_FILES):
+                d = dirs[nxt]
+                ahead.append(_Dir(d, scanner.submit(eligible, r, d, *where(d))))
+                nxt += 1
+            if not ahead or r.limit_hit():
+                break
+            batch, grow_hit = _take(r, ahead)
+            yield from _run(r, workers, batch, ahead)
+            if grow_hit:
+                r.over_budget(grow_hit)  # sets the reason and the stop
+        if ahead and ahead[0].rep is not None:  # begun, not ended: not done
+            x = ahead.popleft()
+            x.rep.deferred += len(x.files) - x.off
+            yield x.d, x.rep
+    finally:
+        for x in ahead:
+            x.fut.cancel()
+
+
+BATCH_FILES = 4 * PROC_FILES
+
+
+def _caps(r) -> tuple[float, float]:
+    """(allocated bytes, file bytes) a batch may take before the run must look again."""
+    alloc = size = float(BATCH_BYTES)
+    if not r.all:
+        if r._near(r.opts.target_spread):
+            alloc = 1.0  # near the target: one directory, then measure
+        else:
+            alloc = max(1.0, r.measure_every - (r.moved - r.moved_at_measure))
+    if r.opts.max_bytes is not None:
+        size = min(size, max(1.0, r.opts.max_bytes - r.report.bytes))
+    if r.opts.max_rate:
+        size = min(size, 2.0 * r.opts.max_rate)  # the throttle paces batch by batch
+    return alloc, size
+
+
+def _take(r, ahead: deque) -> tuple[list, int]:
+    """The next batch, [(_Dir, start, end)] in order: whole directories, but the last one may be cut
+    (by the files, the command lines' length or the bytes a limit leaves; it goes on in the next
+    batch). Its allocated bytes are checked at directory ends (the pool is measured between
+    directories). Also the growth that ended it (--max-growth), or 0."""
+    cap_alloc, cap_size = _caps(r)
+    budget = None if r.opts.max_growth is None else r.opts.max_growth - r.growth
+    batch: list = []
+    n = argv = alloc = size = grow = 0
+    for x in ahead:
+        files = x.files
+        i = x.off
+        while i < len(files):
+            name, st = files[i]
+            g = st.st_blocks * 512 if r.pinned(st.st_mtime_ns) else 0
+            if budget is not None and g and grow + g > budget:
+                if i > x.off:
+                    batch.append((x, x.off, i))
+                return batch, g  # this file and the rest wait: over the growth budget
+            cost = len(x.d.path) + len(name) + 10
+            if n and (n >= BATCH_FILES or argv + cost > 4 * PROC_ARGV or size >= cap_size):
+                if i > x.off:
+                    batch.append((x, x.off, i))
+                return batch, 0
+            n, argv, grow = n + 1, argv + cost, grow + g
+            alloc += st.st_blocks * 512 or st.st_size
+            size += st.st_size
+            i += 1
+        batch.append((x, x.off, i))
+        if n and (alloc >= cap_alloc or size >= cap_size):
+            break
+    return batch, 0
+
+
+def _run(r, workers: Executor, batch: list, ahead: deque):
+    """Run one batch; yield (DirEntry, DirReport) for each directory it ended."""
     from .engine import DirReport
 
-    rep = DirReport(d.path)
-    if r.ioctl:
-        try:
-            return _by_ioctl(r, pool, d, files, rep)
-        except inplace.Unsupported as e:
-            r.ioctl = False
-            r.events.note(f"the rewrite ioctl is refused here ({e}): rewriting with `zfs rewrite` command lines")
-    return _by_command(r, d, files, rep)
+    paths = [os.path.join(x.d.path, name) for x, a, b in batch for name, _st in x.files[a:b]]
+    r.copier.throttle.consume(sum(st.st_size for x, a, b in batch for _n, st in x.files[a:b]), r.stop)
+    answers: dict[bytes, str | None] = {}  # None: rewritten; else why not
+    lost: set[bytes] = set()  # not answered because the process was ended: not done, not failed
+    if paths and not r.stop.is_set():
+        parts = _split(paths, procs_for(r.prep.jobs, len(paths)))
+        for part, ans in zip(parts, workers.map(lambda part: r.zfs.rewrite(part, r.prep.physical, r.stop), parts)):
+            answers.update(dict.fromkeys(ans.done))
+            answers.update(ans.failed)
+            for line in ans.other[:3]:
+                r.events.note(f"zfs rewrite: {line}")
+            if ans.returncode < 0:
+                lost.update(part)
+            elif ans.returncode > 0 and not ans.done and not ans.failed:  # the command failed as a whole
+                why = (ans.other or [f"exit status {ans.returncode}"])[0]
+                answers.update({p: why for p in part})
+    else:
+        lost.update(paths)
+    for x, a, b in batch:
+        rep = x.rep = x.rep or DirReport(x.d.path)
+        for name, st in x.files[a:b]:
+            p = os.path.join(x.d.path, name)
+            if p in answers:
+                why = answers[p]
+                if why is None:
+                    _tally(r, rep, st)
+                    if r.pinned(st.st_mtime_ns):
+                        r.growth += st.st_blocks * 512
+                    continue
+                why = GONE if why == "No such file or directory" else f"zfs rewrite failed ({why})"
+            elif p in lost:
+                rep.deferred += 1  # ended before its turn (a stop): the directory is not done
+                continue
+            else:  # no longer a regular file: zfs rewrite passes over those without a word
+                why = GONE
+            rep.skipped[why] = rep.skipped.get(why, 0) + 1
+        x.off = b
+        if b == len(x.files) and ahead and ahead[0] is x:
+            ahead.popleft()
+            yield x.d, rep
+
+
+def _split(paths: list[bytes], k: int) -> list[list[bytes]]:
+    """``paths`` in ``k`` or more contiguous parts, each within PROC_FILES and PROC_ARGV."""
+    parts: list[list[bytes]] = []
+    per = -(-len(paths) // k)
+    cur: list[bytes] = []
+    size = 0
+    for p in paths:
+        if cur and (len(cur) >= min(per, PROC_FILES) or size + len(p) + 9 > PROC_ARGV):
+            parts.append(cur)
+            cur, size = [], 0
+        cur.append(p)
+        size += len(p) + 9  # the string, its NUL and its pointer
+    if cur:
+        parts.append(cur)
+    return parts
 
 
 def _tally(r, rep, st) -> None:
@@ -51,79 +211,3 @@ def _tally(r, rep, st) -> None:
     r.report.files += 1
     r.report.bytes += st.st_size
     r.moved += st.st_blocks * 512 or st.st_size
-
-
-def _by_ioctl(r, pool, d, files, rep):
-    physical = r.prep.physical
-    dfd = os.open(d.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-
-    def one(item):
-        name, st = item
-        try:
-            # an empty file is "done" without an ioctl: it proves nothing about the ioctl
-            return None if inplace.rewrite_file(dfd, name, st.st_ino, physical) else EMPTY
-        except inplace.Unsupported as e:
-            return e
-        except FileNotFoundError:
-            return "gone or replaced since the scan"
-        except OSError as e:
-            return f"zfs rewrite failed ({e.strerror})"
-
-    try:
-        started = False
-        for i in range(0, len(files), CHUNK):
-            if r.limit_hit():
-                break
-            chunk = files[i:i + CHUNK]
-            grow = sum(st.st_blocks * 512 for _n, st in chunk if r.pinned(st.st_mtime_ns))
-            if grow and r.over_budget(grow):  # a whole chunk, or none of it
-                break
-            r.copier.throttle.consume(sum(st.st_size for _n, st in chunk), r.stop)
-            # one task per worker, each every n-th file of the chunk: a future per file cost more
-            # than the ioctl of a small file (the per-file overhead issue 19 measured)
-            n = max(1, min(r.prep.jobs, len(chunk)))
-            results: list = [None] * len(chunk)
-
-            def part(k: int, chunk=chunk, results=results, n=n) -> None:
-                for j in range(k, len(chunk), n):
-                    results[j] = one(chunk[j])
-
-            list(pool.map(part, range(n)))
-            for (name, st), res in zip(chunk, results):
-                if isinstance(res, inplace.Unsupported):
-                    if not started:
-                        raise res  # the first file tells: this file system has no ioctl
-                    res = f"zfs rewrite failed ({res})"
-                if res is None or res is EMPTY:
-                    started = started or res is None
-                    _tally(r, rep, st)
-                else:
-                    rep.skipped[res] = rep.skipped.get(res, 0) + 1
-            r.growth += grow
-        return rep
-    finally:
-        os.close(dfd)
-
-
-def _by_command(r, d, files, rep):
-    from ..errors import CommandFailed
-
-    stats = {os.path.join(d.path, n): st for n, st in files}
-    pinned = {p: st.st_blocks * 512 for p, st in stats.items() if r.pinned(st.st_mtime_ns)}
-    for argv in rewrite.argv_batches(list(stats), r.prep.physical):
-        if r.limit_hit():
-            break
-        grow = sum(pinned.get(os.fsencode(p), 0) for p in argv[2:])
-        if grow and r.over_budget(grow):  # a whole batch, or none of it
-            break
-        try:
-            r.zfs.run_rewrite(argv)
-        except CommandFailed as e:
-            rep.skipped["zfs rewrite failed"] = rep.skipped.get("zfs rewrite failed", 0) + len(argv) - 2
-            r.events.note(str(e))
-            continue
-        for p in argv[2:]:
-            if p.startswith("/"):
-                _tally(r, rep, stats[os.fsencode(p)])
-        r.growth += grow
-    return rep

@@ -7,7 +7,9 @@ installed zpool accepts is remembered for the life of the process.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from .. import names
 from ..errors import CommandFailed, NoSuchPool, UnsupportedOption, UsageError
@@ -199,11 +201,18 @@ class Zfs:
         out = [(n, v["creation"], v.get("used", 0)) for n, v in props.items() if "creation" in v]
         return sorted(out, key=lambda s: s[1])
 
-    def run_rewrite(self, argv: list[str]) -> None:
-        """Run one `zfs rewrite` command line (from `rebalance.rewrite.argv_batches`)."""
-        if argv[:2] != ["zfs", "rewrite"]:
-            raise ValueError(argv)
-        self._run(argv, readonly=False, timeout=None)
+    def rewrite(self, paths: Sequence[bytes], physical: bool, stop) -> RewriteAnswer:
+        """Rewrite these files in place with one `zfs rewrite -v [-P]` process (the caller keeps the
+        command line under ARG_MAX). Ended at once when ``stop`` is set. What `-v` names was
+        rewritten; what its errors name was not; whatever is named by neither was not answered."""
+        for p in paths:
+            if not p.startswith(b"/"):
+                raise ValueError("zfs rewrite needs absolute paths")  # so none can be read as an option
+        import os
+
+        argv = ["zfs", "rewrite", "-v", *(["-P"] if physical else []), *(os.fsdecode(p) for p in paths)]
+        res = self._run(argv, readonly=False, timeout=None, check=False, stop=stop)
+        return parse_rewrite_answer(res.stdout, res.stderr, paths, res.returncode)
 
     def rewrite_support(self) -> tuple[bool, bool]:
         """(zfs has `rewrite`, `rewrite` has -P), from the usage text `zfs rewrite` prints."""
@@ -215,9 +224,43 @@ class Zfs:
 
 def parse_rewrite_usage(text: str) -> tuple[bool, bool]:
     """From `zfs rewrite` (no arguments) output: is there a rewrite command, and does it take -P."""
-    import re
-
     m = re.search(r"^\s*rewrite\s+\[-([A-Za-z]+)\]", text, re.M)
     if not m:
         return (False, False)
     return (True, "P" in m.group(1))
+
+
+@dataclass
+class RewriteAnswer:
+    done: list[bytes]  # named by -v: rewritten
+    failed: dict[bytes, str]  # named by an error line: not rewritten, and why
+    other: list[str]  # error lines that name none of the paths
+    returncode: int  # negative: ended by a signal (the stop)
+
+
+def parse_rewrite_answer(stdout: str, stderr: str, paths: Sequence[bytes], returncode: int) -> RewriteAnswer:
+    """`zfs rewrite -v` names each file it rewrote, one "PATH\\n" after the other in the order it
+    was handed them (one thread), and prints an error per file that failed ("failed to stat|open|
+    rewrite PATH: REASON", OpenZFS 2.3-2.4); non-regular files are passed over without a word
+    (fixture rewrite-v-mixed). Read in order, a name holding a newline is matched whole."""
+    import os
+
+    out = os.fsencode(stdout)
+    done: list[bytes] = []
+    at = 0
+    for p in paths:
+        if out.startswith(p + b"\n", at):
+            done.append(p)
+            at += len(p) + 1
+    wanted = set(paths)
+    failed: dict[bytes, str] = {}
+    other: list[str] = []
+    for line in stderr.splitlines():
+        head, sep, reason = line.rpartition(": ")
+        m = re.match(r"(?:failed|cannot) to \w+ (/.*)$", head) if sep else None
+        p = os.fsencode(m.group(1)) if m else None
+        if p is not None and p in wanted:
+            failed[p] = reason.strip()
+        elif line.strip():
+            other.append(line.strip())
+    return RewriteAnswer(done, failed, other, returncode)

@@ -235,48 +235,6 @@ def test_hardlink_groups_recreated_with_hardlinks(make_pool, tmp_path):
     assert manifest(data) == before and temp_leftovers(data) == []
 
 
-def test_rewrite_method_runs_zfs_rewrite_per_directory(make_pool, tmp_path):
-    """zfs-fuse has no `zfs rewrite`: detection replays the usage text real OpenZFS 2.4.4 printed,
-    and the command lines the engine runs are recorded instead of run. The rest is real."""
-    from conftest import fixture_text
-
-    from rebal.rebalance import engine
-    from rebal.zfs.cli import Zfs, Zpool
-
-    pool, data = grown_pool(make_pool, tmp_path, size="128M",
-                            tree=lambda root: mixed_tree(root, small=120, large=2, large_mib=(6, 8), seed=9))
-    ran = []
-
-    class ReplayZfs(Zfs):
-        def rewrite_support(self):
-            from rebal.zfs.cli import parse_rewrite_usage
-
-            return parse_rewrite_usage(fixture_text("zfs-rewrite-noargs.txt.stderr"))
-
-        def run_rewrite(self, argv):
-            ran.append(argv)
-
-    class FeatureZpool(Zpool):
-        def feature(self, pool_name, feature):
-            return "enabled" if feature == "physical_rewrite" else ""
-
-    from rebal import state
-
-    conn = state.connect(tmp_path / "s.db")
-    opts = engine.Options(targets=[f"{pool.name}/data"], target_spread=0.01, rewrite_all=True)
-    prep = engine.prepare(opts, FeatureZpool(), ReplayZfs(), conn)
-    assert prep.method == "rewrite" and prep.physical
-    rep = engine.execute(prep, opts, FeatureZpool(), ReplayZfs(), conn, str(tmp_path / "s.db"))
-    assert rep.outcome == "ok"
-    files = [a for argv in ran for a in argv[3:]]
-    assert all(argv[:3] == ["zfs", "rewrite", "-P"] for argv in ran)
-    # hardlinked files are rewritten in place too (once per inode); symlinks and the fifo are not
-    assert len(files) == len(set(files)) == prep.scan.files - 2 == rep.files
-    assert len({os.lstat(f).st_ino for f in files}) == len(files)
-    assert not any(f.endswith(("a-fifo", "link-to-file", "dangling")) for f in files)
-    assert len(ran) == len({os.path.dirname(f) for f in files})  # one command per directory here
-
-
 def test_sigterm_stops_cleanly_and_the_next_run_continues(make_pool, tmp_path):
     pool, data = grown_pool(make_pool, tmp_path, size="128M",
                             tree=lambda root: mixed_tree(root, small=300, large=6, large_mib=(6, 8), seed=11))

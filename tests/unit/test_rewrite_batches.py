@@ -1,0 +1,89 @@
+"""The batched `zfs rewrite` of method rewrite: its answer read from real OpenZFS 2.4.4 output, the
+command ended on a stop with its output kept, command lines kept under ARG_MAX."""
+
+import sys
+import threading
+
+from conftest import fixture_text
+
+from rebal.rebalance.inplace_pass import PROC_ARGV, PROC_FILES, _split, procs_for
+from rebal.runner import run
+from rebal.zfs.cli import parse_rewrite_answer
+
+D = b"/var/tmp/fx/mnt/a dir/"
+HANDED = [D + b"f1", D + b"name: with colon", D + b"empty", D + b"fifo", D + b"link", D + b"new\nline",
+          b"/var/tmp/fx/mnt/gone", b"/tmp/on-tmpfs"]  # the command line of the fixture, in order
+
+
+def test_the_answer_of_a_real_zfs_rewrite_v():
+    ans = parse_rewrite_answer(fixture_text("rewrite-v-mixed_zfs-rewrite-v-P.txt"),
+                               fixture_text("rewrite-v-mixed_zfs-rewrite-v-P.txt.stderr"), HANDED, 25)
+    # named one after the other in the order handed: the name with a newline is read whole
+    assert ans.done == [D + b"f1", D + b"name: with colon", D + b"empty", D + b"new\nline"]
+    assert ans.failed == {b"/var/tmp/fx/mnt/gone": "No such file or directory",
+                          b"/tmp/on-tmpfs": "Inappropriate ioctl for device"}
+    assert ans.other == [] and ans.returncode == 25
+    # the fifo and the symlink: neither rewritten nor failed (zfs rewrite passes over them)
+    assert D + b"fifo" not in ans.done and D + b"link" not in ans.failed
+
+
+def test_a_name_is_never_taken_for_another():
+    # "a/x" was not rewritten; its neighbour's line must not be read as its own
+    ans = parse_rewrite_answer("/a/xy\n", "failed to rewrite /a/x: Input/output error\n", [b"/a/x", b"/a/xy"], 5)
+    assert ans.done == [b"/a/xy"] and ans.failed == {b"/a/x": "Input/output error"}
+    # an error naming none of the paths is kept for the log, not pinned on a file
+    ans = parse_rewrite_answer("", "internal error: out of memory\n", [b"/a/x"], 1)
+    assert ans.done == [] and ans.failed == {} and ans.other == ["internal error: out of memory"]
+
+
+def test_a_stop_ends_the_command_and_keeps_what_it_printed(tmp_path):
+    flag = tmp_path / "printed"
+
+    class StopOncePrinted(threading.Event):
+        def is_set(self):  # the stop comes once the child has printed its first line
+            return flag.exists()
+
+    child = ("import sys, time; print('/done/one', flush=True); open(sys.argv[1], 'w').close(); "
+             "time.sleep(600)")
+    res = run([sys.executable, "-c", child, str(flag)], readonly=False, check=True, timeout=None,
+              stop=StopOncePrinted())
+    assert res.returncode < 0  # ended by the signal, not raised as a failure: the caller asked for it
+    assert res.stdout == "/done/one\n"
+
+
+def test_a_command_that_fails_on_its_own_is_raised_when_checked():
+    import pytest
+
+    from rebal.errors import CommandFailed
+
+    with pytest.raises(CommandFailed):
+        run([sys.executable, "-c", "import sys; sys.exit(3)"], stop=threading.Event())
+    res = run([sys.executable, "-c", "print('x'); import sys; sys.exit(3)"], check=False, stop=threading.Event())
+    assert (res.returncode, res.stdout) == (3, "x\n")
+
+
+def test_command_lines_stay_under_the_limits():
+    paths = [b"/p/" + b"n" * (i % 200) + b"%d" % i for i in range(50_000)]
+    for k in (1, 2, 4):
+        parts = _split(paths, k)
+        assert [p for part in parts for p in part] == paths  # every path once, in order
+        assert all(len(part) <= PROC_FILES and sum(len(p) + 9 for p in part) <= PROC_ARGV for part in parts)
+    small = [b"/p/%d" % i for i in range(3000)]
+    assert [len(x) for x in _split(small, 2)] == [1500, 1500]
+    assert _split([], 4) == []
+
+
+def test_processes_per_batch():
+    assert procs_for(jobs=4, nfiles=100) == 1  # a small batch: one process start
+    assert procs_for(jobs=4, nfiles=5000) == 2
+    assert procs_for(jobs=1, nfiles=50_000) == 1
+    assert procs_for(jobs=16, nfiles=50_000) == 4
+
+
+def test_paths_must_be_absolute():
+    import pytest
+
+    from rebal.zfs.cli import Zfs
+
+    with pytest.raises(ValueError):
+        Zfs(lambda *a, **k: None).rewrite([b"-r"], True, threading.Event())
