@@ -7,11 +7,7 @@ times so incremental sends stay small) is used when zfs knows it and the pool ha
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-
-MAX_ARGS = 256
-MAX_ARG_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -26,26 +22,3 @@ def detect(zfs, zpool, pool: str) -> RewriteSupport:
         return RewriteSupport(False, False)
     physical = has_p and zpool.feature(pool, "physical_rewrite") in ("enabled", "active")
     return RewriteSupport(True, physical)
-
-
-def argv_batches(paths: list[bytes], physical: bool) -> list[list[str]]:
-    """`zfs rewrite` command lines for these files, cut so no command line grows too long.
-
-    Paths are absolute (they start with '/'), so none can be read as an option.
-    """
-    base = ["zfs", "rewrite"] + (["-P"] if physical else [])
-    out: list[list[str]] = []
-    cur: list[str] = []
-    size = 0
-    for p in paths:
-        if not p.startswith(b"/"):
-            raise ValueError("zfs rewrite needs absolute paths")
-        s = os.fsdecode(p)
-        if cur and (len(cur) >= MAX_ARGS or size + len(p) > MAX_ARG_BYTES):
-            out.append(base + cur)
-            cur, size = [], 0
-        cur.append(s)
-        size += len(p) + 1
-    if cur:
-        out.append(base + cur)
-    return out

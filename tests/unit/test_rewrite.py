@@ -47,18 +47,6 @@ def test_detect_uses_P_only_with_the_pool_feature(feature, physical):
     assert ("zpool", "get", "-H", "-o", "value", "feature@physical_rewrite", "tank") in r.calls
 
 
-def test_argv_batches():
-    paths = [b"/tank/data/f%05d" % i for i in range(600)] + [b"/tank/data/-dash name"]
-    batches = rewrite.argv_batches(paths, physical=True)
-    assert all(b[:3] == ["zfs", "rewrite", "-P"] for b in batches)
-    assert sum(len(b) - 3 for b in batches) == 601
-    assert max(len(b) for b in batches) <= rewrite.MAX_ARGS + 3
-    assert batches[-1][-1] == "/tank/data/-dash name"
-    assert rewrite.argv_batches([b"/a"], physical=False) == [["zfs", "rewrite", "/a"]]
-    with pytest.raises(ValueError):
-        rewrite.argv_batches([b"relative"], physical=False)
-
-
 def test_settle_on_openzfs_waits_for_freeing_to_reach_zero():
     """`zpool sync`, then `freeing` polled until 0 (OpenZFS); old ZFS: a property set and cleared."""
     from rebal.errors import UnsupportedOption

@@ -74,10 +74,11 @@ def test_command_lines_stay_under_the_limits():
 
 
 def test_processes_per_batch():
-    assert procs_for(jobs=4, nfiles=100) == 1  # a small batch: one process start
-    assert procs_for(jobs=4, nfiles=5000) == 2
-    assert procs_for(jobs=1, nfiles=50_000) == 1
-    assert procs_for(jobs=16, nfiles=50_000) == 4
+    assert procs_for(jobs=4, nfiles=100, cores=8) == 1  # a small batch: one process start
+    assert procs_for(jobs=4, nfiles=5000, cores=8) == 2
+    assert procs_for(jobs=1, nfiles=50_000, cores=8) == 1
+    assert procs_for(jobs=16, nfiles=50_000, cores=8) == 4
+    assert procs_for(jobs=16, nfiles=50_000, cores=2) == 2  # no more than the cores
 
 
 def test_paths_must_be_absolute():
