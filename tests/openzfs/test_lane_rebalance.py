@@ -43,6 +43,46 @@ def test_auto_uses_zfs_rewrite_P_keeps_inodes_and_stops_under_target(make_pool, 
     assert pool_prop(pool.name, "feature@physical_rewrite") == "active"
 
 
+def test_a_sigterm_ends_the_zfs_rewrite_processes_and_the_next_run_finishes(make_pool, tmp_path):
+    """The batches of real `zfs rewrite -v` processes: SIGTERM to rebal ends them mid-batch (2,048
+    files, then 8,192: the signal lands in the second), only directories whose every file they
+    named are recorded done, and the next run rewrites the rest. In place: inodes and content stay."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    pool = make_pool([[], []], size="256M")
+    sh("zfs", "create", f"{pool.name}/data")
+    data = pool.mountpoint / "data"
+    for i in range(12_000):
+        d = data / f"d{i // 400:03d}"
+        d.mkdir(exist_ok=True)
+        (d / f"f{i:05d}").write_bytes(os.urandom(512 + i % 3000))
+    sh("zpool", "sync", pool.name)
+    pool.add(str(pool.disk("256M")), str(pool.disk("256M")))
+    cfg = write_cfg(tmp_path)
+    before, ino = manifest(data), inodes(data)
+    argv = [sys.executable, "-m", "rebal", "--config", str(cfg), "rebalance", f"{pool.name}/data", "--all", "--json"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if json.loads(line)["event"] == "dir":  # the first batch has ended: the second runs
+            break
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    first = json.loads(out.splitlines()[-1])
+    assert first["outcome"] == "interrupted" and "SIGTERM" in first["reason"], first
+    assert 0 < first["files"] < 12_000 and first["dirs"] < 30, first
+    assert sh("pgrep", "-x", "zfs", check=False).stdout == "", "no zfs rewrite outlives the run"
+    r = rebal("rebalance", f"{pool.name}/data", "--all", "--json", config=cfg)
+    second = json.loads(r.stdout.splitlines()[-1])
+    assert second["outcome"] == "ok", second
+    assert first["dirs"] + second["dirs"] == 30, (first, second)
+    assert first["files"] + second["files"] >= 12_000
+    assert inodes(data) == ino and manifest(data) == before
+
+
 def test_copy_keeps_the_tree_and_never_block_clones(make_pool, tmp_path):
     pool, data = grown(make_pool)
     cfg = write_cfg(tmp_path)
