@@ -101,11 +101,13 @@ def run(
 
 def _run_stoppable(argv: tuple[str, ...], line: str, timeout: float | None, stop) -> Result:
     import signal
+    import sys
     import time
 
     try:
+        # decoded as file names are (os.fsdecode), so a path read back is the bytes that went out
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                text=True, errors="surrogateescape", env=_env())
+                                encoding=sys.getfilesystemencoding(), errors="surrogateescape", env=_env())
     except FileNotFoundError:
         raise ToolMissing(f"{argv[0]} is not installed (or not on PATH); install ZFS first") from None
     except PermissionError:

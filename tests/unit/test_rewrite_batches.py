@@ -1,6 +1,7 @@
 """The batched `zfs rewrite` of method rewrite: its answer read from real OpenZFS 2.4.4 output, the
 command ended on a stop with its output kept, command lines kept under ARG_MAX."""
 
+import os
 import sys
 import threading
 
@@ -88,3 +89,11 @@ def test_paths_must_be_absolute():
 
     with pytest.raises(ValueError):
         Zfs(lambda *a, **k: None).rewrite([b"-r"], True, threading.Event())
+
+
+def test_a_name_that_is_not_utf8_comes_back_as_the_same_bytes():
+    # what Zfs.rewrite does with a path: fsdecode it into the command line, read the answer back
+    name = b"/p/non-utf8-\xff\xfe \xe2\x98\x83\nline"
+    echo = "import os, sys; sys.stdout.buffer.write(os.fsencode(sys.argv[1]) + b'\\n')"
+    res = run([sys.executable, "-c", echo, os.fsdecode(name)], stop=threading.Event())
+    assert parse_rewrite_answer(res.stdout, res.stderr, [name], res.returncode).done == [name]
