@@ -195,15 +195,16 @@ class _Run:
             return self.measure(settle=True) <= target - max(0.3, 0.05 * target)
         return False
 
-    def _near(self, target: float) -> bool:
-        """Is the model's spread, given what was rewritten so far, near the target? Then measure."""
+    def _near(self, target: float, more: int = 0, dirs: tuple = ()) -> bool:
+        """Is the model's spread, given what was rewritten so far (and ``more`` bytes in ``dirs``
+        about to be), near the target? Then measure."""
         plan = self.prep.plan
         if plan.measured:
-            done = set(self.report.done_dirs)
+            done = set(self.report.done_dirs).union(dirs)
             predicted = spread(simulate_dirs(fills(self.prep.pool), [d for d in plan.ranked if d.path in done],
                                              plan.pinned_fraction))
         else:
-            predicted = spread(simulate(fills(self.prep.pool), self.moved, plan.pinned_fraction))
+            predicted = spread(simulate(fills(self.prep.pool), self.moved + more, plan.pinned_fraction))
         return predicted <= target + 1.0
 
     # limits

@@ -22,7 +22,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 
 PROC_FILES = 16384  # paths per `zfs rewrite` process (PROC_ARGV is what usually binds)
 PROC_ARGV = 1 << 20  # bytes of paths per process: under ARG_MAX (2 MiB with the usual 8 MiB stack)
-PROC_MIN = 2048  # fewer paths than this per extra process: its start costs more than it brings
+PROC_MIN = 512  # fewer paths than this per extra process: its start costs more than it brings
 BATCH_BYTES = 4 << 30  # a batch at most this much data, so progress and the limits are seen often
 GONE = "gone or replaced since the scan"
 
@@ -46,7 +46,8 @@ def procs_for(jobs: int, nfiles: int, cores: int | None = None) -> int:
     """How many `zfs rewrite` processes share a batch: no more than the cores (the kernel's rewrite
     of cached data is CPU work), at most 4. Measured on OpenZFS 2.4.4, 2 vCPUs, 40,000 small files:
     warm 1 process 16.7 s, 2 12.8 s, 4 14.0 s; cold 2 30.3 s, 4 31.9 s (bare -r 17.2 s warm, 47-51 s
-    cold). Each costs a process start (0.1 s there), so a small batch has one."""
+    cold); 4,000 files cold, one process per batch: 1.89x bare where threads of ioctls were 1.2-1.4x.
+    Each costs a process start (0.1 s there), so only a batch under 2 x PROC_MIN has one."""
     cores = cores or os.cpu_count() or 2
     return max(1, min(jobs, 4, cores, nfiles // PROC_MIN or 1))
 
@@ -148,6 +149,8 @@ def _take(r, ahead: deque, cap_files: int) -> tuple[list, int]:
         batch.append((x, x.off, i))
         if n and (alloc >= cap_alloc or size >= cap_size or n >= cap_files):
             break
+        if n and not r.all and r._near(r.opts.target_spread, alloc, tuple(y.d.path for y, _a, _b in batch)):
+            break  # the model says the target is near once this batch is in: measure after it
     return batch, 0
 
 

@@ -76,7 +76,8 @@ def test_command_lines_stay_under_the_limits():
 
 def test_processes_per_batch():
     assert procs_for(jobs=4, nfiles=100, cores=8) == 1  # a small batch: one process start
-    assert procs_for(jobs=4, nfiles=5000, cores=8) == 2
+    assert procs_for(jobs=4, nfiles=1000, cores=8) == 1
+    assert procs_for(jobs=4, nfiles=1024, cores=8) == 2  # cold data: two reads in flight pay
     assert procs_for(jobs=1, nfiles=50_000, cores=8) == 1
     assert procs_for(jobs=16, nfiles=50_000, cores=8) == 4
     assert procs_for(jobs=16, nfiles=50_000, cores=2) == 2  # no more than the cores
