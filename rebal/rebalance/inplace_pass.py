@@ -178,9 +178,12 @@ def _run(r, workers: Executor, batch: list, ahead: deque):
         answers.update(ans.failed)
         for line in ans.other[:3]:
             r.events.note(f"zfs rewrite: {line}")
-        if ans.returncode > 0 and not ans.done and not ans.failed:  # the command failed as a whole
-            why = (ans.other or [f"exit status {ans.returncode}"])[0]
-            answers.update({p: why for p in part})
+        if ans.returncode > 0 and not ans.done and not ans.failed:
+            # the command failed as a whole (no file named either way): the run fails, and no
+            # directory of this batch is recorded done (it would be passed over on a resume)
+            from ..errors import CommandFailed
+
+            raise CommandFailed(("zfs", "rewrite"), ans.returncode, "\n".join(ans.other) or "no output")
     it = iter(paths)
     for x, a, b in batch:
         rep = x.rep = x.rep or DirReport(x.d.path)

@@ -147,3 +147,21 @@ def state_done(conn, run_id) -> set[bytes]:
     from rebal.rebalance import journal
 
     return {os.fsencode(p) if isinstance(p, str) else p for p in journal.done_dirs(conn, run_id)}
+
+
+def test_a_zfs_rewrite_that_fails_as_a_whole_fails_the_run_and_marks_nothing_done(make_pool, tmp_path):
+    from rebal.errors import RebalError
+
+    class Broken(ReplayZfs):
+        def rewrite(self, paths, physical, stop):
+            self.handed.append(list(paths))
+            return parse_rewrite_answer("", "internal error: failed to initialize ZFS library\n", paths, 1)
+
+    pool, _data = grown(make_pool)
+    with pytest.raises(RebalError, match="failed to initialize"):
+        run(pool, tmp_path, Broken())
+    conn = state.connect(tmp_path / "s.db")
+    from rebal.rebalance import journal
+
+    assert conn.execute("SELECT outcome FROM runs ORDER BY id DESC").fetchone()[0] == "failed"
+    assert not journal.done_dirs(conn, 1), "a directory nobody rewrote must not be recorded done"
