@@ -183,7 +183,10 @@ def test_example_values_that_are_not_defaults_say_example():
 def test_shell_completion_is_offered():
     r = rebal("--help")
     assert "--install-completion" in r.stdout and "--show-completion" in r.stdout
-    r = rebal("--show-completion", "bash", env={"SHELL": "/bin/bash"})
+    # typer detects the parent shell (shellingham) and then takes --show-completion as a flag, so
+    # "bash" would be an extra argument when no shell is an ancestor (a detached job): name it.
+    r = rebal("--show-completion", "bash",
+              env={"SHELL": "/bin/bash", "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
     assert "_rebal_completion" in r.stdout and "complete " in r.stdout, r.stdout[:300]
 
 
