@@ -297,6 +297,8 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
                 r.report.waiting_on = [n for (n, c, _u), b in zip(prep.snapshots, prep.scan.pinned_by) if b]
             try:
                 r.report.spread_after = r.measure(settle=True)
+                if opts.rewrite_all and r.report.outcome == "ok" and not prep.reclaim_only:
+                    r.report.reason += f"; the spread is now {r.report.spread_after:.1f}"
             except RebalError:
                 r.report.spread_after = r.spread_now
             if prep.plan.measured and r.report.files:
@@ -366,7 +368,7 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
     if prep.reclaim_only:
         return "ok", "every file stored at the old data:parity ratio was rewritten"
     if opts.rewrite_all:
-        return "ok", f"every eligible file was rewritten (--all); the spread is {r.spread_now:.1f}"
+        return "ok", "every eligible file was rewritten (--all)"  # the spread after it: execute adds it
     return "incomplete", (f"every eligible directory was rewritten; the spread is {r.spread_now:.1f}, "
                           f"above the target {opts.target_spread:g}")
 

@@ -6,24 +6,36 @@ open/ioctl/close in Python cost 1.25-1.4x the command's loop in C (issue 19, mea
 2.4.4), and a process per directory or per 256 paths cost more than the rewrite of small files.
 In place, same inode: names, times and links do not change and a crash leaves each file either
 rewritten or not with the same content, so nothing needs a journal entry before it; the caller
-records each directory done once the batch that held it has ended.
+records each directory done once every file of it was answered.
 
-Batches are cut by files (the command line's length), by bytes (the next measurement of the pool,
---max-bytes, --max-rate, --max-growth) and to one directory when the model says the target is near,
-so the run stops at the target as often as it did directory by directory. `-v` names each file
-rewritten; a stop (Ctrl-C, SIGTERM, --until) ends the processes at once and what they named counts.
+A pipeline: one thread scans the directories ahead; the paths are cut into parts of up to
+PROC_FILES files in the run's order; ``k`` lanes each run one `zfs rewrite` process at a time and
+take the next part as soon as theirs ends, so no lane waits for another (the batches of a first
+version waited for their slowest process and for the scan of their whole batch: at 4,000 files
+that was a third of the run). A part takes what is scanned: the first starts after a few
+directories, later ones are as large as the files left allow (the files left / k, so the lanes end
+together).
+
+A *window* is what may go before the pool is looked at again: its bytes are cut by the pool's next
+measurement (64 MiB, or pool/200) without `--all`, by one directory where the model says the target
+is near, by what `--max-bytes` leaves, by two seconds of `--max-rate` and by the `--max-growth`
+budget (per file). At a window's end the lanes drain; directories are handed back, in order, as
+they are answered. `-v` names each file rewritten; a stop (Ctrl-C, SIGTERM, --until) ends the
+processes at once and what they named counts.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Executor, ThreadPoolExecutor, wait
 
 PROC_FILES = 16384  # paths per `zfs rewrite` process (PROC_ARGV is what usually binds)
 PROC_ARGV = 1 << 20  # bytes of paths per process: under ARG_MAX (2 MiB with the usual 8 MiB stack)
-PROC_MIN = 512  # fewer paths than this per extra process: its start costs more than it brings
-BATCH_BYTES = 4 << 30  # a batch at most this much data, so progress and the limits are seen often
+PROC_MIN = 512  # files: a part waits for the scan until it has this many (or the scan has ended)
+WINDOW_BYTES = 4 << 30  # a window at most this much data, so the limits and progress are seen often
+SCAN_AHEAD = 65536  # files scanned and not yet handed to a lane, at most (about 250 bytes each)
 GONE = "gone or replaced since the scan"
 
 
@@ -43,69 +55,283 @@ def eligible(r, d, root: bytes, dev: int) -> list:
 
 
 def procs_for(jobs: int, nfiles: int, cores: int | None = None) -> int:
-    """How many `zfs rewrite` processes share a batch: no more than the cores (the kernel's rewrite
+    """How many `zfs rewrite` processes run at once: no more than the cores (the kernel's rewrite
     of cached data is CPU work), at most 4. Measured on OpenZFS 2.4.4, 2 vCPUs, 40,000 small files:
     warm 1 process 16.7 s, 2 12.8 s, 4 14.0 s; cold 2 30.3 s, 4 31.9 s (bare -r 17.2 s warm, 47-51 s
-    cold); 4,000 files cold, one process per batch: 1.89x bare where threads of ioctls were 1.2-1.4x.
-    Each costs a process start (0.1 s there), so only a batch under 2 x PROC_MIN has one."""
+    cold); 4,000 files warm: 1 process 2.7-2.8 s, 2 2.3-2.6 s, 4 2.5 s (bare -r 2.8-2.9 s). Each
+    costs a process start, so only a run under 2 x PROC_MIN files has one."""
     cores = cores or os.cpu_count() or 2
     return max(1, min(jobs, 4, cores, nfiles // PROC_MIN or 1))
 
 
 class _Dir:
-    """A directory of the run: its eligible files (scanned ahead), how far the batches got, its report."""
+    """A directory of the run: its eligible files (scanned ahead), how many were handed to a lane,
+    how many parts holding some of them are running, its report."""
 
-    __slots__ = ("d", "fut", "off", "rep")
+    __slots__ = ("d", "fut", "off", "running", "rep")
 
     def __init__(self, d, fut) -> None:
-        self.d, self.fut, self.off, self.rep = d, fut, 0, None
+        self.d, self.fut, self.off, self.running, self.rep = d, fut, 0, 0, None
 
     @property
     def files(self) -> list:
         return self.fut.result()
 
 
-FIRST_BATCH = 2048  # files: the first batch is small so the processes start while the scan goes on
-BATCH_FILES = 32768  # files: a batch grows 4x each time up to this
+class _StopOrHalt:
+    """The run's stop, or the pipeline's own halt (the caller stopped asking, or a failure): either
+    ends the processes. Setting it sets the run's stop."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop, self.halt = stop, threading.Event()
+
+    def is_set(self) -> bool:
+        return self.stop.is_set() or self.halt.is_set()
+
+    def set(self) -> None:
+        self.stop.set()
 
 
 def batches(r, workers: Executor, scanner: ThreadPoolExecutor, dirs: list, where):
-    """Rewrite ``dirs`` for run ``r`` (engine._Run) batch by batch; yields (DirEntry, DirReport) for
-    each directory, in order, once every file of it was answered (a directory larger than a batch
-    spans several). Ends when the directories are done or a limit is hit (the directory begun then is
-    yielded with its files left counted as deferred), or when the caller stops asking (the target)."""
-    ahead: deque[_Dir] = deque()
-    nxt = queued = 0  # queued: files (by the pre-scan's count) of the directories in ``ahead``
-    cap = FIRST_BATCH
+    """Rewrite ``dirs`` for run ``r`` (engine._Run); yields (DirEntry, DirReport) for each directory,
+    in order, once every file of it was answered. Ends when the directories are done or a limit is
+    hit (the directory begun then is yielded with its files left counted as deferred), or when the
+    caller stops asking (the target): the processes still running are ended then."""
+    p = _Pipeline(r, workers, scanner, dirs, where)
     try:
+        yield from p.run()
+    finally:
+        p.close()
+
+
+class _Pipeline:
+    def __init__(self, r, workers: Executor, scanner: ThreadPoolExecutor, dirs: list, where) -> None:
+        self.r, self.workers, self.scanner, self.dirs, self.where = r, workers, scanner, dirs, where
+        self.left = sum(d.files for d in dirs)  # files not yet handed (by the pre-scan's count)
+        self.k = procs_for(r.prep.jobs, self.left)
+        self.ahead: deque[_Dir] = deque()  # submitted to the scanner, not yet handed back
+        self.cut = 0  # index in ``ahead`` of the directory being cut into parts
+        self.nxt = 0  # next of ``dirs`` to submit to the scanner
+        self.unhanded = 0  # files (pre-scan's count) of submitted directories not yet handed
+        self.running: dict = {}  # future -> [(_Dir, start, end)] of a part
+        self.sc = 0  # index in ``ahead`` before which every directory is scanned
+        self.stop = _StopOrHalt(r.stop)
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def run(self):
+        r = self.r
         while True:
-            # keep the directories of this batch and the next submitted to the scanning thread
-            while nxt < len(dirs) and (len(ahead) < 2 or queued < cap + min(4 * cap, BATCH_FILES)):
-                d = dirs[nxt]
-                ahead.append(_Dir(d, scanner.submit(eligible, r, d, *where(d))))
-                queued += d.files
-                nxt += 1
-            if not ahead or r.limit_hit():
+            self._scan_ahead()
+            if r.limit_hit() or (self.cut >= len(self.ahead) and self.nxt >= len(self.dirs)):
                 break
-            batch, grow_hit = _take(r, ahead, cap)
-            for x, _a, _b in batch:
-                queued -= x.d.files if x.off == 0 else 0
-            yield from _run(r, workers, batch, ahead)
-            cap = min(4 * cap, BATCH_FILES)
+            grow_hit = yield from self._window()
             if grow_hit:
                 r.over_budget(grow_hit)  # sets the reason and the stop
-        if ahead and ahead[0].rep is not None:  # begun, not ended: not done
-            x = ahead.popleft()
+        yield from self._answered()
+        if self.ahead and self.ahead[0].rep is not None and not self.ahead[0].running:
+            x = self.ahead.popleft()  # begun, not ended (a limit): not done
             x.rep.deferred += len(x.files) - x.off
             yield x.d, x.rep
-    finally:
-        for x in ahead:
+
+    def _window(self):
+        """Hand out parts until the window's bytes are used; yield directories as they are answered;
+        return once the lanes have drained, with the growth that ended the window (--max-growth) or 0."""
+        r = self.r
+        cap_alloc, cap_size = _caps(r)
+        budget = None if r.opts.max_growth is None else r.opts.max_growth - r.growth
+        w = {"alloc": 0, "size": 0, "grow": 0, "dirs": [], "closed": False, "grow_hit": 0}
+        while True:
+            while (not w["closed"] and len(self.running) < self.k and not self.stop.is_set()
+                   and not r.limit_hit()):
+                part = self._part(w, cap_alloc, cap_size, budget, block=not self.running)
+                if part is None:
+                    break
+                self._start(part)
+            if not self.running:
+                return w["grow_hit"]
+            waiting = list(self.running)
+            if not w["closed"] and len(self.running) < self.k:
+                scanning = self._scanning()
+                if scanning is not None:
+                    waiting.append(scanning)  # a lane waits for the scan: wake when it moves on
+            done, _ = wait(waiting, return_when=FIRST_COMPLETED)
+            for f in done:
+                if f in self.running:
+                    self._answer(self.running.pop(f), f.result())
+            yield from self._answered()
+            self._scan_ahead()
+
+    def _part(self, w: dict, cap_alloc: float, cap_size: float, budget, block: bool) -> list | None:
+        """The next part, [(_Dir, start, end)] in order, from what is scanned; None when there is
+        none to start now (the window is closed, every directory is handed, or the scan is behind
+        while a part runs). Closes the window where its bytes are used. A part of empty directories
+        only holds no file: it is answered at once."""
+        r = self.r
+        target = max(PROC_MIN, min(PROC_FILES, -(-self.left // self.k)))
+        if not block and self._scanned(min(PROC_MIN, target)) < min(PROC_MIN, target):
+            return None  # a part runs: wait for the scan rather than start a small process
+        part: list = []
+        n = argv = 0
+        while True:
+            if self.cut >= len(self.ahead):
+                if self.nxt >= len(self.dirs):
+                    w["closed"] = True  # every directory is handed out
+                    break
+                self._scan_ahead(force=True)
+            x = self.ahead[self.cut]
+            if part and not x.fut.done() and n >= (PROC_MIN if block else 0):
+                break  # take what is scanned
+            files = x.files
+            i, full = x.off, False
+            while i < len(files):
+                name, st = files[i]
+                g = st.st_blocks * 512 if r.pinned(st.st_mtime_ns) else 0
+                if budget is not None and g and w["grow"] + g > budget:
+                    w["closed"], w["grow_hit"] = True, g  # this file and the rest wait: over the growth budget
+                    break
+                cost = len(x.d.path) + len(name) + 10
+                if n >= target or argv + cost > PROC_ARGV:
+                    full = True
+                    break
+                n, argv = n + 1, argv + cost
+                w["grow"] += g
+                w["alloc"] += st.st_blocks * 512 or st.st_size
+                w["size"] += st.st_size
+                i += 1
+                if w["size"] >= cap_size:
+                    w["closed"] = True
+                    break
+            self._took(part, x, i)
+            if i < len(files):
+                break  # the part is full, or the window closed inside this directory
+            self.cut += 1
+            w["dirs"].append(x.d.path)
+            if w["closed"]:
+                break
+            if w["alloc"] >= cap_alloc or (not r.all and r._near(r.opts.target_spread, w["alloc"], tuple(w["dirs"]))):
+                w["closed"] = True  # measure after this directory (the model says the target is near)
+                break
+            if full:
+                break
+        return part or None
+
+    def _scanned(self, enough: int) -> int:
+        """Files scanned and not yet handed, from the cut on (counted up to ``enough``); ``enough``
+        when every directory left is scanned."""
+        n = 0
+        for j in range(self.cut, len(self.ahead)):
+            x = self.ahead[j]
+            if not x.fut.done():
+                return n
+            n += len(x.files) - x.off
+            if n >= enough:
+                return n
+        return n if self.nxt < len(self.dirs) else enough
+
+    def _scanning(self):
+        """The scan of the first directory not yet scanned, or None."""
+        while self.sc < len(self.ahead) and self.ahead[self.sc].fut.done():
+            self.sc += 1
+        return self.ahead[self.sc].fut if self.sc < len(self.ahead) else None
+
+    def _took(self, part: list, x: _Dir, end: int) -> None:
+        """Add x's files from its offset to ``end`` to the part (an empty directory, once, as it is)."""
+        if end > x.off or end == len(x.files) == 0:  # (the cut moves past a directory once handed)
+            part.append((x, x.off, end))
+            self.left -= end - x.off
+            if x.off == 0:
+                self.unhanded -= x.d.files
+            x.off = end
+
+    def _start(self, part: list) -> None:
+        r = self.r
+        paths = [os.path.join(x.d.path, name) for x, a, b in part for name, _st in x.files[a:b]]
+        r.copier.throttle.consume(sum(st.st_size for x, a, b in part for _n, st in x.files[a:b]), r.stop)
+        for x, _a, _b in part:
+            x.running += 1
+        if not paths:  # empty directories only
+            self._answer(part, None)
+            return
+        fut = self.workers.submit(lambda: (paths, r.zfs.rewrite(paths, r.prep.physical, self.stop)
+                                           if not self.stop.is_set() else None))
+        self.running[fut] = part
+
+    # -- answers ---------------------------------------------------------------------------------
+
+    def _answer(self, part: list, result) -> None:
+        """Count a part's answer into its directories' reports."""
+        from .engine import DirReport
+
+        r = self.r
+        paths, ans = result if result is not None else ([], None)
+        answers: dict[bytes, str | None] = {}  # None: rewritten; else why not
+        lost = ans is None or ans.returncode < 0  # ended by a stop: what it did not name is not done
+        if ans is not None:
+            answers.update(dict.fromkeys(ans.done))
+            answers.update(ans.failed)
+            for line in ans.other[:3]:
+                r.events.note(f"zfs rewrite: {line}")
+            if ans.returncode > 0 and not ans.done and not ans.failed:
+                # the command failed as a whole (no file named either way): the run fails, and no
+                # directory of this part is recorded done (it would be passed over on a resume)
+                from ..errors import CommandFailed
+
+                raise CommandFailed(("zfs", "rewrite"), ans.returncode, "\n".join(ans.other) or "no output")
+        it = iter(paths)
+        for x, a, b in part:
+            x.running -= 1
+            rep = x.rep = x.rep or DirReport(x.d.path)
+            for _name, st in x.files[a:b]:
+                p = next(it)
+                if p in answers:
+                    why = answers[p]
+                    if why is None:
+                        _tally(r, rep, st)
+                        if r.pinned(st.st_mtime_ns):
+                            r.growth += st.st_blocks * 512
+                        continue
+                    why = GONE if why == "No such file or directory" else f"zfs rewrite failed ({why})"
+                elif lost:
+                    rep.deferred += 1  # ended before its turn (a stop): the directory is not done
+                    continue
+                else:  # no longer a regular file: zfs rewrite passes over those without a word
+                    why = GONE
+                rep.skipped[why] = rep.skipped.get(why, 0) + 1
+
+    def _answered(self):
+        """The directories at the head, every file of them handed and answered, in order."""
+        while self.ahead and self.cut > 0:
+            x = self.ahead[0]
+            if x.running or x.rep is None or x.off < len(x.files):
+                return
+            self.ahead.popleft()
+            self.cut -= 1
+            self.sc = max(0, self.sc - 1)
+            yield x.d, x.rep
+
+    # -- the scan ahead ----------------------------------------------------------------------------
+
+    def _scan_ahead(self, force: bool = False) -> None:
+        while self.nxt < len(self.dirs) and (force or len(self.ahead) - self.cut < 2 or self.unhanded < SCAN_AHEAD):
+            d = self.dirs[self.nxt]
+            self.ahead.append(_Dir(d, self.scanner.submit(eligible, self.r, d, *self.where(d))))
+            self.unhanded += d.files
+            self.nxt += 1
+            force = False
+
+    def close(self) -> None:
+        """End what still runs (the caller stopped asking, or a failure) and wait for it."""
+        self.stop.halt.set()
+        if self.running:
+            wait(list(self.running))
+        for x in self.ahead:
             x.fut.cancel()
 
 
 def _caps(r) -> tuple[float, float]:
-    """(allocated bytes, file bytes) a batch may take before the run must look again."""
-    alloc = size = float(BATCH_BYTES)
+    """(allocated bytes, file bytes) a window may take before the run must look again."""
+    alloc = size = float(WINDOW_BYTES)
     if not r.all:
         if r._near(r.opts.target_spread):
             alloc = 1.0  # near the target: one directory, then measure
@@ -114,116 +340,8 @@ def _caps(r) -> tuple[float, float]:
     if r.opts.max_bytes is not None:
         size = min(size, max(1.0, r.opts.max_bytes - r.report.bytes))
     if r.opts.max_rate:
-        size = min(size, 2.0 * r.opts.max_rate)  # the throttle paces batch by batch
+        size = min(size, 2.0 * r.opts.max_rate)  # the throttle paces window by window
     return alloc, size
-
-
-def _take(r, ahead: deque, cap_files: int) -> tuple[list, int]:
-    """The next batch, [(_Dir, start, end)] in order: whole directories, but the last one may be cut
-    (by the files, the command lines' length or the bytes a limit leaves; it goes on in the next
-    batch). Its allocated bytes are checked at directory ends (the pool is measured between
-    directories). Also the growth that ended it (--max-growth), or 0."""
-    cap_alloc, cap_size = _caps(r)
-    budget = None if r.opts.max_growth is None else r.opts.max_growth - r.growth
-    batch: list = []
-    n = argv = alloc = size = grow = 0
-    for x in ahead:
-        files = x.files
-        i = x.off
-        while i < len(files):
-            name, st = files[i]
-            g = st.st_blocks * 512 if r.pinned(st.st_mtime_ns) else 0
-            if budget is not None and g and grow + g > budget:
-                if i > x.off:
-                    batch.append((x, x.off, i))
-                return batch, g  # this file and the rest wait: over the growth budget
-            cost = len(x.d.path) + len(name) + 10
-            if n and (n >= cap_files or argv + cost > 4 * PROC_ARGV or size >= cap_size):
-                if i > x.off:
-                    batch.append((x, x.off, i))
-                return batch, 0
-            n, argv, grow = n + 1, argv + cost, grow + g
-            alloc += st.st_blocks * 512 or st.st_size
-            size += st.st_size
-            i += 1
-        batch.append((x, x.off, i))
-        if n and (alloc >= cap_alloc or size >= cap_size or n >= cap_files):
-            break
-        if n and not r.all and r._near(r.opts.target_spread, alloc, tuple(y.d.path for y, _a, _b in batch)):
-            break  # the model says the target is near once this batch is in: measure after it
-    return batch, 0
-
-
-def _run(r, workers: Executor, batch: list, ahead: deque):
-    """Run one batch; yield (DirEntry, DirReport) for each directory it ended."""
-    from .engine import DirReport
-
-    paths = [os.path.join(x.d.path, name) for x, a, b in batch for name, _st in x.files[a:b]]
-    r.copier.throttle.consume(sum(st.st_size for x, a, b in batch for _n, st in x.files[a:b]), r.stop)
-    answers: dict[bytes, str | None] = {}  # None: rewritten; else why not
-    lost: set[bytes] = set()  # not answered because the process was ended: not done, not failed
-    k = procs_for(r.prep.jobs, len(paths))
-    parts = _split(paths, k)
-
-    def lane(i: int) -> list:  # k lanes at once, each running its parts one after the other
-        return [(part, r.zfs.rewrite(part, r.prep.physical, r.stop) if not r.stop.is_set() else None)
-                for part in parts[i::k]]
-
-    for part, ans in (pa for done in workers.map(lane, range(k)) for pa in done):
-        if ans is None or ans.returncode < 0:
-            lost.update(part)
-            if ans is None:
-                continue
-        answers.update(dict.fromkeys(ans.done))
-        answers.update(ans.failed)
-        for line in ans.other[:3]:
-            r.events.note(f"zfs rewrite: {line}")
-        if ans.returncode > 0 and not ans.done and not ans.failed:
-            # the command failed as a whole (no file named either way): the run fails, and no
-            # directory of this batch is recorded done (it would be passed over on a resume)
-            from ..errors import CommandFailed
-
-            raise CommandFailed(("zfs", "rewrite"), ans.returncode, "\n".join(ans.other) or "no output")
-    it = iter(paths)
-    for x, a, b in batch:
-        rep = x.rep = x.rep or DirReport(x.d.path)
-        for _name, st in x.files[a:b]:
-            p = next(it)
-            if p in answers:
-                why = answers[p]
-                if why is None:
-                    _tally(r, rep, st)
-                    if r.pinned(st.st_mtime_ns):
-                        r.growth += st.st_blocks * 512
-                    continue
-                why = GONE if why == "No such file or directory" else f"zfs rewrite failed ({why})"
-            elif p in lost:
-                rep.deferred += 1  # ended before its turn (a stop): the directory is not done
-                continue
-            else:  # no longer a regular file: zfs rewrite passes over those without a word
-                why = GONE
-            rep.skipped[why] = rep.skipped.get(why, 0) + 1
-        x.off = b
-        if b == len(x.files) and ahead and ahead[0] is x:
-            ahead.popleft()
-            yield x.d, rep
-
-
-def _split(paths: list[bytes], k: int) -> list[list[bytes]]:
-    """``paths`` in ``k`` or more contiguous parts, each within PROC_FILES and PROC_ARGV."""
-    parts: list[list[bytes]] = []
-    per = -(-len(paths) // k)
-    cur: list[bytes] = []
-    size = 0
-    for p in paths:
-        if cur and (len(cur) >= min(per, PROC_FILES) or size + len(p) + 9 > PROC_ARGV):
-            parts.append(cur)
-            cur, size = [], 0
-        cur.append(p)
-        size += len(p) + 9  # the string, its NUL and its pointer
-    if cur:
-        parts.append(cur)
-    return parts
 
 
 def _tally(r, rep, st) -> None:

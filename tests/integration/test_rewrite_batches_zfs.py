@@ -75,7 +75,8 @@ def grown(make_pool, small=120, seed=9):
 
 def run(pool, tmp_path, zfs, stop=None, **kw):
     conn = state.connect(tmp_path / "s.db")
-    opts = engine.Options(targets=[f"{pool.name}/data"], target_spread=0.01, rewrite_all=True, jobs=1, **kw)
+    kw.setdefault("jobs", 1)
+    opts = engine.Options(targets=[f"{pool.name}/data"], target_spread=0.01, rewrite_all=True, **kw)
     prep = engine.prepare(opts, FeatureZpool(), zfs, conn)
     assert prep.method == "rewrite" and prep.physical
     rep = engine.execute(prep, opts, FeatureZpool(), zfs, conn, str(tmp_path / "s.db"), stop=stop)
@@ -96,6 +97,8 @@ def test_every_eligible_file_once_in_one_process(make_pool, tmp_path):
     assert any(b"\n" in f for f in files) and any(b"\xff" in f for f in files)
     assert len(zfs.handed) == 1, "a small tree is one batch: one process, not one per directory"
     assert rep.dirs == len(prep.scan.dirs) and not rep.skipped
+    # the reason gives the spread measured after the run, not the one before it
+    assert rep.reason == f"every eligible file was rewritten (--all); the spread is now {rep.spread_after:.1f}"
 
 
 def test_a_stop_inside_a_batch_leaves_the_unanswered_directories_for_the_next_run(make_pool, tmp_path):
@@ -165,3 +168,42 @@ def test_a_zfs_rewrite_that_fails_as_a_whole_fails_the_run_and_marks_nothing_don
 
     assert conn.execute("SELECT outcome FROM runs ORDER BY id DESC").fetchone()[0] == "failed"
     assert not journal.done_dirs(conn, 1), "a directory nobody rewrote must not be recorded done"
+
+
+def test_the_lanes_do_not_wait_for_each_other_and_parts_stay_under_the_limits(make_pool, tmp_path, monkeypatch):
+    """Two lanes: the first process is held until the other lane has answered most of the files, which
+    only a pipeline allows (a split of the work between the lanes fixed in advance, or batches that
+    wait for their slowest process, leave the other lane half the files at most: the test fails on
+    the timeout). Every part within the file and command-line limits, every file once."""
+    from rebal.rebalance import inplace_pass
+
+    monkeypatch.setattr(inplace_pass, "PROC_MIN", 8)
+    monkeypatch.setattr(inplace_pass, "PROC_FILES", 40)
+    monkeypatch.setattr(inplace_pass, "PROC_ARGV", 3000)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    pool, data = grown(make_pool, small=400, seed=6)
+    inodes = {st.st_ino for d, _s, fs in os.walk(data) for f in fs
+              if stat.S_ISREG((st := os.lstat(os.path.join(d, f))).st_mode)}
+    moved = threading.Condition()
+    held: list = []
+
+    class Held(ReplayZfs):
+        def rewrite(self, paths, physical, stop):
+            with self.lock:
+                first, self.began = not getattr(self, "began", False), True
+            if first:
+                with moved:
+                    held.append(moved.wait_for(lambda: len(self.answered) >= 0.6 * len(inodes), timeout=60))
+            ans = super().rewrite(paths, physical, stop)
+            with moved:
+                moved.notify_all()
+            return ans
+
+    zfs = Held()
+    prep, rep, _conn = run(pool, tmp_path, zfs, jobs=2)
+    assert held == [True], "the other lane did not take over the work: the lanes waited for each other"
+    assert rep.outcome == "ok" and rep.dirs == len(prep.scan.dirs), rep
+    files = [p for part in zfs.handed for p in part]
+    assert len(files) == len(set(files)) == rep.files == len(inodes)
+    assert all(len(part) <= 40 and sum(len(p) + 9 for p in part) <= 3000 for part in zfs.handed)
+    assert any(sum(len(p) + 9 for p in part) > 3000 - 300 or len(part) == 40 for part in zfs.handed)

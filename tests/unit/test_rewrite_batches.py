@@ -7,7 +7,7 @@ import threading
 
 from conftest import fixture_text
 
-from rebal.rebalance.inplace_pass import PROC_ARGV, PROC_FILES, _split, procs_for
+from rebal.rebalance.inplace_pass import procs_for
 from rebal.runner import run
 from rebal.zfs.cli import parse_rewrite_answer
 
@@ -63,19 +63,8 @@ def test_a_command_that_fails_on_its_own_is_raised_when_checked():
     assert (res.returncode, res.stdout) == (3, "x\n")
 
 
-def test_command_lines_stay_under_the_limits():
-    paths = [b"/p/" + b"n" * (i % 200) + b"%d" % i for i in range(50_000)]
-    for k in (1, 2, 4):
-        parts = _split(paths, k)
-        assert [p for part in parts for p in part] == paths  # every path once, in order
-        assert all(len(part) <= PROC_FILES and sum(len(p) + 9 for p in part) <= PROC_ARGV for part in parts)
-    small = [b"/p/%d" % i for i in range(3000)]
-    assert [len(x) for x in _split(small, 2)] == [1500, 1500]
-    assert _split([], 4) == []
-
-
-def test_processes_per_batch():
-    assert procs_for(jobs=4, nfiles=100, cores=8) == 1  # a small batch: one process start
+def test_processes_at_once():
+    assert procs_for(jobs=4, nfiles=100, cores=8) == 1  # a small run: one process start
     assert procs_for(jobs=4, nfiles=1000, cores=8) == 1
     assert procs_for(jobs=4, nfiles=1024, cores=8) == 2  # cold data: two reads in flight pay
     assert procs_for(jobs=1, nfiles=50_000, cores=8) == 1
