@@ -247,13 +247,17 @@ class _Pipeline:
     def _start(self, part: list) -> None:
         r = self.r
         paths = [os.path.join(x.d.path, name) for x, a, b in part for name, _st in x.files[a:b]]
+        # handed in inode order: files made one after the other have their dnodes and blocks together
+        # (4,000 small files, 2 processes: 2.3 s in inode order, 3.2-3.5 s in directory order)
+        inos = [st.st_ino for x, a, b in part for _name, st in x.files[a:b]]
+        handed = [paths[i] for i in sorted(range(len(paths)), key=inos.__getitem__)]
         r.copier.throttle.consume(sum(st.st_size for x, a, b in part for _n, st in x.files[a:b]), r.stop)
         for x, _a, _b in part:
             x.running += 1
         if not paths:  # empty directories only
             self._answer(part, None)
             return
-        fut = self.workers.submit(lambda: (paths, r.zfs.rewrite(paths, r.prep.physical, self.stop)
+        fut = self.workers.submit(lambda: (paths, r.zfs.rewrite(handed, r.prep.physical, self.stop)
                                            if not self.stop.is_set() else None))
         self.running[fut] = part
 
