@@ -58,27 +58,58 @@ def bytes_to_target(
     reachable by rewriting ``available`` bytes).
 
     The spread first falls, then may rise again (rewriting everything can overshoot: the new vdevs
-    end up fuller than the old), so the trajectory is walked rather than only its end looked at.
-    """
+    end up fuller than the old), so the trajectory is walked rather than only its end looked at:
+    100 points, the first under the target bracketed with the point before it and bisected. One
+    simulation along the whole way finds that point; the bracket is checked with the simulation
+    itself, and where it does not hold every point is simulated from nothing (100 simulations were
+    0.17 s of a run's start in the lane's guest)."""
     if spread(vdevs) <= target:
         return 0
     if available <= 0:
         return None
     n = 100
-    prev = 0
+
+    def under(i: int) -> bool:
+        return spread(simulate(vdevs, available * i // n, pinned_fraction)) <= target
+
+    first = _first_under(vdevs, target, available, pinned_fraction, n)
+    if not (first <= n and under(first) and (first == 1 or not under(first - 1))):
+        first = next((i for i in range(1, n + 1) if under(i)), None)
+        if first is None:
+            return None
+    lo, hi = available * (first - 1) // n, available * first // n  # the spread falls through the target here
+    while hi - lo > max(available // 10000, 1 << 20):
+        mid = (lo + hi) // 2
+        if spread(simulate(vdevs, mid, pinned_fraction)) <= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _first_under(vdevs: list[VdevFill], target: float, available: int, pinned_fraction: float, n: int) -> int:
+    """The first of the n points at which one simulation, run once along the whole way, is under the
+    target (n + 1: none): where bytes_to_target starts its walk, rather than simulating from nothing
+    at each point (100 simulations were 0.17 s of a run's start in the lane's guest)."""
+    if not vdevs:
+        return 1
+    total_alloc = sum(v.alloc for v in vdevs) or 1
+    source = [v.alloc / total_alloc for v in vdevs]
+    alloc = [float(v.alloc) for v in vdevs]
+    size = [float(v.size) for v in vdevs]
+    per = 20  # steps between points
+    step = available / (n * per)
     for i in range(1, n + 1):
-        b = available * i // n
-        if spread(simulate(vdevs, b, pinned_fraction)) <= target:
-            lo, hi = prev, b  # the spread falls through the target inside this step
-            while hi - lo > max(available // 10000, 1 << 20):
-                mid = (lo + hi) // 2
-                if spread(simulate(vdevs, mid, pinned_fraction)) <= target:
-                    hi = mid
-                else:
-                    lo = mid
-            return hi
-        prev = b
-    return None
+        for _ in range(per):
+            free = [max(sz - a, 0.0) for sz, a in zip(size, alloc)]
+            total_free = sum(free)
+            if total_free <= step:
+                return i
+            for j in range(len(alloc)):
+                alloc[j] = max(0.0, alloc[j] + step * free[j] / total_free - step * (1.0 - pinned_fraction) * source[j])
+        if spread([VdevFill(v.name, v.size, round(a)) for v, a in zip(vdevs, alloc)]) <= target:
+            return i
+    return n + 1
 
 
 @dataclass(frozen=True)
