@@ -342,7 +342,7 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
     with ThreadPoolExecutor(max_workers=prep.jobs, thread_name_prefix="rebal-copy") as pool, \
             ThreadPoolExecutor(max_workers=prep.jobs, thread_name_prefix="rebal-swap") as r.swap_pool, \
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-scan") as scanner:
-        if prep.method == "rewrite":  # in place, batches of many directories (inplace_pass.py)
+        if prep.method == "rewrite":  # in place, lanes of processes fed parts of the scan (inplace_pass.py)
             steps = batches(r, pool, scanner, dirs, where)
         else:  # copy-and-rename, directory by directory
             steps = ((d, copy_dir(r, pool, d, *where(d))) for d in takewhile(lambda _d: not r.limit_hit(), dirs))
