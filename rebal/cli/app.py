@@ -28,7 +28,7 @@ def _import_typer():
 
 typer = _import_typer()
 from .. import __version__
-from .io import OPTS, Options, choice, guarded, load_config, open_state, out_json, out_text, say_error, state_or_none, warn  # noqa: F401
+from .io import OPTS, Options, Signals, choice, guarded, load_config, open_state, out_json, out_text, say_error, state_or_none, warn  # noqa: F401
 
 app = typer.Typer(
     help="Keep a ZFS pool's data evenly spread over its vdevs, and safely copied to a backup host.",
@@ -70,41 +70,6 @@ def _root(
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-
-
-class Signals:
-    """SIGINT/SIGTERM set a stop flag (the running step ends at a safe point) instead of killing
-    the process, for as long as the `with` block lasts; `got` lists the signals received."""
-
-    def __init__(self) -> None:
-        import threading
-
-        self.stop = threading.Event()
-        self.got: list[int] = []
-        self._old: dict = {}
-
-    def _on(self, signum, _frame) -> None:
-        self.got.append(signum)
-        self.stop.set()
-
-    def __enter__(self) -> "Signals":
-        import signal
-
-        self._old = {s: signal.signal(s, self._on) for s in (signal.SIGINT, signal.SIGTERM)}
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        import signal
-
-        for s, h in self._old.items():
-            signal.signal(s, h)
-        return False
-
-    def exit_code(self) -> int:
-        """130 after SIGINT (as a shell reports ^C), 0 after SIGTERM (a clean, asked-for stop)."""
-        import signal
-
-        return 130 if self.got and self.got[0] == signal.SIGINT else 0
 
 
 def log_for_service() -> None:

@@ -1,8 +1,11 @@
-"""`rebal status` without typer. Status is the command people and timers run most, and typer and
-click cost more start-up than the command's own work. When
-the command line is exactly `rebal [--config FILE | -c FILE] status [--json] [POOL...]`, `main`
-runs it here; anything else (help, another option, another command) goes to typer, which parses
-the same command line the same way (a test holds both to the same output)."""
+"""`rebal status` and `rebal rebalance` without typer. Status is the command people and timers run
+most, and a rebalance of a small tree on a fast pool is over in a second or two: typer and click
+cost more start-up than that work (in the lane's OpenZFS guest, importing typer and building the
+command took 0.5 s of a 4,000-file rewrite's 6-7 s; issue 19). When the command line is exactly
+`rebal [--config FILE | -c FILE] status [--json] [POOL...]`, or `rebalance` with targets and only
+the well-formed options of the table below, `main` runs it here; anything else (help, another
+option, another command, a malformed value) goes to typer, which parses the same command line the
+same way (tests hold both to the same output and the same keywords)."""
 
 from __future__ import annotations
 
@@ -45,11 +48,12 @@ def show_status(pools: list[str], as_json: bool) -> None:
     out_text(status_text(found, target, replication) + "".join(f"{w['subject']}: {w['message']}\n" for w in waiting))
 
 
-def parse(argv: list[str]) -> tuple[str | None, list[str], bool] | None:
-    """(config, pools, as_json) when ``argv`` is a plain status command line, else None."""
+def _command(argv: list[str]) -> tuple[str | None, int] | None:
+    """(config, index of the command name) past a plain `--config FILE`, `-c FILE` or
+    `--config=FILE`; None for anything else before the command (--debug, --version, --help)."""
     config = None
     i = 0
-    while i < len(argv) and argv[i] != "status":
+    while i < len(argv):
         a = argv[i]
         if a in ("--config", "-c") and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
             config = argv[i + 1]
@@ -57,10 +61,19 @@ def parse(argv: list[str]) -> tuple[str | None, list[str], bool] | None:
         elif a.startswith("--config=") and len(a) > len("--config="):
             config = a[len("--config="):]
             i += 1
-        else:
+        elif a.startswith("-"):
             return None
-    if i == len(argv):
+        else:
+            return config, i
+    return None
+
+
+def parse(argv: list[str]) -> tuple[str | None, list[str], bool] | None:
+    """(config, pools, as_json) when ``argv`` is a plain status command line, else None."""
+    got = _command(argv)
+    if got is None or argv[got[1]] != "status":
         return None
+    config, i = got
     pools: list[str] = []
     as_json = False
     for a in argv[i + 1:]:
@@ -73,14 +86,89 @@ def parse(argv: list[str]) -> tuple[str | None, list[str], bool] | None:
     return config, pools, as_json
 
 
+# `rebal rebalance`'s options as typer declares them (rebalance_cmd.py; a test holds the two to the
+# same parse): option -> (keyword of rebalance_run.run, kind). Kind None: a flag; list: repeatable.
+REBALANCE = {
+    "--target-spread": ("target_spread", float), "--max-bytes": ("max_bytes", str), "--until": ("until", str),
+    "--max-rate": ("max_rate", str), "--verify": ("verify", str), "--method": ("method", str), "--jobs": ("jobs", int),
+    "--exclude": ("exclude", list), "--min-age": ("min_age", float), "--min-size": ("min_size", str),
+    "--max-size": ("max_size", str), "--allow-snapshots": ("allow_snapshots", None),
+    "--max-growth": ("max_growth", str), "--hardlinks": ("hardlinks", None), "--all": ("rewrite_all", None),
+    "--placement": ("placement", str), "--dry-run": ("dry_run", None), "--json": ("as_json", None),
+}
+
+
+def parse_rebalance(argv: list[str]) -> tuple[str | None, list[str], dict] | None:
+    """(config, targets, keywords) when ``argv`` is a `rebal rebalance` command line of the options
+    above, each well formed; None for anything else (help, an unknown or malformed option, a value
+    that looks like an option, `--`, no target), which typer then parses and reports."""
+    got = _command(argv)
+    if got is None or argv[got[1]] != "rebalance":
+        return None
+    config, i = got
+    targets: list[str] = []
+    kw: dict = {}
+    rest = argv[i + 1:]
+    j = 0
+    while j < len(rest):
+        a = rest[j]
+        j += 1
+        if not a.startswith("-"):
+            if not a:
+                return None
+            targets.append(a)
+            continue
+        name, eq, value = a.partition("=")
+        if name not in REBALANCE:
+            return None
+        key, kind = REBALANCE[name]
+        if kind is None:
+            if eq:
+                return None
+            kw[key] = True
+            continue
+        if not eq:
+            if j == len(rest):
+                return None
+            value = rest[j]
+            j += 1
+        if not value or value.startswith("-"):
+            return None
+        if kind is list:
+            kw.setdefault(key, []).append(value)
+            continue
+        try:
+            kw[key] = kind(value)
+        except ValueError:
+            return None
+    if not targets:
+        return None
+    return config, targets, kw
+
+
 def try_fast(argv: list[str]) -> bool:
     """Run ``argv`` here if it is a plain status command line; False to leave it to typer."""
     if os.environ.get("REBAL_NO_FAST") or any(k.startswith("_REBAL_COMPLETE") for k in os.environ):
         return False
     got = parse(argv)
-    if got is None:
+    if got is not None:
+        OPTS.config, pools, as_json = got
+        _logging()
+        guarded(lambda: show_status(pools, as_json))
+        return True
+    reb = parse_rebalance(argv)
+    if reb is None:
         return False
-    OPTS.config, pools, as_json = got
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    guarded(lambda: show_status(pools, as_json))
+    OPTS.config, targets, kw = reb
+    _logging()
+    from .rebalance_run import run
+
+    code = [0]
+    guarded(lambda: code.__setitem__(0, run(targets, **kw)))
+    if code[0]:
+        sys.exit(code[0])
     return True
+
+
+def _logging() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)

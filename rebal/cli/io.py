@@ -89,3 +89,38 @@ def guarded(call) -> None:
             raise
         print(f"rebal: internal error: {type(e).__name__}: {e} (run with --debug for details)", file=sys.stderr)
         sys.exit(70)  # EX_SOFTWARE
+
+
+class Signals:
+    """SIGINT/SIGTERM set a stop flag (the running step ends at a safe point) instead of killing
+    the process, for as long as the `with` block lasts; `got` lists the signals received."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.stop = threading.Event()
+        self.got: list[int] = []
+        self._old: dict = {}
+
+    def _on(self, signum, _frame) -> None:
+        self.got.append(signum)
+        self.stop.set()
+
+    def __enter__(self) -> "Signals":
+        import signal
+
+        self._old = {s: signal.signal(s, self._on) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        import signal
+
+        for s, h in self._old.items():
+            signal.signal(s, h)
+        return False
+
+    def exit_code(self) -> int:
+        """130 after SIGINT (as a shell reports ^C), 0 after SIGTERM (a clean, asked-for stop)."""
+        import signal
+
+        return 130 if self.got and self.got[0] == signal.SIGINT else 0

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Annotated, Optional
 
 import typer
 
-from .app import JsonOpt, Signals, app, choice, load_config, open_state, out_json, out_text, state_or_none
+from .app import JsonOpt, app, choice, load_config, open_state, out_json, out_text, state_or_none
+from .rebalance_run import METHODS, PLACEMENTS
 
 TargetsArg = Annotated[list[str], typer.Argument(help="Datasets (tank/data) or directories inside mounted datasets.")]
 SpreadOpt = Annotated[Optional[float], typer.Option("--target-spread", help="Stop under this spread, in points [default: config].")]
@@ -17,8 +16,6 @@ MinAgeOpt = Annotated[Optional[float], typer.Option("--min-age", help="Only file
 MinSizeOpt = Annotated[Optional[str], typer.Option("--min-size", help="Only files at least this big (e.g. 1M).")]
 MaxSizeOpt = Annotated[Optional[str], typer.Option("--max-size", help="Only files at most this big (e.g. 10G).")]
 MaxBytesOpt = Annotated[Optional[str], typer.Option("--max-bytes", help="Rewrite at most this much (e.g. 500G).")]
-METHODS = ("auto", "copy", "rewrite")
-PLACEMENTS = ("auto", "measured", "model")
 PlacementOpt = Annotated[str, typer.Option("--placement", help="Where old data lies: measured (zdb reads the block pointers), model (a guess from the fill), or auto (measured where zdb can).")]
 
 
@@ -76,62 +73,14 @@ def rebalance(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON line per directory done, and one at the end.")] = False,
 ) -> None:
     """Rewrite files so ZFS spreads them over every vdev, until the spread is under the target."""
-    from ..errors import UsageError
-    from ..rebalance import engine
-    from ..units import parse_size
-    from ..views.rebalance import plan_json, plan_text, report_text
-    from ..zfs.cli import Zfs, Zpool
-    from .progress import JsonEvents, ProgressEvents, console
+    from .rebalance_run import run
 
-    cfg = load_config()
-    rb = cfg.rebalance
-    if jobs is not None and not 1 <= jobs <= 64:
-        raise UsageError("--jobs must be between 1 and 64")
-    opts = engine.build_options(
-        rb, targets, target_spread=target_spread, exclude=exclude, min_age=min_age, min_size=min_size,
-        max_size=max_size, max_bytes=max_bytes, max_growth=max_growth, replication_jobs=list(cfg.replicate),
-        until=engine.until_epoch(until) if until else None,
-        max_rate=parse_size(max_rate) if max_rate else (parse_size(rb.max_rate) if rb.max_rate else None),
-        verify=choice("--verify", verify or rb.verify, ("hash", "size", "none")),
-        method=choice("--method", method or rb.method, METHODS),
-        jobs=jobs or rb.jobs,
-        allow_snapshots=allow_snapshots or rb.allow_snapshots,
-        rewrite_all=rewrite_all,
-        hardlinks=hardlinks or rb.hardlinks,
-        placement=choice("--placement", placement, PLACEMENTS),
-    )
-    zpool, zfs = Zpool(), Zfs()
-    if dry_run:
-        prep = engine.prepare(opts, zpool, zfs, state_or_none(cfg))
-        if as_json:
-            out_json(plan_json(prep) | {"dry_run": True})
-        else:
-            out_text(plan_text(prep) + "dry run: nothing was changed\n")
-        return
-    if os.geteuid() != 0:
-        raise engine.RefusedError("rebal rebalance runs as root: it must keep every file's owner")
-    conn = open_state(cfg)
-    prep = engine.prepare(opts, zpool, zfs, conn)
-    engine.check_writable(prep)
-    engine.check_pinned(prep, opts)
-    with Signals() as sig:
-        events = JsonEvents() if as_json else ProgressEvents(prep)
-        if not as_json:
-            for w in prep.warnings:
-                console(stderr=True).print(f"warning: {w}", markup=False)
-        with events:
-            report = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, events, sig.stop)
-    if sig.got:
-        import signal
-
-        report.outcome, report.reason = "interrupted", f"stopped by signal {signal.Signals(sig.got[0]).name}"
-        conn.execute("UPDATE runs SET outcome = 'interrupted' WHERE id = ?", (report.run_id,))
-    if as_json:
-        print(json.dumps({"event": "done"} | report.as_dict()), flush=True)
-    else:
-        out_text(report_text(report))
-    if report.outcome == "interrupted":
-        raise typer.Exit(sig.exit_code())
+    code = run(targets, target_spread=target_spread, max_bytes=max_bytes, until=until, max_rate=max_rate,
+               verify=verify, method=method, jobs=jobs, exclude=exclude, min_age=min_age, min_size=min_size,
+               max_size=max_size, allow_snapshots=allow_snapshots, max_growth=max_growth, hardlinks=hardlinks,
+               rewrite_all=rewrite_all, placement=placement, dry_run=dry_run, as_json=as_json)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()

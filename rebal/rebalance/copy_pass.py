@@ -16,7 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from ..units import human
 from . import durable, journal
 from .copier import Prepared
-from .files import FileRef, Outcome, Result, restat, restore_times
+from .files import DEFER_MAX_BYTES, DEFER_RESERVE, FileRef, Outcome, Result, restat, restore_times
 from .prepare import _avail
 from .scan import candidates
 
@@ -26,9 +26,6 @@ WINDOW = 2  # batches in flight at once
 LEASE_POLL = 0.2  # seconds between two looks at the leases of copies waiting for their batch's barrier
 RETRIES = 2  # a file that changed while copied is tried again this often in the same run
 # files this run's limits leave for a later run: not failures, and their directory is not done
-DEFER_MAX_BYTES = "larger than --max-bytes"
-DEFER_RESERVE = "too large for the space above the reserve"
-DEFERRED = (DEFER_MAX_BYTES, DEFER_RESERVE)
 
 
 def copy_dir(r, pool: ThreadPoolExecutor, d, root: bytes, dev: int):

@@ -22,11 +22,8 @@ from ..errors import RebalError, UsageError
 from ..locks import FileLock
 from ..units import human
 from . import journal
-from .copier import Copier
-from .copy_pass import DEFERRED, copy_dir
-from .groups import copy_groups
 from .inplace_pass import batches
-from .files import FileRef, Result, Throttle
+from .files import DEFERRED, FileRef, Result, Throttle
 from .planner import DirEntry, order_dirs, simulate, simulate_dirs, spread
 from .prepare import (Options, Prepared, RefusedError, Target, _avail, build_options, check_pinned, check_writable,  # noqa: F401
                       default_jobs, fills, prepare, resolve_targets, run_key)
@@ -115,7 +112,8 @@ class _Run:
         self.events, self.stop = events, stop
         self.pool_name = prep.pool.name
         self.reserve = prep.pool.size * opts.reserve_percent / 100
-        self.copier = Copier(opts.verify, stop, Throttle(opts.max_rate))
+        self.throttle = Throttle(opts.max_rate)
+        self._copier = None
         self.swap_pool = None  # the copy pass's second pool of threads (barriers and swaps), while it runs
         self.report: Report
         self.stop_reason = ""
@@ -149,6 +147,16 @@ class _Run:
         self.stop.set()
         return True
 
+    @property
+    def copier(self):
+        """The copy pass's copier, made on first use: the rewrite path never imports it (its hashing
+        and durability modules are a good part of a small rewrite run's start; issue 19)."""
+        if self._copier is None:
+            from .copier import Copier
+
+            self._copier = Copier(self.opts.verify, self.stop, self.throttle)
+        return self._copier
+
     # measuring
 
     def flush_done(self) -> None:
@@ -160,9 +168,10 @@ class _Run:
         self.flush_done()
         self.moved_at_measure, self.last_measure = self.moved, time.monotonic()
         if settle:
-            self.zpool.settle(self.pool_name)
+            pool = self.zpool.settled(self.pool_name)
             self.last_settle = time.monotonic()
-        [pool] = self.zpool.pools([self.pool_name])
+        else:
+            [pool] = self.zpool.pools([self.pool_name])
         self.spread_now = pool.spread
         self.events.measured(pool.spread)
         return pool.spread
@@ -345,6 +354,8 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
         if prep.method == "rewrite":  # in place, lanes of processes fed parts of the scan (inplace_pass.py)
             steps = batches(r, pool, scanner, dirs, where)
         else:  # copy-and-rename, directory by directory
+            from .copy_pass import copy_dir
+
             steps = ((d, copy_dir(r, pool, d, *where(d))) for d in takewhile(lambda _d: not r.limit_hit(), dirs))
         with closing(steps):
             for d, rep in steps:
@@ -360,6 +371,8 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
                 if _step_done(r, rep):
                     return "ok", _goal(r)
     if prep.scan.groups and not r.limit_hit():
+        from .groups import copy_groups
+
         if _step_done(r, copy_groups(r, DirReport(b"(hardlink groups)"))):
             return "ok", _goal(r)
     why = r.limit_hit()

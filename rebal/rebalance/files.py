@@ -10,6 +10,11 @@ import threading
 import time
 from dataclasses import dataclass
 
+# files a copy pass leaves for a later run, not failures (their directories are not marked done)
+DEFER_MAX_BYTES = "larger than --max-bytes"
+DEFER_RESERVE = "too large for the space above the reserve"
+DEFERRED = (DEFER_MAX_BYTES, DEFER_RESERVE)
+
 
 def tmp_name(ino: int) -> bytes:
     """Hidden name of the new copy: short, whatever the length of the original's name."""

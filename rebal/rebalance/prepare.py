@@ -157,13 +157,11 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
     with ThreadPoolExecutor(max_workers=4 + 2 * len(datasets), thread_name_prefix="rebal-query") as ex:
         f_pool = ex.submit(zpool.pools, [pool_name])
         f_exp = ex.submit(_expansions, zpool, pool_name)
-        f_snaps = [ex.submit(zfs.snapshots, ds) for ds in datasets]
-        f_dedup = [ex.submit(zfs.get, ds, ["dedup"]) for ds in datasets]
+        f_snaps = [ex.submit(zfs.snapshots_and, ds, ["dedup"]) for ds in datasets]
         f_rw = ex.submit(rewrite.detect, zfs, zpool, pool_name) if opts.method in ("auto", "rewrite") else None
         [pool] = f_pool.result()  # in the order they ran before: the first failure is the same
         expansions = f_exp.result()
-        snap_lists = [f.result() for f in f_snaps]
-        dedups = [f.result() for f in f_dedup]
+        snap_lists, dedups = zip(*[f.result() for f in f_snaps]) if f_snaps else ((), ())
         sup = f_rw.result() if f_rw is not None else None
     if any(not e.done for e in expansions):
         raise RefusedError(f"a RAIDZ expansion of pool {pool_name} is still running: wait for it "

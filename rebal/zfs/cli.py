@@ -57,21 +57,50 @@ class Zpool:
         the pool's root dataset are two sync tasks, each of which waits for a transaction group to
         be written; nothing is left behind.
         """
-        import time
+        if self._sync(pool) and self._freeing(pool):
+            self._wait_freed(pool, timeout)
 
+    def settled(self, pool: str, timeout: float = 30.0) -> Pool:
+        """`settle`, then the pool's figures. On OpenZFS they are read beside the first `freeing`
+        query, and read again only when frees were still under way: one process less, one after
+        the other, at the end of every run (issue 19)."""
+        if not self._sync(pool):
+            return self.pools([pool])[0]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-query") as ex:
+            figures = ex.submit(self.pools, [pool])
+            freeing = self._freeing(pool)
+            [found] = figures.result()
+        if freeing:
+            self._wait_freed(pool, timeout)
+            [found] = self.pools([pool])
+        return found
+
+    def _sync(self, pool: str) -> bool:
+        """`zpool sync`; True where there is one (OpenZFS). zfs-fuse: its two sync tasks, False."""
         names.pool(pool)
         try:
             self._zpool(["sync", pool])
         except UnsupportedOption:
             self._run(["zfs", "set", "rebal:settle=1", pool], readonly=False)
             self._run(["zfs", "inherit", "rebal:settle", pool], readonly=False)
-            return
+            return False
+        return True
+
+    def _freeing(self, pool: str) -> bool:
+        """Are frees still under way (`freeing` above 0)?"""
+        res = self._run(["zpool", "get", "-Hp", "-o", "value", "freeing", pool], check=False)
+        return not (res.returncode != 0 or res.stdout.strip() in ("0", "-", ""))
+
+    def _wait_freed(self, pool: str, timeout: float) -> None:
+        import time
+
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            res = self._run(["zpool", "get", "-Hp", "-o", "value", "freeing", pool], check=False)
-            if res.returncode != 0 or res.stdout.strip() in ("0", "-", ""):
-                return
             time.sleep(0.2)
+            if not self._freeing(pool):
+                return
 
     def scrub(self, pool: str) -> str:
         """Start a scrub: 'started', or 'running' when one already is."""
@@ -201,14 +230,26 @@ class Zfs:
     def snapshots(self, dataset: str) -> list[tuple[str, int, int]]:
         """(name, creation time, used bytes) of the snapshots of ``dataset`` itself, oldest first.
         ``used``: what only that snapshot holds now (freed when it alone is destroyed)."""
-        res = self._run(["zfs", "get", "-Hp", "-r", "-o", "name,property,value", "creation,used", dataset])
-        props: dict[str, dict[str, int]] = {}
+        return self.snapshots_and(dataset, ())[0]
+
+    def snapshots_and(self, dataset: str, props: Sequence[str]) -> tuple[list[tuple[str, int, int]], dict[str, str]]:
+        """`snapshots`, and the values of ``props`` of ``dataset`` itself, read by the same `zfs get`
+        (a zfs process is about 0.1 s of a run's start in the lane's guest; issue 19)."""
+        for p in props:
+            if not re.fullmatch(r"[a-z][a-z0-9_:.-]*", p):
+                raise ValueError(f"not a property name: {p!r}")
+        res = self._run(["zfs", "get", "-Hp", "-r", "-o", "name,property,value", ",".join(["creation", "used", *props]),
+                         dataset])
+        snaps: dict[str, dict[str, int]] = {}
+        own: dict[str, str] = {}
         for line in res.stdout.splitlines():
             name, prop, value = (line.split("\t") + ["", ""])[:3]
-            if name.startswith(dataset + "@") and value.isdigit():
-                props.setdefault(name, {})[prop] = int(value)
-        out = [(n, v["creation"], v.get("used", 0)) for n, v in props.items() if "creation" in v]
-        return sorted(out, key=lambda s: s[1])
+            if name == dataset and prop in props:
+                own[prop] = value
+            elif name.startswith(dataset + "@") and value.isdigit():
+                snaps.setdefault(name, {})[prop] = int(value)
+        out = [(n, v["creation"], v.get("used", 0)) for n, v in snaps.items() if "creation" in v]
+        return sorted(out, key=lambda s: s[1]), own
 
     def rewrite(self, paths: Sequence[bytes], physical: bool, stop) -> RewriteAnswer:
         """Rewrite these files in place with one `zfs rewrite -v [-P]` process (the caller keeps the

@@ -45,6 +45,24 @@ def test_detect_uses_P_only_with_the_pool_feature(feature, physical):
     sup = rewrite.detect(Zfs(r), Zpool(r), "tank")
     assert sup.available and sup.physical is physical
     assert ("zpool", "get", "-H", "-o", "value", "feature@physical_rewrite", "tank") in r.calls
+    # a zpool that knows the feature is 2.4+: zfs is not asked for its usage text as well
+    assert (("zfs", "rewrite") in r.calls) is (feature == "")
+
+
+def test_detect_on_2_3_4_has_rewrite_without_P_and_on_zfs_fuse_none():
+    from rebal.zfs.cli import Zpool
+
+    def older(usage):
+        def run(argv, **kw):
+            if tuple(argv) == ("zfs", "rewrite"):
+                return Result(tuple(argv), 2, "", usage)
+            return Result(tuple(argv), 1, "", "bad property list: invalid property 'feature@physical_rewrite'\n")
+        return run
+
+    r = older("usage:\n\trewrite [-rvx] [-o <offset>] [-l <length>] <directory|file ...>\n")
+    assert rewrite.detect(Zfs(r), Zpool(r), "tank") == rewrite.RewriteSupport(True, False)
+    r = older("unrecognized command 'rewrite'\nusage: zfs command args ...\n")
+    assert rewrite.detect(Zfs(r), Zpool(r), "tank") == rewrite.RewriteSupport(False, False)
 
 
 def test_settle_on_openzfs_waits_for_freeing_to_reach_zero():
@@ -75,3 +93,38 @@ def test_settle_on_openzfs_waits_for_freeing_to_reach_zero():
 
     Zpool(zfs_fuse).settle("tank")
     assert old[1:] == [("zfs", "set", "rebal:settle=1", "tank"), ("zfs", "inherit", "rebal:settle", "tank")]
+
+
+def test_settled_reads_the_figures_beside_freeing_and_again_only_while_frees_run():
+    """`zpool list` runs beside the first `freeing` query; when that says frees were still under
+    way, freeing is polled to 0 and the figures read again (the pool's recorded output as answer)."""
+    from rebal.zfs.cli import Zpool
+
+    import json
+
+    whole = json.loads(fixture_text("final_zpool-list-j-json-int.json"))
+    name = next(iter(whole["pools"]))
+    listing = json.dumps(whole | {"pools": {name: whole["pools"][name]}})  # as `zpool list ... NAME` answers
+
+    def zpool(answers):
+        calls = []
+
+        def run(argv, **kw):
+            calls.append(tuple(argv))
+            if argv[:2] == ["zpool", "get"]:
+                return Result(tuple(argv), 0, next(answers), "")
+            if argv[:2] == ["zpool", "list"]:
+                return Result(tuple(argv), 0, listing, "")
+            return Result(tuple(argv), 0, "", "")
+        return Zpool(run), calls
+
+    z, calls = zpool(iter(["0\n"]))
+    assert z.settled(name).name == name
+    assert calls[0] == ("zpool", "sync", name)
+    assert sorted(c[:2] for c in calls[1:]) == [("zpool", "get"), ("zpool", "list")]
+
+    z, calls = zpool(iter(["8192\n", "4096\n", "0\n"]))
+    assert z.settled(name).name == name
+    assert [c[:2] for c in calls].count(("zpool", "get")) == 3
+    assert [c[:2] for c in calls].count(("zpool", "list")) == 2
+    assert calls[-1][:2] == ("zpool", "list")  # the figures after the frees, not before
