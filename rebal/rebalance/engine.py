@@ -24,7 +24,7 @@ from ..units import human
 from . import journal
 from .inplace_pass import batches
 from .files import DEFERRED, FileRef, Result, Throttle
-from .planner import DirEntry, order_dirs, simulate, simulate_dirs, spread
+from .planner import DirEntry, bytes_to_target, order_dirs, simulate, simulate_dirs, spread
 from .prepare import (Options, Prepared, RefusedError, Target, _avail, build_options, check_pinned, check_writable,  # noqa: F401
                       default_jobs, fills, prepare, resolve_targets, run_key)
 
@@ -129,10 +129,12 @@ class _Run:
         self.pending_grow = 0  # of which pinned by a snapshot: growth not yet counted
         self.moved = 0  # bytes allocated to what was rewritten: what the model moves (sparse files are small)
         self.moved_at_measure = 0
-        self.last_measure = 0.0
+        self.last_measure = time.monotonic()  # the plan's figures are a measurement
+        self.settled_at: tuple[int, float] | None = None  # (bytes moved, spread) at the last settled measurement
         # measure the pool per batch of bytes, not per directory (a `zpool list` per small directory
         # was a good part of the per-file cost of a tree of small directories)
         self.measure_every = max(MEASURE_BYTES, prep.pool.size // 200)
+        self.movable = sum(d.moves for d in prep.scan.dirs if d.path not in prep.done_dirs) if prep.scan else 0
         self.pending_done: list[tuple[bytes, int, int, bool]] = []  # rewrite: done markers not yet written
 
     def pinned(self, mtime_ns: int) -> bool:
@@ -170,6 +172,7 @@ class _Run:
         if settle:
             pool = self.zpool.settled(self.pool_name)
             self.last_settle = time.monotonic()
+            self.settled_at = (self.moved, pool.spread)
         else:
             [pool] = self.zpool.pools([self.pool_name])
         self.spread_now = pool.spread
@@ -184,11 +187,13 @@ class _Run:
         target = self.opts.target_spread
         if self.all:
             return False  # every file goes, whatever the spread: measured at the end
+        if self.moved == self.moved_at_measure:
+            return False  # nothing rewritten since the pool was last measured (the rest of a window's directories)
         if (self.moved - self.moved_at_measure < self.measure_every and not self.growth
                 and time.monotonic() - self.last_measure < SETTLE_EVERY and not self._near(target)):
             return False
-        raw = self.measure(settle=False)
         if self.growth:  # old copies stay until their snapshots go: the model says when the goal holds then
+            self.measure(settle=False)
             self.report.spread_when_freed = spread(simulate(fills(self.prep.pool), self.moved))
             return self.report.spread_when_freed <= target - max(0.3, 0.05 * target)
         plan = self.prep.plan
@@ -197,11 +202,14 @@ class _Run:
             predicted = spread(simulate_dirs(fills(self.prep.pool), [d for d in plan.ranked if d.path in done],
                                              plan.pinned_fraction))
         else:
-            predicted = spread(simulate(fills(self.prep.pool), self.moved, plan.pinned_fraction))
-        if raw <= target or predicted <= target or time.monotonic() - self.last_settle >= SETTLE_EVERY:
-            # stop a little under the target: figures rounded to 3 digits (old ZFS) and the last
-            # frees landing must not put the spread back over it right after the run
-            return self.measure(settle=True) <= target - max(0.3, 0.05 * target)
+            predicted = spread(simulate(fills(self.prep.pool), self.moved, plan.pinned_fraction)) + self._offset()
+        # stop a little under the target: figures rounded to 3 digits (old ZFS) and the last frees
+        # landing must not put the spread back over it right after the run
+        line = target - max(0.3, 0.05 * target)
+        if predicted <= target or time.monotonic() - self.last_settle >= SETTLE_EVERY:
+            return self.measure(settle=True) <= line  # (the raw figures first were a `zpool list` for nothing)
+        if self.measure(settle=False) <= target:  # the model may be wrong: the raw figures say it is there
+            return self.measure(settle=True) <= line
         return False
 
     def _near(self, target: float, more: int = 0, dirs: tuple = ()) -> bool:
@@ -213,8 +221,30 @@ class _Run:
             predicted = spread(simulate_dirs(fills(self.prep.pool), [d for d in plan.ranked if d.path in done],
                                              plan.pinned_fraction))
         else:
-            predicted = spread(simulate(fills(self.prep.pool), self.moved + more, plan.pinned_fraction))
+            predicted = spread(simulate(fills(self.prep.pool), self.moved + more, plan.pinned_fraction)) + self._offset()
         return predicted <= target + 1.0
+
+    def _offset(self) -> float:
+        """How far the pool's last settled spread lay above the model's (by bytes moved): the model
+        is shifted by it from then on (the next settled measurement corrects it again)."""
+        if self.settled_at is None:
+            return 0.0
+        at, measured = self.settled_at
+        return measured - spread(simulate(fills(self.prep.pool), at, self.prep.plan.pinned_fraction))
+
+    def bytes_to_go(self) -> int | None:
+        """Bytes still to rewrite for the spread to reach the stop line (a little under the target),
+        by the model shifted to the last settled measurement; None where it cannot say (placement
+        measured per directory, snapshots holding old copies, or the line out of reach)."""
+        plan = self.prep.plan
+        if self.all or self.growth or plan.measured:
+            return None
+        target = self.opts.target_spread
+        line = target - max(0.3, 0.05 * target) - self._offset()
+        if line <= 0:
+            return None
+        need = bytes_to_target(fills(self.prep.pool), line, self.movable, plan.pinned_fraction)
+        return None if need is None else max(0, need - self.moved)
 
     # limits
 
@@ -305,7 +335,11 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
             if r.growth:  # the snapshots that hold the old copies: the space and balance come when they go
                 r.report.waiting_on = [n for (n, c, _u), b in zip(prep.snapshots, prep.scan.pinned_by) if b]
             try:
-                r.report.spread_after = r.measure(settle=True)
+                if r.settled_at is not None and r.settled_at[0] == r.moved:  # just measured, settled (the target)
+                    r.flush_done()
+                    r.report.spread_after = r.settled_at[1]
+                else:
+                    r.report.spread_after = r.measure(settle=True)
                 if opts.rewrite_all and r.report.outcome == "ok" and not prep.reclaim_only:
                     r.report.reason += f"; the spread is now {r.report.spread_after:.1f}"
             except RebalError:
@@ -331,11 +365,15 @@ def _available(zfs, dataset: str) -> int:
 def _step_done(r: _Run, rep: DirReport) -> bool:
     """After a directory (or the hardlink groups): measure, tally, report; True at the target."""
     reached = r.target_reached() and not r.all
+    _tally_step(r, rep)
+    return reached
+
+
+def _tally_step(r: _Run, rep: DirReport) -> None:
     rep.spread = r.spread_now
     for k, n in rep.skipped.items():
         r.report.skipped[k] = r.report.skipped.get(k, 0) + n
     r.events.dir_done(rep)
-    return reached
 
 
 def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
@@ -357,18 +395,25 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
             from .copy_pass import copy_dir
 
             steps = ((d, copy_dir(r, pool, d, *where(d))) for d in takewhile(lambda _d: not r.limit_hit(), dirs))
+        def record(d, rep) -> None:
+            if prep.method == "rewrite":  # in place: a lost "done" only means the directory is done again
+                finished = not rep.deferred
+                r.pending_done.append((d.path, rep.files, rep.bytes, finished))
+            else:
+                finished = not r.stop.is_set() and not rep.deferred
+                journal.end_dir(r.conn, r.report.run_id, d.path, rep.files, rep.bytes, finished)
+            r.report.dirs += finished
+            if finished:
+                r.report.done_dirs.append(d.path)
+
         with closing(steps):
             for d, rep in steps:
-                if prep.method == "rewrite":  # in place: a lost "done" only means the directory is done again
-                    finished = not rep.deferred
-                    r.pending_done.append((d.path, rep.files, rep.bytes, finished))
-                else:
-                    finished = not r.stop.is_set() and not rep.deferred
-                    journal.end_dir(r.conn, r.report.run_id, d.path, rep.files, rep.bytes, finished)
-                r.report.dirs += finished
-                if finished:
-                    r.report.done_dirs.append(d.path)
+                record(d, rep)
                 if _step_done(r, rep):
+                    if prep.method == "rewrite":  # the directories the lanes answered meanwhile
+                        for d2, rep2 in steps.rest():
+                            record(d2, rep2)
+                            _tally_step(r, rep2)
                     return "ok", _goal(r)
     if prep.scan.groups and not r.limit_hit():
         from .groups import copy_groups

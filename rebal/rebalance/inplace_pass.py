@@ -92,16 +92,40 @@ class _StopOrHalt:
         self.stop.set()
 
 
-def batches(r, workers: Executor, scanner: ThreadPoolExecutor, dirs: list, where):
+def batches(r, workers: Executor, scanner: ThreadPoolExecutor, dirs: list, where) -> "Batches":
     """Rewrite ``dirs`` for run ``r`` (engine._Run); yields (DirEntry, DirReport) for each directory,
     in order, once every file of it was answered. Ends when the directories are done or a limit is
-    hit (the directory begun then is yielded with its files left counted as deferred), or when the
-    caller stops asking (the target): the processes still running are ended then."""
-    p = _Pipeline(r, workers, scanner, dirs, where)
-    try:
-        yield from p.run()
-    finally:
-        p.close()
+    hit (the directory begun then is yielded with its files left counted as deferred). When the
+    caller has what it wanted (the target), `rest()` ends the processes still running and gives
+    the directories begun; `close()` ends them and gives nothing."""
+    return Batches(_Pipeline(r, workers, scanner, dirs, where))
+
+
+class Batches:
+    def __init__(self, p: "_Pipeline") -> None:
+        self.p, self._it = p, p.run()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._it)
+
+    def rest(self) -> list:
+        """(DirEntry, DirReport) of every directory begun and not yet given, in order: the processes
+        still running are ended and what they named is counted; a directory some of whose files
+        were not answered (or not handed) has them counted as deferred (it is not done). A window
+        of the model's size answers many directories at once: those the run stops after are
+        rewritten, and recorded so (else the next run would rewrite them again)."""
+        self._it.close()
+        try:
+            return self.p.rest()
+        finally:
+            self.p.close()
+
+    def close(self) -> None:
+        self._it.close()
+        self.p.close()
 
 
 class _Pipeline:
@@ -138,9 +162,9 @@ class _Pipeline:
         """Hand out parts until the window's bytes are used; yield directories as they are answered;
         return once the lanes have drained, with the growth that ended the window (--max-growth) or 0."""
         r = self.r
-        cap_alloc, cap_size = _caps(r)
+        cap_alloc, cap_size, by_model = _caps(r)
         budget = None if r.opts.max_growth is None else r.opts.max_growth - r.growth
-        w = {"alloc": 0, "size": 0, "grow": 0, "dirs": [], "closed": False, "grow_hit": 0}
+        w = {"alloc": 0, "size": 0, "grow": 0, "dirs": [], "closed": False, "grow_hit": 0, "by_model": by_model}
         while True:
             while (not w["closed"] and len(self.running) < self.k and not self.stop.is_set()
                    and not r.limit_hit()):
@@ -209,7 +233,8 @@ class _Pipeline:
             w["dirs"].append(x.d.path)
             if w["closed"]:
                 break
-            if w["alloc"] >= cap_alloc or (not r.all and r._near(r.opts.target_spread, w["alloc"], tuple(w["dirs"]))):
+            if w["alloc"] >= cap_alloc or (not r.all and not w["by_model"]
+                                           and r._near(r.opts.target_spread, w["alloc"], tuple(w["dirs"]))):
                 w["closed"] = True  # measure after this directory (the model says the target is near)
                 break
             if full:
@@ -324,6 +349,20 @@ class _Pipeline:
             self.nxt += 1
             force = False
 
+    def rest(self) -> list:
+        self.stop.halt.set()
+        while self.running:
+            done, _ = wait(list(self.running), return_when=FIRST_COMPLETED)
+            for f in done:
+                self._answer(self.running.pop(f), f.result())
+        out = list(self._answered())
+        for x in list(self.ahead)[:self.cut + 1]:
+            if x.rep is None:
+                break  # not begun
+            x.rep.deferred += len(x.files) - x.off
+            out.append((x.d, x.rep))
+        return out
+
     def close(self) -> None:
         """End what still runs (the caller stopped asking, or a failure) and wait for it."""
         self.stop.halt.set()
@@ -333,11 +372,16 @@ class _Pipeline:
             x.fut.cancel()
 
 
-def _caps(r) -> tuple[float, float]:
-    """(allocated bytes, file bytes) a window may take before the run must look again."""
+def _caps(r) -> tuple[float, float, bool]:
+    """(allocated bytes, file bytes) a window may take before the run must look again, and whether
+    the model sized it (then the window is not closed early as the target nears)."""
     alloc = size = float(WINDOW_BYTES)
+    need = None
     if not r.all:
-        if r._near(r.opts.target_spread):
+        need = r.bytes_to_go()
+        if need is not None:  # what the model, shifted to the last settled measurement, says is left: one
+            alloc = max(1.0, float(need))  # window, then the pool is settled and measured (a few windows, not one a directory)
+        elif r._near(r.opts.target_spread):
             alloc = 1.0  # near the target: one directory, then measure
         else:
             alloc = max(1.0, r.measure_every - (r.moved - r.moved_at_measure))
@@ -345,7 +389,7 @@ def _caps(r) -> tuple[float, float]:
         size = min(size, max(1.0, r.opts.max_bytes - r.report.bytes))
     if r.opts.max_rate:
         size = min(size, 2.0 * r.opts.max_rate)  # the throttle paces window by window
-    return alloc, size
+    return alloc, size, need is not None
 
 
 def _tally(r, rep, st) -> None:
