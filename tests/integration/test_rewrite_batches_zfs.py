@@ -219,3 +219,23 @@ def test_the_lanes_do_not_wait_for_each_other_and_parts_stay_under_the_limits(ma
         assert inos == sorted(inos)
     assert any(part != sorted(part) for part in zfs.handed), "the tree's names are not in inode order"
     assert any(sum(len(p) + 9 for p in part) > 3000 - 300 or len(part) == 40 for part in zfs.handed)
+
+
+def test_the_directories_answered_when_the_target_is_reached_are_recorded_done(make_pool, tmp_path, monkeypatch):
+    """One process answers every directory of a small tree at once; the target is reached at the
+    first directory the engine looks at. The others were rewritten too: they are recorded done in
+    the journal and the report (else the next run would rewrite them again)."""
+    pool, data = grown(make_pool, small=200, seed=6)
+    calls = []
+    monkeypatch.setattr(engine._Run, "target_reached", lambda self: calls.append(1) or True)
+    zfs = ReplayZfs()
+    conn = state.connect(tmp_path / "s.db")
+    opts = engine.Options(targets=[f"{pool.name}/data"], target_spread=0.01, jobs=1)
+    prep = engine.prepare(opts, FeatureZpool(), zfs, conn)
+    rep = engine.execute(prep, opts, FeatureZpool(), zfs, conn, str(tmp_path / "s.db"))
+    assert rep.outcome == "ok" and len(calls) == 1, rep
+    assert len(zfs.handed) == 1 and rep.files == len(zfs.answered) == len(zfs.handed[0])
+    every = {d.path for d in prep.scan.dirs}
+    assert rep.dirs == len(every) > 3
+    assert state_done(conn, rep.run_id) == every
+    assert sorted(rep.done_dirs) == sorted(every)
