@@ -110,6 +110,12 @@ def main() -> None:
     ap.add_argument("--loop-files", type=int, default=1000, help="file count of the copy comparisons")
     ap.add_argument("--target", type=float, default=10.0)
     a = ap.parse_args()
+    # rebal's modules byte-compiled first, as an installed package has them (pip compiles at install):
+    # else the first rebal run timed would compile them (about 1 s under TCG)
+    import compileall
+    import rebal
+
+    compileall.compile_dir(os.path.dirname(rebal.__file__), quiet=1)
     cfg = Path("/var/tmp/rebal-rwbench.toml")
     cfg.write_text('state_db = "/var/tmp/rebal-rwbench.db"\n[rebalance]\nreserve_percent = 1.0\n')
     results = []
