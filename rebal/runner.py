@@ -8,11 +8,11 @@ Known failure texts become typed errors with a message the admin can act on.
 from __future__ import annotations
 
 import logging
-import os
 import shlex
 import subprocess
 from dataclasses import dataclass
 
+from . import early
 from .errors import CommandFailed, PermissionDenied, ToolMissing, UnsupportedOption, ZfsUnavailable
 
 log = logging.getLogger("rebal.cmd")
@@ -37,12 +37,7 @@ class Result:
     stderr: str
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    # Parsers read English, C-locale number formats.
-    env["LC_ALL"] = "C"
-    env.pop("LANGUAGE", None)
-    return env
+_env = early.env  # parsers read English, C-locale number formats
 
 
 CALLS = [0]  # commands run by this process (the replication reports how many a run took)
@@ -74,8 +69,28 @@ def run(
         if check and res.returncode > 0:
             raise classify(res)
         return res
+    proc = early.take(argv) if readonly and input is None else None
+    if proc is not None:  # started before this code was loaded (early.py): its answer, once
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise CommandFailed(argv, -1, f"timed out after {timeout:.0f} s") from None
+        proc = subprocess.CompletedProcess(argv, proc.returncode, out, err)
+    else:
+        proc = _start(argv, input, timeout)
+    res = Result(argv, proc.returncode, proc.stdout, proc.stderr)
+    if proc.returncode != 0:
+        log.debug("exit %d: %s: %s", proc.returncode, line, proc.stderr.strip()[:500])
+        if check:
+            raise classify(res)
+    return res
+
+
+def _start(argv: tuple[str, ...], input: str | None, timeout: float | None) -> subprocess.CompletedProcess:
     try:
-        proc = subprocess.run(
+        return subprocess.run(
             argv,
             input=input,
             capture_output=True,
@@ -91,12 +106,6 @@ def run(
         raise PermissionDenied(f"not allowed to run {argv[0]}") from None
     except subprocess.TimeoutExpired:
         raise CommandFailed(argv, -1, f"timed out after {timeout:.0f} s") from None
-    res = Result(argv, proc.returncode, proc.stdout, proc.stderr)
-    if proc.returncode != 0:
-        log.debug("exit %d: %s: %s", proc.returncode, line, proc.stderr.strip()[:500])
-        if check:
-            raise classify(res)
-    return res
 
 
 def _run_stoppable(argv: tuple[str, ...], line: str, timeout: float | None, stop) -> Result:

@@ -9,16 +9,14 @@ same way (tests hold both to the same output and the same keywords)."""
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
-
-from .io import OPTS, guarded, load_config, open_state, out_json, out_text, warn
 
 
 def show_status(pools: list[str], as_json: bool) -> None:
     """The body of `rebal status` (typer's and the fast path's)."""
     from .. import fill, state
+    from .io import load_config, open_state, out_json, out_text, warn
     from ..errors import RebalError
     from ..zfs.cli import Zpool
 
@@ -147,11 +145,13 @@ def parse_rebalance(argv: list[str]) -> tuple[str | None, list[str], dict] | Non
 
 
 def try_fast(argv: list[str]) -> bool:
-    """Run ``argv`` here if it is a plain status command line; False to leave it to typer."""
+    """Run ``argv`` here if it is a plain status or rebalance command line; False to leave it to typer."""
     if os.environ.get("REBAL_NO_FAST") or any(k.startswith("_REBAL_COMPLETE") for k in os.environ):
         return False
     got = parse(argv)
     if got is not None:
+        from .io import OPTS, guarded
+
         OPTS.config, pools, as_json = got
         _logging()
         guarded(lambda: show_status(pools, as_json))
@@ -159,16 +159,55 @@ def try_fast(argv: list[str]) -> bool:
     reb = parse_rebalance(argv)
     if reb is None:
         return False
-    OPTS.config, targets, kw = reb
-    _logging()
-    from .rebalance_run import run
+    config, targets, kw = reb
+    from .. import early
 
-    code = [0]
-    guarded(lambda: code.__setitem__(0, run(targets, **kw)))
+    start_queries(targets, kw.get("method"))
+    try:
+        from .io import OPTS, guarded
+
+        OPTS.config = config
+        _logging()
+        from .rebalance_run import run
+
+        code = [0]
+        guarded(lambda: code.__setitem__(0, run(targets, **kw)))
+    finally:
+        early.drop()
     if code[0]:
         sys.exit(code[0])
     return True
 
 
+def start_queries(targets: list[str], method: str | None) -> bool:
+    """Start the pool's first queries (`rebal.early`) when the targets name one pool by the mount
+    table or by dataset name alone; else (zfs-fuse, a snapshot, a bad name) leave every query to
+    `prepare`, which then says what is wrong. True when they were started."""
+    from .. import early
+    from ..errors import UsageError
+    from ..zfs import queries
+
+    datasets = []
+    for spec in targets:
+        if spec.startswith(("/", ".")):
+            found = queries.dataset_of(spec)
+            if found is None:
+                return False
+            datasets.append(found[0])
+        else:
+            datasets.append(spec)
+    pools = {d.split("/")[0] for d in datasets}
+    if len(pools) != 1:
+        return False
+    try:
+        argvs = queries.first(pools.pop(), datasets, rewrite=method != "copy")
+    except UsageError:
+        return False
+    early.start(argvs)
+    return True
+
+
 def _logging() -> None:
+    import logging
+
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from ..errors import RebalError, UsageError
 from ..units import human
 from ..zfs.model import Pool
+from ..zfs.queries import SNAPSHOT_PROPS
 from . import journal, rewrite
 from .planner import Plan, VdevFill, make_plan
 from .scan import Filters, ScanResult, scan
@@ -151,13 +152,14 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
     pool_name = targets[0].dataset.split("/")[0]
     datasets = sorted({t.dataset for t in targets})
     # the pool's queries at once: each is a zfs/zpool process of about 0.1 s in the lane's guest, and
-    # one after the other they were a good part of a small run's fixed cost (issue 19)
+    # one after the other they were a good part of a small run's fixed cost (issue 19). The fast path
+    # has started these very command lines already (zfs/queries.first, rebal.early) where it could.
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=4 + 2 * len(datasets), thread_name_prefix="rebal-query") as ex:
         f_pool = ex.submit(zpool.pools, [pool_name])
         f_exp = ex.submit(_expansions, zpool, pool_name)
-        f_snaps = [ex.submit(zfs.snapshots_and, ds, ["dedup"]) for ds in datasets]
+        f_snaps = [ex.submit(zfs.snapshots_and, ds, SNAPSHOT_PROPS) for ds in datasets]
         f_rw = ex.submit(rewrite.detect, zfs, zpool, pool_name) if opts.method in ("auto", "rewrite") else None
         [pool] = f_pool.result()  # in the order they ran before: the first failure is the same
         expansions = f_exp.result()

@@ -21,7 +21,9 @@ def detect(zfs, zpool, pool: str) -> RewriteSupport:
     (the same release) has `rewrite -P`: the feature's state alone decides there. Else zfs's usage
     text says whether it has `rewrite` (2.3.4) at all. One zfs/zpool process at a run's start
     instead of two, each about 0.1 s of CPU in the lane's guest (issue 19)."""
-    feature = zpool.feature(pool, "physical_rewrite")
+    from ..zfs.queries import REWRITE_FEATURE
+
+    feature = zpool.feature(pool, REWRITE_FEATURE)
     if feature in ("enabled", "active", "disabled"):
         return RewriteSupport(True, feature != "disabled")
     has, has_p = zfs.rewrite_support()

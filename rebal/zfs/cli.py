@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from .. import names
 from ..errors import CommandFailed, NoSuchPool, UnsupportedOption, UsageError
 from ..runner import Result, run
-from . import parse
+from . import parse, queries
 from .model import Pool, PoolStatus
+from .queries import mounted_dataset
 
 Runner = Callable[..., Result]
 
@@ -46,7 +47,7 @@ class Zpool:
     def status(self, pool_names: Sequence[str] = ()) -> list[PoolStatus]:
         for n in pool_names:
             names.pool(n)
-        res = self._zpool(["status", *pool_names])
+        res = self._zpool(queries.pool_status(pool_names)[1:])
         return parse.parse_zpool_status(res.stdout)
 
     def settle(self, pool: str, timeout: float = 30.0) -> None:
@@ -115,7 +116,7 @@ class Zpool:
 
     def feature(self, pool: str, feature: str) -> str:
         """'enabled', 'active', 'disabled', or '' where the pool has no such feature."""
-        res = self._run(["zpool", "get", "-H", "-o", "value", f"feature@{feature}", pool], check=False)
+        res = self._run(queries.pool_feature(pool, feature), check=False)
         return res.stdout.strip() if res.returncode == 0 else ""
 
     def pool_names(self) -> list[str]:
@@ -125,7 +126,7 @@ class Zpool:
     # -- flavours -----------------------------------------------------------------------------
 
     def _pools_json(self, pool_names: list[str]) -> list[Pool]:
-        res = self._zpool(["list", "-v", "-j", "--json-int", *pool_names])
+        res = self._zpool(queries.pool_list_json(pool_names)[1:])
         return parse.parse_zpool_list_json(res.stdout)
 
     def _pools_parsable(self, pool_names: list[str]) -> list[Pool]:
@@ -235,11 +236,7 @@ class Zfs:
     def snapshots_and(self, dataset: str, props: Sequence[str]) -> tuple[list[tuple[str, int, int]], dict[str, str]]:
         """`snapshots`, and the values of ``props`` of ``dataset`` itself, read by the same `zfs get`
         (a zfs process is about 0.1 s of a run's start in the lane's guest; issue 19)."""
-        for p in props:
-            if not re.fullmatch(r"[a-z][a-z0-9_:.-]*", p):
-                raise ValueError(f"not a property name: {p!r}")
-        res = self._run(["zfs", "get", "-Hp", "-r", "-o", "name,property,value", ",".join(["creation", "used", *props]),
-                         dataset])
+        res = self._run(queries.snapshots_and(dataset, props))
         snaps: dict[str, dict[str, int]] = {}
         own: dict[str, str] = {}
         for line in res.stdout.splitlines():
@@ -270,39 +267,6 @@ class Zfs:
             res = self._run(["zfs", "rewrite"], check=False)
             self._rewrite = parse_rewrite_usage(res.stdout + res.stderr)
         return self._rewrite
-
-
-def mounted_dataset(mountinfo: str, dev: int, path: str) -> tuple[str, str] | None:
-    """(dataset, mountpoint) of the ZFS file system with device number ``dev`` that holds ``path``,
-    from the text of /proc/self/mountinfo; None where no line says (zfs-fuse mounts as "fuse",
-    snapshots are left to `zfs list`, a bind mount of a subdirectory is not the dataset's root)."""
-    import os
-
-    want = f"{os.major(dev)}:{os.minor(dev)}"
-    best: tuple[str, str] | None = None
-    for line in mountinfo.splitlines():
-        f = line.split(" ")
-        try:
-            sep = f.index("-", 6)
-            majmin, root, mp, fstype, source = f[2], f[3], _unescape(f[4]), f[sep + 1], _unescape(f[sep + 2])
-        except (ValueError, IndexError):
-            continue
-        if fstype != "zfs" or majmin != want or root != "/" or "@" in source:
-            continue
-        if not (path == mp or path.startswith(mp.rstrip("/") + "/")):
-            continue
-        try:
-            names.dataset(source)
-        except UsageError:
-            continue
-        if best is None or len(mp) > len(best[1]):
-            best = (source, mp)
-    return best
-
-
-def _unescape(field: str) -> str:
-    """mountinfo writes space, tab, newline and backslash as octal escapes (\\040)."""
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field) if "\\" in field else field
 
 
 def parse_rewrite_usage(text: str) -> tuple[bool, bool]:

@@ -1,0 +1,98 @@
+"""The command lines of the read-only queries a rebalance starts with, built in one place, and the
+mount table's answer to "which dataset holds this directory". `Zpool` and `Zfs` (cli.py) run these
+command lines; `rebal rebalance`'s fast path starts the first ones before the rest of rebal is loaded
+(`rebal.early`, issue 19), so this module loads nothing but `names`."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+
+from .. import names
+from ..errors import UsageError
+
+MOUNTINFO = "/proc/self/mountinfo"
+
+
+def pool_list_json(pools: Sequence[str]) -> list[str]:
+    """Fill figures of the pools and their vdevs, JSON with integers (OpenZFS 2.3+)."""
+    return ["zpool", "list", "-v", "-j", "--json-int", *pools]
+
+
+def pool_status(pools: Sequence[str]) -> list[str]:
+    return ["zpool", "status", *pools]
+
+
+def pool_feature(pool: str, feature: str) -> list[str]:
+    return ["zpool", "get", "-H", "-o", "value", f"feature@{feature}", pool]
+
+
+def snapshots_and(dataset: str, props: Sequence[str]) -> list[str]:
+    """Creation and used of ``dataset``'s snapshots, and ``props`` of the dataset itself, in one `zfs get`."""
+    for p in props:
+        if not re.fullmatch(r"[a-z][a-z0-9_:.-]*", p):
+            raise ValueError(f"not a property name: {p!r}")
+    return ["zfs", "get", "-Hp", "-r", "-o", "name,property,value", ",".join(["creation", "used", *props]), dataset]
+
+
+REWRITE_FEATURE = "physical_rewrite"
+SNAPSHOT_PROPS = ("dedup",)
+
+
+def first(pool: str, datasets: Sequence[str], rewrite: bool) -> list[list[str]]:
+    """What `prepare` asks first, all at once (prepare.py's queries; a test holds the two the same):
+    the pool's figures, its status (RAIDZ expansions), each dataset's snapshots and dedup, and, when
+    the method may be `zfs rewrite`, the pool's `physical_rewrite` feature."""
+    names.pool(pool)
+    out = [pool_list_json([pool]), pool_status([pool])]
+    for ds in sorted(set(datasets)):
+        names.dataset(ds)
+        out.append(snapshots_and(ds, SNAPSHOT_PROPS))
+    if rewrite:
+        out.append(pool_feature(pool, REWRITE_FEATURE))
+    return out
+
+
+def dataset_of(path: str) -> tuple[str, str] | None:
+    """(dataset, mountpoint) of the directory ``path`` from the mount table alone; None where it
+    does not say (not a directory, zfs-fuse, a snapshot, a bind mount): the caller asks `zfs list`."""
+    try:
+        real = os.path.realpath(path)
+        st = os.stat(real)
+        with open(MOUNTINFO, "rb") as f:
+            text = os.fsdecode(f.read())
+    except OSError:
+        return None
+    return mounted_dataset(text, st.st_dev, real)
+
+
+def mounted_dataset(mountinfo: str, dev: int, path: str) -> tuple[str, str] | None:
+    """(dataset, mountpoint) of the ZFS file system with device number ``dev`` that holds ``path``,
+    from the text of /proc/self/mountinfo; None where no line says (zfs-fuse mounts as "fuse",
+    snapshots are left to `zfs list`, a bind mount of a subdirectory is not the dataset's root)."""
+    want = f"{os.major(dev)}:{os.minor(dev)}"
+    best: tuple[str, str] | None = None
+    for line in mountinfo.splitlines():
+        f = line.split(" ")
+        try:
+            sep = f.index("-", 6)
+            majmin, root, mp, fstype, source = f[2], f[3], _unescape(f[4]), f[sep + 1], _unescape(f[sep + 2])
+        except (ValueError, IndexError):
+            continue
+        if fstype != "zfs" or majmin != want or root != "/" or "@" in source:
+            continue
+        if not (path == mp or path.startswith(mp.rstrip("/") + "/")):
+            continue
+        try:
+            names.dataset(source)
+        except UsageError:
+            continue
+        if best is None or len(mp) > len(best[1]):
+            best = (source, mp)
+    return best
+
+
+def _unescape(field: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes (\\040)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field) if "\\" in field else field

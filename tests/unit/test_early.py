@@ -1,0 +1,78 @@
+"""Queries started early (rebal.early): runner.run takes the answer of exactly that command line once,
+reports it as its own, and what nobody took is ended; the fast path starts what prepare asks first."""
+
+import sys
+
+import pytest
+
+from rebal import early, runner
+from rebal.cli import fast
+from rebal.errors import CommandFailed
+from rebal.zfs import queries
+
+PID = [sys.executable, "-c", "import os, sys; print(os.getpid()); print('on stderr', file=sys.stderr)"]
+
+
+@pytest.fixture(autouse=True)
+def _clean():
+    early.drop()
+    yield
+    early.drop()
+
+
+def test_run_takes_the_early_process_once_and_reads_its_whole_answer():
+    early.start([PID])
+    proc = early._started[tuple(PID)]
+    res = runner.run(PID)
+    assert res.stdout.strip() == str(proc.pid)  # the answer of the process started early
+    assert res.stderr.strip() == "on stderr" and res.returncode == 0
+    assert early.started() == []
+    again = runner.run(PID)  # taken once: the next call runs it anew
+    assert again.stdout.strip() != str(proc.pid)
+
+
+def test_a_failed_early_command_is_reported_as_the_callers_own():
+    argv = [sys.executable, "-c", "import sys; sys.exit('cannot open pool')"]
+    early.start([argv])
+    with pytest.raises(CommandFailed) as e:
+        runner.run(argv)
+    assert e.value.returncode == 1 and "cannot open pool" in e.value.stderr
+    early.start([argv])
+    assert runner.run(argv, check=False).returncode == 1
+
+
+def test_a_write_never_takes_an_early_process():
+    early.start([PID])
+    proc = early._started[tuple(PID)]
+    res = runner.run(PID, readonly=False)
+    assert res.stdout.strip() != str(proc.pid)
+    assert early.started() == [tuple(PID)]
+
+
+def test_drop_ends_what_nobody_took():
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    early.start([sleeper, ["/nonexistent/zpool", "list"]])  # one that cannot start is not kept
+    proc = early._started[tuple(sleeper)]
+    assert early.started() == [tuple(sleeper)]
+    early.drop()
+    assert proc.returncode == -9 and early.started() == []
+
+
+def test_the_fast_path_starts_what_prepare_asks_first_for_datasets_named(monkeypatch):
+    got = []
+    monkeypatch.setattr(early, "start", got.extend)
+    assert fast.start_queries(["tank/data", "tank/data/sub"], None)
+    assert got == queries.first("tank", ["tank/data", "tank/data/sub"], rewrite=True)
+    assert [a[:3] for a in got] == [["zpool", "list", "-v"], ["zpool", "status", "tank"], ["zfs", "get", "-Hp"],
+                                    ["zfs", "get", "-Hp"], ["zpool", "get", "-H"]]
+    got.clear()
+    assert fast.start_queries(["tank/data"], "copy")
+    assert not any("feature@physical_rewrite" in a for argv in got for a in argv)
+
+
+@pytest.mark.parametrize("targets", [["tank/a", "other/b"], ["-tank"], ["tank/a@snap"], ["/nonexistent/dir"]])
+def test_the_fast_path_starts_nothing_where_the_targets_do_not_name_one_pool(monkeypatch, targets):
+    got = []
+    monkeypatch.setattr(early, "start", got.extend)
+    assert not fast.start_queries(targets, None)
+    assert got == []
