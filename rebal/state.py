@@ -161,15 +161,14 @@ def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
     current = conn.execute("PRAGMA user_version").fetchone()[0]
     if current > SCHEMA_VERSION:
         raise StateError(f"state database has schema {current}, newer than this rebal knows ({SCHEMA_VERSION}); upgrade rebal")
-    while current < target:
-        with atomic(conn):
+    if current < target:
+        with atomic(conn):  # every step in one transaction: one commit (one fsync) for a new database
             current = conn.execute("PRAGMA user_version").fetchone()[0]
-            if current >= target:
-                break
-            for stmt in _statements(MIGRATIONS[current]):
-                conn.execute(stmt)
-            conn.execute(f"PRAGMA user_version = {current + 1}")
-            current += 1
+            while current < target:
+                for stmt in _statements(MIGRATIONS[current]):
+                    conn.execute(stmt)
+                current += 1
+                conn.execute(f"PRAGMA user_version = {current}")
     return target
 
 

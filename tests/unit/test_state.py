@@ -136,3 +136,12 @@ def test_a_relaxed_commit_is_synced_by_the_next_durable_one_and_full_comes_back(
             raise RuntimeError("boom")
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == full, "FULL again after a rollback"
     assert conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0] == 1
+
+
+def test_a_new_database_is_made_in_one_transaction(tmp_path):
+    conn = state.connect(tmp_path / "new.db", migrate_to=0)
+    said: list[str] = []
+    conn.set_trace_callback(said.append)
+    assert state.migrate(conn) == state.SCHEMA_VERSION
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == state.SCHEMA_VERSION > 1
+    assert sum(s.strip().upper().startswith("COMMIT") for s in said) == 1  # one commit, one fsync
