@@ -8,7 +8,6 @@ there, but rebal also refuses space to keep ssh command lines simple).
 
 from __future__ import annotations
 
-import ipaddress
 import re
 
 from .errors import UsageError
@@ -52,6 +51,8 @@ def snapshot_problem(name: str) -> str | None:
 
 def host_problem(name: str) -> str | None:
     try:
+        import ipaddress  # only host names need it
+
         ipaddress.ip_address(name.strip("[]"))
         return None
     except ValueError:

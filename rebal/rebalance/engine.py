@@ -275,14 +275,15 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
                         f"{len(recovered.removed)} temp name(s) removed")
         for path in recovered.left:
             events.note(f"left alone (not recognised as rebal's): {path}")
-        from .leftovers import clean
+        if prep.scan.skips.temps:  # what no journal names (after recover: it knew the rest)
+            from .leftovers import clean
 
-        cleaned = clean(prep.scan.skips.temps)  # what no journal names (after recover: it knew the rest)
-        if cleaned.removed:
-            events.note(f"removed {len(cleaned.removed)} leftover rebal temp name(s) that no journal named "
-                        f"(e.g. {cleaned.removed[0]})")
-        for path, why in cleaned.left:
-            events.note(f"left alone: {path} ({why}); remove it by hand once you know what it is")
+            cleaned = clean(prep.scan.skips.temps)
+            if cleaned.removed:
+                events.note(f"removed {len(cleaned.removed)} leftover rebal temp name(s) that no journal named "
+                            f"(e.g. {cleaned.removed[0]})")
+            for path, why in cleaned.left:
+                events.note(f"left alone: {path} ({why}); remove it by hand once you know what it is")
         state.mark_dead_runs(conn, "rebalance", pool=prep.pool.name, keep=prep.resume_run)
         if prep.resume_run is not None:
             run_id = prep.resume_run

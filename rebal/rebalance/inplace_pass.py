@@ -31,21 +31,27 @@ import threading
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Executor, ThreadPoolExecutor, wait
 
+from .scan import AHEAD
+
 PROC_FILES = 16384  # paths per `zfs rewrite` process (PROC_ARGV is what usually binds)
 PROC_ARGV = 1 << 20  # bytes of paths per process: under ARG_MAX (2 MiB with the usual 8 MiB stack)
 PROC_MIN = 512  # files: a part waits for the scan until it has this many (or the scan has ended)
 WINDOW_BYTES = 4 << 30  # a window at most this much data, so the limits and progress are seen often
-SCAN_AHEAD = 65536  # files scanned and not yet handed to a lane, at most (about 250 bytes each)
+SCAN_AHEAD = AHEAD  # files scanned and not yet handed to a lane, at most (about 250 bytes each)
 GONE = "gone or replaced since the scan"
 
 
 def eligible(r, d, root: bytes, dev: int) -> list:
     """(name, lstat) of the files of directory ``d`` to rewrite. Runs on one scanning thread ahead
-    of the rewrite (the hardlink set is only ever touched here, in directory order)."""
+    of the rewrite (the hardlink set is only ever touched here, in directory order). The first
+    directories were listed by the run's pre-scan moments before (the same `candidates`, the same
+    filters): their listing is taken as it is. A file gone or replaced since is answered so by
+    `zfs rewrite` (GONE), as one changed after this scan is; in place, content never changes."""
     from .scan import candidates
 
+    listed = r.prep.scan.listings.pop(d.path, None)
     files = []
-    for n, st in candidates(d.path, root, dev, r.filters, hardlinks_ok=True):
+    for n, st in (listed if listed is not None else candidates(d.path, root, dev, r.filters, hardlinks_ok=True)):
         if st.st_nlink > 1:  # an inode with several names is rewritten once
             if st.st_ino in r.linked_seen:
                 continue

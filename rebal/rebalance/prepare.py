@@ -15,7 +15,7 @@ from ..zfs.model import Pool
 from ..zfs.queries import SNAPSHOT_PROPS
 from . import journal, rewrite
 from .planner import Plan, VdevFill, make_plan
-from .scan import Filters, ScanResult, scan
+from .scan import AHEAD, Filters, ScanResult, scan
 
 
 class RefusedError(RebalError):
@@ -118,12 +118,12 @@ def resolve_targets(zfs, specs: list[str]) -> list[Target]:
 
 def _measured(opts: Options, dirs, targets, pool, zpool, filters, notes: list[str]):
     """The directories with their measured placement (opts.placement), and a note of what was done."""
-    import shutil
-
     if opts.placement == "model" or not dirs or len(pool.data_vdevs) < 2:
         return dirs
     if opts.placement == "auto" and (pool.spread <= opts.target_spread or opts.rewrite_all):
         return dirs  # nothing to choose: no directory, or every one, is rewritten
+    import shutil
+
     if shutil.which("zdb") is None:
         if opts.placement == "measured":
             raise RebalError("--placement measured: zdb is not installed (it ships with zfsutils-linux and zfs-fuse)")
@@ -220,7 +220,7 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
 
     t_scan = time.monotonic()
     sc = scan([t.root for t in targets], filters, snapshot_times=[s[1] + 1 for s in snaps], hardlinks_ok=(method == "rewrite"),
-              link_groups=(opts.hardlinks and method == "copy"))
+              link_groups=(opts.hardlinks and method == "copy"), keep=AHEAD if method == "rewrite" else 0)
     scan_seconds = time.monotonic() - t_scan
     remaining = [d for d in sc.dirs if d.path not in done]
     pinned_fraction = (sc.pinned_bytes / sc.bytes) if sc.bytes else 0.0
@@ -306,12 +306,15 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
 
 
 def _expansions(zpool, pool_name: str) -> list:
-    from ..zfs.expansion import parse_expansions
-
     try:
-        return [e for st in zpool.status([pool_name]) for e in parse_expansions(st)]
+        statuses = zpool.status([pool_name])
     except RebalError:
         return []
+    if not any("expan" in st.scan for st in statuses):  # neither "expanded" nor "expansion of": none
+        return []
+    from ..zfs.expansion import parse_expansions
+
+    return [e for st in statuses for e in parse_expansions(st)]
 
 
 def _avail(path: bytes) -> int:

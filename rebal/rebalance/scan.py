@@ -17,6 +17,7 @@ from .files import FileRef, is_temp_name
 from .planner import DirEntry
 
 EXAMPLES = 5
+AHEAD = 65536  # files listed and not yet rewritten, at most (a (name, lstat) pair is about 250 bytes)
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,9 @@ class ScanResult:
     group_bytes: int = 0
     old_files: int = 0  # eligible files last written before the RAIDZ expansion (by their ctime)
     old_alloc: int = 0  # and the space they take
+    # (name, lstat) of the eligible files of the first directories walked, up to ``keep`` files: an
+    # in-place rewrite starts on these at once instead of listing them again (inplace_pass.eligible)
+    listings: dict[bytes, list] = field(default_factory=dict)
 
 
 def candidates(
@@ -184,26 +188,33 @@ def scan(
     snapshot_times: list[float] | None = None,
     hardlinks_ok: bool = False,
     link_groups: bool = False,
+    keep: int = 0,
 ) -> ScanResult:
     """Walk the targets. ``hardlinks_ok``: hardlinked files are ordinary candidates (in-place
     rewrite). ``link_groups``: collect the hardlink groups whose every name lies in the targets.
     ``snapshot_times``: creation times of the targets' snapshots, oldest first; a file last written
     before a snapshot was taken is referenced by it (and by every later one): its bytes stay
-    allocated after a rewrite until those snapshots go (``pinned_by``, ``pinned_bytes``)."""
+    allocated after a rewrite until those snapshots go (``pinned_by``, ``pinned_bytes``). ``keep``:
+    the eligible files of the first directories are kept (``listings``) while they number at most
+    this many."""
     from bisect import bisect_right
 
     res = ScanResult(dirs=[])
     times = list(snapshot_times or [])
     first = [0] * (len(times) + 1)  # bytes whose oldest referencing snapshot is times[i]
     links: dict[int, list[tuple[FileRef, int]]] = {}
+    kept = 0
     for root in roots:
         dev = os.lstat(root).st_dev
         for d in walk_dirs(root, dev, filters, res.skips):
             files = nbytes = alloc = 0
+            listing: list | None = [] if kept < keep else None
             if link_groups:
                 for name, st in _linked(d, root, dev, filters):
                     links.setdefault(st.st_ino, []).append((FileRef.from_stat(d, name, st), st.st_nlink))
-            for _name, st in candidates(d, root, dev, filters, res.skips, hardlinks_ok):
+            for name, st in candidates(d, root, dev, filters, res.skips, hardlinks_ok):
+                if listing is not None:
+                    listing.append((name, st))
                 files += 1
                 nbytes += st.st_size
                 used = st.st_blocks * 512
@@ -214,6 +225,12 @@ def scan(
                 if filters.expanded_at is not None and st.st_ctime < filters.expanded_at:
                     res.old_files += 1
                     res.old_alloc += used
+            if listing is not None:
+                if kept + len(listing) <= keep:
+                    res.listings[d] = listing
+                    kept += len(listing)
+                else:
+                    kept = keep  # the rest are listed when they are rewritten
             if files:
                 res.dirs.append(DirEntry(d, files, nbytes, alloc))
                 res.files += files

@@ -239,3 +239,47 @@ def test_the_directories_answered_when_the_target_is_reached_are_recorded_done(m
     assert rep.dirs == len(every) > 3
     assert state_done(conn, rep.run_id) == every
     assert sorted(rep.done_dirs) == sorted(every)
+
+
+@pytest.mark.parametrize("keep", [100000, 60])
+def test_the_pre_scan_listing_is_rewritten_without_listing_it_again(make_pool, tmp_path, monkeypatch, keep):
+    """The pre-scan keeps the eligible files of its first directories (up to ``keep`` files, the
+    rest are listed again when their turn comes); a file removed between the scan and the rewrite
+    is counted gone, one put in another's place is rewritten, nothing twice, nothing missed."""
+    from rebal.rebalance import prepare as prepare_mod
+    from rebal.rebalance import scan as scan_mod
+
+    monkeypatch.setattr(prepare_mod, "AHEAD", keep)
+    pool, data = grown(make_pool, small=200, seed=6)
+    conn = state.connect(tmp_path / "s.db")
+    opts = engine.Options(targets=[f"{pool.name}/data"], target_spread=0.01, rewrite_all=True, jobs=2)
+    zfs = ReplayZfs()
+    prep = engine.prepare(opts, FeatureZpool(), zfs, conn)
+    listed = {d: len(v) for d, v in prep.scan.listings.items()}
+    assert listed and sum(listed.values()) <= keep
+    if keep < prep.scan.files:
+        assert len(listed) < len(prep.scan.dirs)
+    first_dir = next(iter(prep.scan.listings))
+    names = [n for n, st in prep.scan.listings[first_dir] if st.st_nlink == 1]
+    gone, replaced = os.path.join(first_dir, names[0]), os.path.join(first_dir, names[1])
+    os.unlink(gone)
+    os.unlink(replaced)
+    with open(replaced, "wb") as f:
+        f.write(b"put in its place after the scan")
+    relisted: list[bytes] = []
+    real = scan_mod.candidates
+
+    def counting(dirpath, *a, **k):
+        relisted.append(dirpath)
+        return real(dirpath, *a, **k)
+
+    monkeypatch.setattr(scan_mod, "candidates", counting)
+    rep = engine.execute(prep, opts, FeatureZpool(), zfs, conn, str(tmp_path / "s.db"))
+    assert rep.outcome == "ok", rep
+    assert set(relisted) == {d.path for d in prep.scan.dirs} - set(listed)  # only what was not kept
+    handed = [p for part in zfs.handed for p in part]
+    assert len(handed) == len(set(handed)) == prep.scan.files - 2  # (the fifo and the symlink)
+    assert replaced in zfs.answered
+    assert gone not in zfs.answered and rep.skipped == {"gone or replaced since the scan": 1}
+    assert rep.files == len(handed) - 1 and rep.dirs == len(prep.scan.dirs)
+    assert prep.scan.listings == {}  # handed over, not held for the run
