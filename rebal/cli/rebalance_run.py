@@ -35,12 +35,16 @@ def run(
 ) -> int:
     """Rewrite files so ZFS spreads them over every vdev; the command's exit code (130 after ^C)."""
     from ..errors import UsageError
+
+    cfg = load_config()
+    # the state database opens (a new one: created and migrated, its commits waiting on the disk)
+    # while the rest of rebal loads (issue 19); its error, if any, is raised where it was before
+    opening = _Opening(cfg) if not dry_run and os.geteuid() == 0 else None
     from ..rebalance import engine
     from ..units import parse_size
     from ..views.rebalance import plan_json, plan_text, report_text
     from ..zfs.cli import Zfs, Zpool
 
-    cfg = load_config()
     rb = cfg.rebalance
     if jobs is not None and not 1 <= jobs <= 64:
         raise UsageError("--jobs must be between 1 and 64")
@@ -67,7 +71,7 @@ def run(
         return 0
     if os.geteuid() != 0:
         raise engine.RefusedError("rebal rebalance runs as root: it must keep every file's owner")
-    conn = open_state(cfg)
+    conn = opening.result() if opening is not None else open_state(cfg)
     prep = engine.prepare(opts, zpool, zfs, conn)
     engine.check_writable(prep)
     engine.check_pinned(prep, opts)
@@ -94,3 +98,26 @@ def run(
     else:
         out_text(report_text(report))
     return sig.exit_code() if report.outcome == "interrupted" else 0
+
+
+class _Opening:
+    """`open_state(cfg)` on a thread of its own: `result()` gives the connection or raises its error."""
+
+    def __init__(self, cfg) -> None:
+        import threading
+
+        self._conn = self._error = None
+        self._thread = threading.Thread(target=self._open, args=(cfg,), name="rebal-state", daemon=True)
+        self._thread.start()
+
+    def _open(self, cfg) -> None:
+        try:
+            self._conn = open_state(cfg)
+        except BaseException as e:  # noqa: BLE001 - raised again by result(), in the caller's thread
+            self._error = e
+
+    def result(self):
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._conn

@@ -12,9 +12,9 @@ A pipeline: one thread scans the directories ahead; the paths are cut into parts
 PROC_FILES files in the run's order; ``k`` lanes each run one `zfs rewrite` process at a time and
 take the next part as soon as theirs ends, so no lane waits for another (the batches of a first
 version waited for their slowest process and for the scan of their whole batch: at 4,000 files
-that was a third of the run). A part takes what is scanned: the first starts after a few
-directories, later ones are as large as the files left allow (the files left / k, so the lanes end
-together).
+that was a third of the run). A part takes what is scanned (the pre-scan's listing of the first
+directories is taken as it is, so the first parts start at once): the files left when every lane
+was idle / k each, later ones the files left / k, so the lanes end together.
 
 A *window* is what may go before the pool is looked at again: its bytes are cut by the pool's next
 measurement (64 MiB, or pool/200) without `--all`, by one directory where the model says the target
@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from concurrent.futures import FIRST_COMPLETED, Executor, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
 
 from .scan import AHEAD
 
@@ -172,9 +172,13 @@ class _Pipeline:
         budget = None if r.opts.max_growth is None else r.opts.max_growth - r.growth
         w = {"alloc": 0, "size": 0, "grow": 0, "dirs": [], "closed": False, "grow_hit": 0, "by_model": by_model}
         while True:
+            # lanes all idle (a window's start): the files left are shared out among them as they
+            # stand now, not again after each part (4,000 files, 2 lanes: 2,000 + 2,000, not
+            # 2,000 + 1,000 + 512 + 488, four process starts and a lane idle at the end)
+            share = self.left if not self.running else None
             while (not w["closed"] and len(self.running) < self.k and not self.stop.is_set()
                    and not r.limit_hit()):
-                part = self._part(w, cap_alloc, cap_size, budget, block=not self.running)
+                part = self._part(w, cap_alloc, cap_size, budget, block=not self.running, share=share)
                 if part is None:
                     break
                 self._start(part)
@@ -192,13 +196,14 @@ class _Pipeline:
             yield from self._answered()
             self._scan_ahead()
 
-    def _part(self, w: dict, cap_alloc: float, cap_size: float, budget, block: bool) -> list | None:
+    def _part(self, w: dict, cap_alloc: float, cap_size: float, budget, block: bool,
+              share: int | None = None) -> list | None:
         """The next part, [(_Dir, start, end)] in order, from what is scanned; None when there is
         none to start now (the window is closed, every directory is handed, or the scan is behind
         while a part runs). Closes the window where its bytes are used. A part of empty directories
         only holds no file: it is answered at once."""
         r = self.r
-        target = max(PROC_MIN, min(PROC_FILES, -(-self.left // self.k)))
+        target = max(PROC_MIN, min(PROC_FILES, -(-(self.left if share is None else share) // self.k)))
         if not block and self._scanned(min(PROC_MIN, target)) < min(PROC_MIN, target):
             return None  # a part runs: wait for the scan rather than start a small process
         part: list = []
@@ -350,7 +355,12 @@ class _Pipeline:
     def _scan_ahead(self, force: bool = False) -> None:
         while self.nxt < len(self.dirs) and (force or len(self.ahead) - self.cut < 2 or self.unhanded < SCAN_AHEAD):
             d = self.dirs[self.nxt]
-            self.ahead.append(_Dir(d, self.scanner.submit(eligible, self.r, d, *self.where(d))))
+            if d.path in self.r.prep.scan.listings and self._scanning() is None:
+                fut: Future = Future()  # listed by the pre-scan, nothing before it pending: at once, here
+                fut.set_result(eligible(self.r, d, *self.where(d)))
+            else:
+                fut = self.scanner.submit(eligible, self.r, d, *self.where(d))
+            self.ahead.append(_Dir(d, fut))
             self.unhanded += d.files
             self.nxt += 1
             force = False

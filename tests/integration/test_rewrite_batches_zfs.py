@@ -283,3 +283,23 @@ def test_the_pre_scan_listing_is_rewritten_without_listing_it_again(make_pool, t
     assert gone not in zfs.answered and rep.skipped == {"gone or replaced since the scan": 1}
     assert rep.files == len(handed) - 1 and rep.dirs == len(prep.scan.dirs)
     assert prep.scan.listings == {}  # handed over, not held for the run
+
+
+def test_idle_lanes_share_the_files_left_evenly(make_pool, tmp_path, monkeypatch):
+    """Two idle lanes and 1,200 files: two processes of 600, not 600 + 300 + ... (each part cut from
+    what was left after the one before: more process starts, and a lane idle at the end)."""
+    from rebal.rebalance import inplace_pass
+
+    monkeypatch.setattr(inplace_pass.os, "cpu_count", lambda: 2)
+    pool = make_pool([[], []], size="128M")
+    sh("zfs", "create", f"{pool.name}/data")
+    data = pool.mountpoint / "data"
+    for i in range(1200):
+        d = data / f"d{i // 150}"
+        d.mkdir(exist_ok=True)
+        (d / f"f{i}").write_bytes(b"%d" % i)
+    pool.add(str(pool.disk("128M")), str(pool.disk("128M")))
+    zfs = ReplayZfs()
+    _prep, rep, _conn = run(pool, tmp_path, zfs, jobs=2)
+    assert rep.outcome == "ok" and rep.files == 1200, rep
+    assert sorted(len(p) for p in zfs.handed) == [600, 600]
