@@ -172,6 +172,7 @@ def rebalance_job(cfg: Config, conn, zpool, zfs, stop: threading.Event) -> dict:
         rb, list(rb.targets), until=until, verify=rb.verify, method=rb.method,
         max_rate=parse_size(rb.max_rate) if rb.max_rate else None,
         jobs=rb.jobs, allow_snapshots=rb.allow_snapshots, hardlinks=rb.hardlinks, replication_jobs=list(cfg.replicate),
+        listing=True,
     )
     prep = None
     try:

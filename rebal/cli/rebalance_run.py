@@ -60,6 +60,7 @@ def run(
         rewrite_all=rewrite_all,
         hardlinks=hardlinks or rb.hardlinks,
         placement=choice("--placement", placement, PLACEMENTS),
+        listing=not dry_run,
     )
     zpool, zfs = Zpool(), Zfs()
     if dry_run:

@@ -41,6 +41,7 @@ class Options:
     replication_jobs: list = field(default_factory=list)  # the config's [[replicate]] jobs (costs of a rewrite)
     placement: str = "auto"  # measured (zdb, block pointers), model, or auto: measured where zdb can read
     measure_seconds: float = 30.0  # time limit of the measurement
+    listing: bool = False  # a run follows (not a plan): the scan keeps the first directories' files for it
 
 
 @dataclass
@@ -220,7 +221,7 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
 
     t_scan = time.monotonic()
     sc = scan([t.root for t in targets], filters, snapshot_times=[s[1] + 1 for s in snaps], hardlinks_ok=(method == "rewrite"),
-              link_groups=(opts.hardlinks and method == "copy"), keep=AHEAD if method == "rewrite" else 0)
+              link_groups=(opts.hardlinks and method == "copy"), keep=AHEAD if method == "rewrite" and opts.listing else 0)
     scan_seconds = time.monotonic() - t_scan
     remaining = [d for d in sc.dirs if d.path not in done]
     pinned_fraction = (sc.pinned_bytes / sc.bytes) if sc.bytes else 0.0

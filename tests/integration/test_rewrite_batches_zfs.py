@@ -76,7 +76,7 @@ def grown(make_pool, small=120, seed=9):
 def run(pool, tmp_path, zfs, stop=None, **kw):
     conn = state.connect(tmp_path / "s.db")
     kw.setdefault("jobs", 1)
-    opts = engine.Options(targets=[f"{pool.name}/data"], target_spread=0.01, rewrite_all=True, **kw)
+    opts = engine.Options(targets=[f"{pool.name}/data"], target_spread=0.01, rewrite_all=True, listing=True, **kw)
     prep = engine.prepare(opts, FeatureZpool(), zfs, conn)
     assert prep.method == "rewrite" and prep.physical
     rep = engine.execute(prep, opts, FeatureZpool(), zfs, conn, str(tmp_path / "s.db"), stop=stop)
@@ -252,8 +252,9 @@ def test_the_pre_scan_listing_is_rewritten_without_listing_it_again(make_pool, t
     monkeypatch.setattr(prepare_mod, "AHEAD", keep)
     pool, data = grown(make_pool, small=200, seed=6)
     conn = state.connect(tmp_path / "s.db")
-    opts = engine.Options(targets=[f"{pool.name}/data"], target_spread=0.01, rewrite_all=True, jobs=2)
+    opts = engine.Options(targets=[f"{pool.name}/data"], target_spread=0.01, rewrite_all=True, jobs=2, listing=True)
     zfs = ReplayZfs()
+    assert engine.prepare(engine.Options(targets=opts.targets), FeatureZpool(), zfs, conn).scan.listings == {}  # a plan
     prep = engine.prepare(opts, FeatureZpool(), zfs, conn)
     listed = {d: len(v) for d, v in prep.scan.listings.items()}
     assert listed and sum(listed.values()) <= keep
