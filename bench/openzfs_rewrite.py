@@ -113,9 +113,9 @@ def main() -> None:
     # rebal's modules byte-compiled first, as an installed package has them (pip compiles at install):
     # else the first rebal run timed would compile them (about 1 s under TCG)
     import compileall
-    import rebal
+    import importlib.util
 
-    compileall.compile_dir(os.path.dirname(rebal.__file__), quiet=1)
+    compileall.compile_dir(os.path.dirname(importlib.util.find_spec("rebal").origin), quiet=1)  # (rebal() is ours)
     cfg = Path("/var/tmp/rebal-rwbench.toml")
     cfg.write_text('state_db = "/var/tmp/rebal-rwbench.db"\n[rebalance]\nreserve_percent = 1.0\n')
     results = []
