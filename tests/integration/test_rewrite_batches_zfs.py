@@ -295,10 +295,10 @@ def test_idle_lanes_share_the_files_left_evenly(make_pool, tmp_path, monkeypatch
     pool = make_pool([[], []], size="128M")
     sh("zfs", "create", f"{pool.name}/data")
     data = pool.mountpoint / "data"
-    for i in range(1200):
-        d = data / f"d{i // 150}"
-        d.mkdir(exist_ok=True)
-        (d / f"f{i}").write_bytes(b"%d" % i)
+    for d in range(8):  # 8 directories of 150
+        (data / f"d{d}").mkdir()
+        for i in range(150):
+            (data / f"d{d}" / f"f{i}").write_bytes(b"%d" % i)
     pool.add(str(pool.disk("128M")), str(pool.disk("128M")))
     zfs = ReplayZfs()
     _prep, rep, _conn = run(pool, tmp_path, zfs, jobs=2)
