@@ -162,7 +162,10 @@ def try_fast(argv: list[str]) -> bool:
     config, targets, kw = reb
     from .. import early
 
-    start_queries(targets, kw.get("method"))
+    try:
+        start_queries(targets, kw.get("method"))
+    except Exception:  # only a head start: anything odd here is left to prepare, which reports it
+        early.drop()
     try:
         from .io import OPTS, guarded
 
