@@ -1,6 +1,6 @@
 """The configuration file: TOML in, validated models out. Every error names the key and the file.
 
-The models are dataclasses checked by `schema.py` (types, bounds, patterns, unknown and missing keys).
+The models are records (`record.py`) checked by `schema.py` (types, bounds, patterns, unknown and missing keys).
 They were pydantic models until issue 19: pydantic's import and schema building were 1.4 s of every
 command's 2.3 s start in the lane's OpenZFS guest (150 ms of `rebal status` here), more than
 the work of many commands; `rebal gate` starts once per ssh command of a replication.
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 from . import names
 from .errors import ConfigError
+from .record import record, replace
 from .schema import Model, spec, validate
 
 DEFAULT_PATH = "/etc/rebal/config.toml"
@@ -35,7 +35,9 @@ def config_path(explicit: str | None) -> tuple[str, bool]:
 def cron_trigger(expr: str, timezone=None):
     """An APScheduler CronTrigger from a crontab expression: 5 fields (minute hour day month weekday),
     or 6 with a leading seconds field."""
-    from apscheduler.triggers.cron import CronTrigger  # lazy: only `config check` and the daemon pay
+    from apscheduler.triggers.cron import (
+        CronTrigger,  # lazy: only `config check` and the daemon pay
+    )
 
     fields = expr.split()
     if len(fields) == 5:
@@ -66,7 +68,7 @@ def _cron_problem(value: str, ctx: dict) -> str | None:
 HHMM = r"^([01]\d|2[0-3]):[0-5]\d$"
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Rebalance(Model):
     targets: list[str] = spec(factory=list)  # datasets or directories the scheduled rebalance works on
     target_spread: float = spec(10.0, gt=0, le=100)
@@ -82,7 +84,7 @@ class Rebalance(Model):
     max_rate: str | None = None  # e.g. "200M" per second
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Schedule(Model):
     fill: str | None = spec("*/15 * * * *", check_ctx=_cron_problem)
     health: str | None = spec("*/10 * * * *", check_ctx=_cron_problem)
@@ -93,7 +95,7 @@ class Schedule(Model):
     metrics: str | None = spec(None, check_ctx=_cron_problem)  # write metrics_file for node_exporter's textfile collector (e.g. "*/5 * * * *")
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Health(Model):
     cap_warning: float = spec(80, gt=0, le=100)
     cap_critical: float = spec(90, gt=0, le=100)
@@ -102,7 +104,7 @@ class Health(Model):
     verify_max_age_days: float = spec(35, gt=0)
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Email(Model):
     host: str = spec(check=names.host_problem)
     port: int = spec(587, gt=0, lt=65536)
@@ -113,12 +115,12 @@ class Email(Model):
     to: list[str] = spec(min_items=1)
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Webhook(Model):
     url: str = spec(pattern=r"^https?://")
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Notify(Model):
     reminder_hours: float = spec(24, gt=0)
     email: Email | None = None
@@ -126,7 +128,7 @@ class Notify(Model):
     command: list[str] | None = None
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Retention(Model):
     last: int = spec(1, ge=0)  # the newest N, whatever their times
     hourly: int = spec(24, ge=0)
@@ -141,7 +143,7 @@ class Retention(Model):
 SOURCE_RETENTION = Retention(last=0, hourly=0, daily=0, weekly=0, monthly=0)
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Replicate(Model):
     name: str = spec(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     source: str = spec(check=names.dataset_problem)
@@ -199,7 +201,7 @@ class Replicate(Model):
         return self.target_host if self.direction == "push" else self.source_host
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Config(Model):
     state_db: str = DEFAULT_STATE_DB
     # where the metrics schedule writes (Debian's prometheus-node-exporter reads this directory)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
 from datetime import datetime
 
+from .record import record
 from .zfs.model import Pool, PoolStatus, StatusVdev
 
 OK, WARNING, CRITICAL = 0, 1, 2
@@ -20,7 +20,7 @@ GOOD_STATES = {"ONLINE", "AVAIL", "INUSE"}
 CRIT_POOL = {"DEGRADED", "FAULTED", "UNAVAIL", "SUSPENDED", "REMOVED", "OFFLINE"}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Finding:
     level: int
     subject: str  # pool name or job:<name>

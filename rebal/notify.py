@@ -14,15 +14,15 @@ import socket
 import subprocess
 import time
 import urllib.request
-from dataclasses import dataclass
 from email.message import EmailMessage
 
 from .config import Notify
+from .record import record
 
 log = logging.getLogger("rebal.notify")
 
 
-@dataclass
+@record
 class Message:
     subject: str
     body: str

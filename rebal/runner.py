@@ -10,10 +10,16 @@ from __future__ import annotations
 import logging
 import shlex
 import subprocess
-from dataclasses import dataclass
 
 from . import early
-from .errors import CommandFailed, PermissionDenied, ToolMissing, UnsupportedOption, ZfsUnavailable
+from .errors import (
+    CommandFailed,
+    PermissionDenied,
+    ToolMissing,
+    UnsupportedOption,
+    ZfsUnavailable,
+)
+from .record import record
 
 log = logging.getLogger("rebal.cmd")
 
@@ -29,7 +35,7 @@ _UNAVAILABLE = (
 _USAGE = ("invalid option", "unrecognized command", "usage:")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Result:
     argv: tuple[str, ...]
     returncode: int

@@ -9,13 +9,14 @@ be listed there, in both units (the daemon's `rebal.service` and the timer's `re
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+
+from .record import record
 
 UNITS = ("rebal.service", "rebal-due.service")
 DROP_IN = "50-rebal-paths.conf"
 
 
-@dataclass
+@record
 class DropIn:
     unit: str
     path: str  # where the file goes

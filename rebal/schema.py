@@ -1,4 +1,4 @@
-"""Checking TOML data against the config's dataclasses (config.py): strict types (no "1" for 1, no
+"""Checking TOML data against the config's records (config.py, record.py): strict types (no "1" for 1, no
 true for 1), bounds, patterns, per-item checks, unknown and missing keys, then each model's own
 cross-field checks. Every problem is named by its key path (``replicate[0].target_host``), all of
 them at once, and raised as one ConfigError naming the file.
@@ -12,11 +12,11 @@ from __future__ import annotations
 import re
 import types
 import typing
-from dataclasses import MISSING, field, fields, is_dataclass
 from functools import cache
 from typing import Any, Callable, Literal, Union
 
 from .errors import ConfigError
+from .record import MISSING, field, fields, is_record
 
 _BAD = object()  # a value that failed its checks (its problem is already recorded)
 
@@ -45,7 +45,7 @@ def spec(default: Any = MISSING, *, factory: Callable | None = None, gt: float |
 
 
 def key_of(f) -> str:
-    """The TOML key of a dataclass field."""
+    """The TOML key of a record field."""
     return f.metadata.get("alias") or f.name
 
 
@@ -60,7 +60,7 @@ def _hints(cls) -> dict[str, Any]:
 
 
 def validate(cls, data: Any, path: str, ctx: dict | None = None):
-    """An instance of the dataclass ``cls`` from ``data``, or ConfigError(path, every problem)."""
+    """An instance of the record ``cls`` from ``data``, or ConfigError(path, every problem)."""
     problems: list[tuple[str, str]] = []
     obj = _model(cls, data, "", problems, ctx or {})
     if problems:
@@ -123,7 +123,7 @@ def _value(tp: Any, v: Any, loc: str, problems: list, ctx: dict):
             return _BAD
         out = [_value(args[0], x, f"{loc}[{i}]", problems, ctx) for i, x in enumerate(v)]
         return _BAD if any(x is _BAD for x in out) else out
-    if is_dataclass(tp):
+    if is_record(tp):
         return _model(tp, v, loc, problems, ctx)
     ok = {bool: lambda: isinstance(v, bool),
           int: lambda: isinstance(v, int) and not isinstance(v, bool),

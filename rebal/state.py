@@ -11,10 +11,10 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import StateError
+from .record import record
 from .zfs.model import Pool
 
 # Each entry moves the schema from version i to i+1. Never edit a released entry; append.
@@ -231,7 +231,7 @@ def record_sample(conn: sqlite3.Connection, pool: Pool, ts: float | None = None)
     return sid
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SampleRow:
     ts: float
     spread: float

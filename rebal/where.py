@@ -13,9 +13,9 @@ import re
 import stat
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 
 from .errors import RebalError, ToolMissing, UsageError
+from .record import field, record
 from .runner import run
 from .walk import regular_files
 from .zfs import placement
@@ -23,7 +23,7 @@ from .zfs import placement
 BATCH = 1000  # objects per zdb process (each costs about a second of start-up on zfs-fuse, whatever its size)
 
 
-@dataclass
+@record
 class FileObj:
     dataset: str
     ino: int
@@ -31,7 +31,7 @@ class FileObj:
     path: bytes
 
 
-@dataclass
+@record
 class WhereReport:
     pool: str
     paths: list[str]

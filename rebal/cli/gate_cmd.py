@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Annotated, Optional
 
 import typer
 
+from ..record import asdict
 from .app import JsonOpt, app, load_config, out_json, out_text
 
 
@@ -70,7 +70,7 @@ def prune(
                    for k, v in given.items()})
     rep = do_prune(dataset, job, b, recursive=recursive, dry_run=dry_run)
     if as_json:
-        out_json(dataclasses.asdict(rep) | {"retention": dataclasses.asdict(b)})
+        out_json(asdict(rep) | {"retention": asdict(b)})
     else:
         verb = "would destroy" if dry_run else "destroyed"
         lines = [f"{dataset}: job {job}: kept {len(rep.kept)}, {verb} {len(rep.destroyed)}"]

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import RebalError
+from ..record import record
 
 
-@dataclass
+@record
 class Options:
     config: Optional[str] = None
     debug: bool = False

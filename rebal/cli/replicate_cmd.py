@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Annotated, Optional
 
 import typer
 
+from ..record import asdict
 from .app import JsonOpt, Signals, app, load_config, out_json, out_text, say_error, warn
 
 
@@ -71,7 +71,7 @@ def restore(
         rep = service.restore(cfg, job, to=to, at=at, path=path, force=force, dry_run=dry_run, stop=sig.stop,
                               progress=bar.update)
     if as_json:
-        out_json(dataclasses.asdict(rep) | {"dry_run": dry_run})
+        out_json(asdict(rep) | {"dry_run": dry_run})
     else:
         out_text(restore_text(job, rep, dry_run))
 

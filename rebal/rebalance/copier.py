@@ -24,21 +24,30 @@ import fcntl
 import os
 import stat
 import threading
-from dataclasses import dataclass
 
 import xxhash
+
+from ..record import record
 
 F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
 F_GETLEASE = getattr(fcntl, "F_GETLEASE", 1025)
 LEASE_CHECK_BYTES = 16 << 20
 
 
-from .files import (FileRef, Outcome, Result, Throttle, group_tmp_name, is_temp_name, old_name,  # noqa: F401
-                    tmp_name)
+from .files import (  # noqa: F401
+    FileRef,
+    Outcome,
+    Result,
+    Throttle,
+    group_tmp_name,
+    is_temp_name,
+    old_name,
+    tmp_name,
+)
 from .sparse import CHUNK, ZERO, hash_zeros, next_data, next_hole, sample_offsets
 
 
-@dataclass
+@record
 class Prepared:
     """A verified copy under its temp name, ready to swap: the original (``src``, leased if
     ``leased``) and the copy (``tmp``) are still open."""

@@ -11,28 +11,48 @@ import os
 import signal
 import threading
 import time
-from contextlib import closing
-from itertools import takewhile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from contextlib import closing
 from datetime import datetime
+from itertools import takewhile
 
 from .. import state
 from ..errors import RebalError, UsageError
 from ..locks import FileLock
+from ..record import field, record
 from ..units import human
 from . import journal
-from .inplace_pass import batches
 from .files import DEFERRED, FileRef, Result, Throttle
-from .planner import DirEntry, bytes_to_target, order_dirs, simulate, simulate_dirs, spread
-from .prepare import (Options, Prepared, RefusedError, Target, _avail, build_options, check_pinned, check_writable,  # noqa: F401
-                      default_jobs, fills, prepare, resolve_targets, run_key)
+from .inplace_pass import batches
+from .planner import (
+    DirEntry,
+    bytes_to_target,
+    order_dirs,
+    simulate,
+    simulate_dirs,
+    spread,
+)
+from .prepare import (  # noqa: F401
+    Options,
+    Prepared,
+    RefusedError,
+    Target,
+    _avail,
+    build_options,
+    check_pinned,
+    check_writable,
+    default_jobs,
+    fills,
+    prepare,
+    resolve_targets,
+    run_key,
+)
 
 SETTLE_EVERY = 10.0  # seconds: settle at least this often between directories
 MEASURE_BYTES = 64 << 20  # re-measure the pool after at least this much was rewritten (or SETTLE_EVERY)
 
 
-@dataclass
+@record
 class DirReport:
     path: bytes
     files: int = 0
@@ -42,7 +62,7 @@ class DirReport:
     deferred: int = 0  # files left for a later run by this run's limits: the directory is not done
 
 
-@dataclass
+@record
 class Report:
     run_id: int
     outcome: str  # ok, incomplete, stopped, interrupted, failed

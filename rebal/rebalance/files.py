@@ -8,7 +8,8 @@ import os
 import stat
 import threading
 import time
-from dataclasses import dataclass
+
+from ..record import record
 
 # files a copy pass leaves for a later run, not failures (their directories are not marked done)
 DEFER_MAX_BYTES = "larger than --max-bytes"
@@ -46,7 +47,7 @@ class Outcome(str, enum.Enum):
     VERIFY = "verify-failed"  # the copy read back differs: copy dropped
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FileRef:
     """A file as the scan saw it."""
 
@@ -67,7 +68,7 @@ class FileRef:
         return os.path.join(self.dir, self.name)
 
 
-@dataclass
+@record
 class Result:
     outcome: Outcome
     written: int = 0

@@ -8,12 +8,13 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass, field
+
+from ..record import field, record
 
 _NAME = re.compile(rb"^\.rebal-([0-9a-f]+)(?:-\d+)?\.(tmp|old)$")
 
 
-@dataclass
+@record
 class Cleanup:
     removed: list[str] = field(default_factory=list)
     left: list[tuple[str, str]] = field(default_factory=list)  # (path, why it was left)

@@ -9,12 +9,12 @@ but not freed. The rewrite is simulated in small steps because the weights chang
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from ..record import field, record
 
 STEPS = 200
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class VdevFill:
     name: str
     size: int
@@ -112,7 +112,7 @@ def _first_under(vdevs: list[VdevFill], target: float, available: int, pinned_fr
     return n + 1
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DirEntry:
     path: bytes
     files: int
@@ -128,7 +128,7 @@ class DirEntry:
         return self.bytes if self.alloc < 0 else self.alloc
 
 
-@dataclass
+@record
 class Plan:
     before: list[VdevFill]
     after: list[VdevFill]  # predicted, after rewriting the chosen directories

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 
 from ..errors import RebalError, UsageError
+from ..record import field, record
 from ..units import human
 from ..zfs.model import Pool
 from ..zfs.queries import SNAPSHOT_PROPS
@@ -22,7 +22,7 @@ class RefusedError(RebalError):
     exit_code = 2
 
 
-@dataclass
+@record
 class Options:
     targets: list[str]
     target_spread: float = 10.0
@@ -44,14 +44,14 @@ class Options:
     listing: bool = False  # a run follows (not a plan): the scan keeps the first directories' files for it
 
 
-@dataclass
+@record
 class Target:
     dataset: str
     mountpoint: str
     root: bytes  # the directory to rewrite (the mountpoint, or a directory below it)
 
 
-@dataclass
+@record
 class Prepared:
     pool: Pool
     targets: list[Target]
@@ -176,7 +176,7 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
     # one data vdev, expanded: the goal is the capacity the old data:parity ratio holds back
     reclaim_only = len(pool.data_vdevs) < 2
     if expanded:
-        from dataclasses import replace
+        from ..record import replace
 
         opts = replace(opts, filters=replace(opts.filters, expanded_at=max(e.ended for e in expanded),
                                              only_old=reclaim_only))

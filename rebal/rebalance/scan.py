@@ -11,8 +11,8 @@ import os
 import stat
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
+from ..record import field, record
 from .files import FileRef, is_temp_name
 from .planner import DirEntry
 
@@ -20,7 +20,7 @@ EXAMPLES = 5
 AHEAD = 65536  # files listed and not yet rewritten, at most (a (name, lstat) pair is about 250 bytes)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Filters:
     exclude: tuple[str, ...] = ()
     min_age_days: float = 0.0
@@ -47,7 +47,7 @@ class Filters:
         return True
 
 
-@dataclass
+@record
 class Skips:
     """What the scan leaves alone, with counts, bytes and a few examples each."""
 
@@ -72,7 +72,7 @@ class Skips:
         self.temps.extend(other.temps)
 
 
-@dataclass
+@record
 class ScanResult:
     dirs: list[DirEntry]
     files: int = 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 
@@ -10,6 +9,7 @@ from .. import state
 from ..config import Config, Replicate
 from ..errors import RebalError, UsageError
 from ..locks import FileLock
+from ..record import asdict
 from ..units import parse_size
 from .policy import Buckets
 from .rsync import RsyncJob, RsyncReplicator
@@ -61,7 +61,7 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
         with Ssh(endpoint(j)) as ssh:
             r = replicator(j, ssh, dry_run=True, force_rollback=force_rollback, stop=stop)
             rep = r.run()
-        return "ok", {"job": name, "mode": j.mode, "dry_run": True} | dataclasses.asdict(rep)
+        return "ok", {"job": name, "mode": j.mode, "dry_run": True} | asdict(rep)
     conn = conn or state.connect(cfg.state_db)
     from ..locks import Together
 
@@ -89,7 +89,7 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
                 extra = {"cache": state.Cache(conn)} if j.mode == "zfs" else {}
                 r = replicator(j, ssh, force_rollback=force_rollback, stop=stop, progress=progress_and_record, **extra)
                 rep = r.run()
-            details |= dataclasses.asdict(rep)
+            details |= asdict(rep)
             details["bytes"] = rep.bytes
             failed = getattr(rep, "failed", [])
             if stop.is_set():
@@ -103,7 +103,7 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
         except (TransportError, ReplicationError, RebalError) as e:
             error = str(e)
             if r is not None:
-                details |= dataclasses.asdict(r.report)
+                details |= asdict(r.report)
                 details["bytes"] = r.report.bytes
         except BaseException as e:
             error = f"{type(e).__name__}: {e}"

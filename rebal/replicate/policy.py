@@ -6,8 +6,9 @@ No I/O here: data in, data out, tested without ZFS.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
+
+from ..record import field, record
 
 PREFIX = "rebal"
 _STAMP = "%Y%m%dT%H%M%SZ"
@@ -32,7 +33,7 @@ def is_ours(snap: str, job: str) -> bool:
     return p is not None and p[0] == job
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Snap:
     name: str  # the part after '@' (or after '#' for a bookmark)
     guid: int
@@ -60,7 +61,7 @@ def base_args(dataset: str, base: Snap) -> list[str]:
     return ["-i", base.ref(dataset)] if base.bookmark else ["-I", f"@{base.name}"]
 
 
-@dataclass
+@record
 class SendPlan:
     kind: str  # full, incremental, nothing, diverged, unrelated
     base: Snap | None = None
@@ -137,7 +138,7 @@ def usage_flags(text: str, command: str) -> set[str]:
     return flags
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SendFeatures:
     resume: bool  # send -t / receive -s / receive -A
     dry_run_size: bool  # send -nP
@@ -171,7 +172,7 @@ def receive_has_u(receive_usage: str) -> bool:
 # -- resume tokens ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TokenInfo:
     toname: str
     kind: str  # full, incremental
@@ -209,7 +210,7 @@ def parse_send_size(text: str) -> int | None:
 # -- retention --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Buckets:
     hourly: int = 24
     daily: int = 7

@@ -5,16 +5,15 @@ dataset always stays (it is the base of the next incremental)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from .. import names
 from ..errors import CommandFailed, RebalError
+from ..record import field, record
 from ..runner import run
 from . import local as L
 from .policy import Buckets, is_ours, parse_snapshot_name, retain
 
 
-@dataclass
+@record
 class PruneReport:
     dataset: str
     job: str

@@ -7,25 +7,25 @@ import os
 import subprocess
 import tempfile
 import threading
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from .. import names
 from ..config import Replicate
 from ..errors import RebalError, UsageError
+from ..record import field, record
 from ..runner import run
 from .local import parse_guid_txg
 from .policy import parse_snapshot_name
+from .snapview import RemoteView
 from .stream import pump
 from .transport import Ssh, classify_ssh
-from .snapview import RemoteView
 
 
 class RestoreError(RebalError):
     pass
 
 
-@dataclass
+@record
 class RestorePoint:
     name: str  # snapshot name (after @), or "current" for an rsync target without versions
     created: float | None
@@ -89,7 +89,7 @@ def choose(pts: list[RestorePoint], at: str) -> RestorePoint:
     raise RestoreError(f"no restore point @{at} on the backup host; nearest: {listing} (rebal backups JOB lists all)")
 
 
-@dataclass
+@record
 class RestoreReport:
     kind: str  # dataset, path
     point: str

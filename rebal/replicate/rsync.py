@@ -15,16 +15,16 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from .. import names
 from ..errors import RebalError
+from ..record import field, record
 from ..runner import run
 from . import local as L
 from .policy import Buckets, is_ours, parse_snapshot_name, retain, snapshot_name
-from .transport import Ssh, classify_ssh
 from .snapview import LocalView, cleanup_views
+from .transport import Ssh, classify_ssh
 
 PARTIAL_DIR = ".rebal-partial"
 
@@ -33,7 +33,7 @@ class RsyncError(RebalError):
     pass
 
 
-@dataclass
+@record
 class RsyncReport:
     snapshot: str = ""
     bytes_sent: int = 0  # what went over the wire
@@ -80,7 +80,7 @@ def warning_files(stderr: str) -> list[str]:
     return out
 
 
-@dataclass
+@record
 class RsyncJob:
     name: str
     source: str  # dataset

@@ -11,14 +11,14 @@ import signal
 import subprocess
 import tempfile
 import threading
-from dataclasses import dataclass
 
 from ..rebalance.files import Throttle
+from ..record import record
 
 CHUNK = 1 << 20
 
 
-@dataclass
+@record
 class StreamResult:
     bytes: int
     sender_rc: int

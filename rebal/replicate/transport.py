@@ -12,10 +12,10 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
 
 from .. import names
 from ..errors import CommandFailed, RebalError
+from ..record import record
 from ..runner import Result, run
 
 
@@ -30,7 +30,7 @@ class HostKeyError(TransportError):
     retryable = False
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Endpoint:
     host: str
     user: str = "root"

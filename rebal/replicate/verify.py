@@ -15,18 +15,18 @@ import os
 import random
 import re
 import subprocess
-from dataclasses import dataclass, field
 
 from ..config import Replicate
 from ..health import CRITICAL, OK, WARNING, Finding
+from ..record import field, record
 from ..runner import run
 from . import local as L
 from .policy import is_ours
-from .transport import Ssh, classify_ssh
 from .snapview import LocalView, RemoteView
+from .transport import Ssh, classify_ssh
 
 
-@dataclass
+@record
 class VerifyReport:
     job: str
     snapshot: str | None = None

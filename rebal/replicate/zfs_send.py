@@ -16,12 +16,12 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from .. import names
 from ..errors import RebalError
 from ..rebalance.files import Throttle
+from ..record import field, record
 from ..runner import run
 from . import local as L
 from .policy import (
@@ -38,13 +38,13 @@ from .policy import (
     send_features,
     snapshot_name,
 )
+from .remote import Remote, ReplicationError, ssh_runner  # noqa: F401  (Remote: also imported from here)
 from .retention import keep_cursor
 from .stream import pump
-from .remote import Remote, ReplicationError, ssh_runner  # noqa: F401  (Remote: also imported from here)
 from .transport import Ssh
 
 
-@dataclass
+@record
 class DatasetReport:
     source: str
     target: str
@@ -58,7 +58,7 @@ class DatasetReport:
     cursor: str = ""  # what keeps the next base: "bookmark" (pins nothing) or "hold" (a held snapshot)
 
 
-@dataclass
+@record
 class ZfsReport:
     snapshot: str = ""
     datasets: list[DatasetReport] = field(default_factory=list)
@@ -88,7 +88,7 @@ class ZfsReport:
         return [d for d in self.datasets if d.kind == "failed"]
 
 
-@dataclass
+@record
 class Job:
     """What the zfs mode needs of a `[[replicate]]` job (see config.Replicate)."""
 

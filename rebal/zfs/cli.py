@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from .. import names
 from ..errors import CommandFailed, NoSuchPool, UnsupportedOption, UsageError
+from ..record import record
 from ..runner import Result, run
 from . import parse, queries
 from .model import Pool, PoolStatus
@@ -277,7 +277,7 @@ def parse_rewrite_usage(text: str) -> tuple[bool, bool]:
     return (True, "P" in m.group(1))
 
 
-@dataclass
+@record
 class RewriteAnswer:
     done: list[bytes]  # named by -v: rewritten
     failed: dict[bytes, str]  # named by an error line: not rewritten, and why

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
 
+from ..record import record
 from .model import PoolStatus
 
 _DONE = re.compile(r"expanded (\S+) copied .* on (\w{3} \w{3} +\d+ [\d:]+ \d{4})")
 _RUNNING = re.compile(r"expansion of (\S+) in progress")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Expansion:
     vdev: str
     done: bool

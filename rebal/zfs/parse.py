@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, replace
 
 from ..errors import RebalError
+from ..record import field, record, replace
 from .model import NORMAL, Pool, PoolStatus, StatusVdev, Vdev
 
 
@@ -167,7 +167,7 @@ def parse_zpool_list_json(text: str) -> list[Pool]:
 # zpool list -v -Hp
 
 
-@dataclass
+@record
 class _Group:
     name: str
     size: int
@@ -232,7 +232,7 @@ def parse_zpool_list_hp(text: str) -> list[Pool]:
 # zpool iostat -v (human units)
 
 
-@dataclass
+@record
 class IostatVdev:
     name: str
     alloc: int
@@ -241,7 +241,7 @@ class IostatVdev:
     devices: list[str] = field(default_factory=list)
 
 
-@dataclass
+@record
 class IostatPool:
     name: str
     alloc: int

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+
+from ..record import record
 
 _OBJ_HEAD = re.compile(r"^\s+Object\s+lvl\s+iblk")
 # the row under the header: object id first (OpenZFS adds a dnsize column that zfs-fuse lacks)
@@ -58,7 +59,7 @@ def parse_objects(text: str) -> dict[int, Counter]:
     return out
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TopVdev:
     id: int
     type: str  # mirror, raidz, file, disk, ...

@@ -1,7 +1,5 @@
-import dataclasses
 import subprocess
 import sys
-from dataclasses import MISSING
 from pathlib import Path
 
 import pytest
@@ -9,6 +7,7 @@ from conftest import rebal
 
 from rebal import config
 from rebal.errors import ConfigError
+from rebal.record import MISSING, fields
 from rebal.schema import default_of, key_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +19,7 @@ def test_example_config_is_valid_and_documents_every_key():
     text = (ROOT / "config.example.toml").read_text()
     # every key of every model appears in the example with a comment line somewhere above it
     def keys(model, prefix=""):
-        for f in dataclasses.fields(model):
+        for f in fields(model):
             yield key_of(f)
 
     for model in (config.Config, config.Rebalance, config.Schedule, config.Health, config.Notify,
@@ -169,7 +168,7 @@ def test_example_values_that_are_not_defaults_say_example():
         if section == "replicate.retention_source":
             default = getattr(config.SOURCE_RETENTION, key)
         else:
-            field = next((f for f in dataclasses.fields(models[section]) if key_of(f) == key), None)
+            field = next((f for f in fields(models[section]) if key_of(f) == key), None)
             default = None if field is None else default_of(field)
             if default is MISSING or field is None:
                 continue
