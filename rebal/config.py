@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import tomllib
-from pathlib import Path
 from typing import Literal
 
 from . import names
@@ -236,7 +235,8 @@ def load(explicit: str | None = None, *, check_cron: bool = False) -> Config:
     """Read the config file. Without a file named (option or REBAL_CONFIG) a missing default is fine."""
     path, named = config_path(explicit)
     try:
-        raw = Path(path).read_bytes()
+        with open(path, "rb") as f:
+            raw = f.read()
     except FileNotFoundError:
         if named:
             raise ConfigError(path, ["no such file"]) from None

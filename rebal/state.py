@@ -11,7 +11,6 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 from .errors import StateError
 from .record import record
@@ -105,8 +104,8 @@ MIGRATIONS: list[str] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-def _create_private(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+def _create_private(path: str) -> None:
+    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
     fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
     os.close(fd)
 
@@ -133,11 +132,11 @@ def _use_wal(conn: sqlite3.Connection, patience: float = 30.0) -> None:
 
 def connect(path: str | os.PathLike, *, migrate_to: int = SCHEMA_VERSION) -> sqlite3.Connection:
     """Open (creating with mode 0600) and migrate the state database."""
-    p = Path(path)
+    p = os.fspath(path)
     try:
-        if str(path) != ":memory:" and not p.exists():
+        if p != ":memory:" and not os.path.exists(p):
             _create_private(p)
-        conn = sqlite3.connect(str(p), timeout=30, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(p, timeout=30, isolation_level=None, check_same_thread=False)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA foreign_keys = ON")
         if str(path) != ":memory:":
