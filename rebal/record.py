@@ -33,7 +33,7 @@ class FrozenInstanceError(AttributeError):
 
 
 class Field:
-    """One field of a record: its name, default or default factory, and metadata (read-only)."""
+    """One field of a record: its name, its default or default factory, and its metadata."""
 
     __slots__ = ("name", "default", "default_factory", "metadata")
 
