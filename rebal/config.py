@@ -34,9 +34,8 @@ def config_path(explicit: str | None) -> tuple[str, bool]:
 def cron_trigger(expr: str, timezone=None):
     """An APScheduler CronTrigger from a crontab expression: 5 fields (minute hour day month weekday),
     or 6 with a leading seconds field."""
-    from apscheduler.triggers.cron import (
-        CronTrigger,  # lazy: only `config check` and the daemon pay
-    )
+    # lazy: only `config check` and the daemon pay
+    from apscheduler.triggers.cron import CronTrigger
 
     fields = expr.split()
     if len(fields) == 5:
