@@ -58,11 +58,14 @@ def run(
     check: bool = True,
     input: str | None = None,
     stop=None,
+    on_out=None,
 ) -> Result:
     """Run one command. Raises a typed error on failure unless ``check`` is False.
 
     ``stop`` (a threading.Event): the command is ended (SIGTERM) as soon as it is set; its output so
-    far is returned with a negative exit status, never raised (the caller asked for the stop)."""
+    far is returned with a negative exit status, never raised (the caller asked for the stop).
+    ``on_out`` (with ``stop``): called with each chunk of standard output (bytes) as it arrives, on
+    the calling thread, so a long command's progress can be seen while it runs."""
     argv = tuple(str(a) for a in argv)
     line = shlex.join(argv)
     if dry_run and not readonly:
@@ -71,7 +74,7 @@ def run(
     log.debug("run: %s", line)
     CALLS[0] += 1
     if stop is not None:
-        res = _run_stoppable(argv, line, timeout, stop)
+        res = _run_stoppable(argv, line, timeout, stop, on_out)
         if check and res.returncode > 0:
             raise classify(res)
         return res
@@ -114,37 +117,54 @@ def _start(argv: tuple[str, ...], input: str | None, timeout: float | None) -> s
         raise CommandFailed(argv, -1, f"timed out after {timeout:.0f} s") from None
 
 
-def _run_stoppable(argv: tuple[str, ...], line: str, timeout: float | None, stop) -> Result:
+def _run_stoppable(argv: tuple[str, ...], line: str, timeout: float | None, stop, on_out=None) -> Result:
+    """Read both pipes as the output comes (each chunk of stdout to ``on_out``); every 0.2 s look at
+    the stop and the deadline: SIGTERM then, SIGKILL 30 s later if it is still there."""
+    import os
+    import selectors
     import signal
     import sys
     import time
 
     try:
-        # decoded as file names are (os.fsdecode), so a path read back is the bytes that went out
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                encoding=sys.getfilesystemencoding(), errors="surrogateescape", env=_env())
+                                env=_env())
     except FileNotFoundError:
         raise ToolMissing(f"{argv[0]} is not installed (or not on PATH); install ZFS first") from None
     except PermissionError:
         raise PermissionDenied(f"not allowed to run {argv[0]}") from None
     deadline = None if timeout is None else time.monotonic() + timeout
-    with proc:
-        while True:
-            try:
-                out, err = proc.communicate(timeout=0.2)  # output is kept across the retries
-                break
-            except subprocess.TimeoutExpired:
-                if stop.is_set() or (deadline is not None and time.monotonic() > deadline):
-                    log.debug("stopping: %s", line)
-                    proc.send_signal(signal.SIGTERM)
-                    try:
-                        out, err = proc.communicate(timeout=30)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        out, err = proc.communicate()
-                    if not stop.is_set():
-                        raise CommandFailed(argv, -1, f"timed out after {timeout:.0f} s") from None
-                    break
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    chunks: dict[int, list[bytes]] = {out_fd: [], err_fd: []}
+    ended_at = None  # when it was sent SIGTERM
+    timed_out = False
+    with proc, selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        while sel.get_map():
+            for key, _ev in sel.select(timeout=0.2):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                chunks[key.fd].append(chunk)
+                if on_out is not None and key.fd == out_fd:
+                    on_out(chunk)
+            now = time.monotonic()
+            if ended_at is None and (stop.is_set() or (deadline is not None and now > deadline)):
+                log.debug("stopping: %s", line)
+                timed_out = not stop.is_set()
+                proc.send_signal(signal.SIGTERM)
+                ended_at = now
+            elif ended_at is not None and now > ended_at + 30 and proc.poll() is None:
+                proc.kill()
+        proc.wait()
+    if timed_out:
+        raise CommandFailed(argv, -1, f"timed out after {timeout:.0f} s")
+    # decoded as file names are (os.fsdecode), so a path read back is the bytes that went out
+    enc = sys.getfilesystemencoding()
+    out = b"".join(chunks[out_fd]).decode(enc, "surrogateescape")
+    err = b"".join(chunks[err_fd]).decode(enc, "surrogateescape")
     res = Result(argv, proc.returncode, out, err)
     if proc.returncode > 0:
         log.debug("exit %d: %s: %s", proc.returncode, line, err.strip()[:500])

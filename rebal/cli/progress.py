@@ -41,6 +41,9 @@ class JsonEvents:
     def measured(self, spread):
         pass
 
+    def progress(self, files, nbytes):
+        self._emit({"event": "progress", "files": files, "bytes": nbytes})
+
     def note(self, text):
         self._emit({"event": "note", "text": text})
 
@@ -52,7 +55,7 @@ class ProgressEvents:
         self.prep = prep
         self.con = console()
         self.tty = self.con.is_terminal
-        self.progress = None
+        self.bar = None
         self.spread = prep.pool.spread
 
     def __enter__(self):
@@ -60,23 +63,23 @@ class ProgressEvents:
             from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
                                        TransferSpeedColumn)
 
-            self.progress = Progress(
+            self.bar = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[files]} files"),
                 DownloadColumn(binary_units=True), TransferSpeedColumn(), TimeRemainingColumn(),
                 TextColumn("spread {task.fields[spread]}"), console=self.con,
             )
-            self.progress.__enter__()
+            self.bar.__enter__()
         return self
 
     def __exit__(self, *exc):
-        if self.progress:
-            self.progress.__exit__(*exc)
+        if self.bar:
+            self.bar.__exit__(*exc)
         return False
 
     def start(self, prep, total_files, total_bytes):
-        if self.progress:
+        if self.bar:
             self.total_files, self.files_done = total_files, 0
-            self.task = self.progress.add_task("rebalance", total=total_bytes, spread=f"{self.spread:.1f}",
+            self.task = self.bar.add_task("rebalance", total=total_bytes, spread=f"{self.spread:.1f}",
                                                files=f"0/{total_files}")
         else:
             from ..units import human
@@ -85,17 +88,17 @@ class ProgressEvents:
                   f"spread {self.spread:.1f}, method {prep.method}, {prep.jobs} at once", flush=True)
 
     def file_done(self, ref, result):
-        if self.progress:
+        if self.bar:
             self.files_done += 1
-            self.progress.update(self.task, advance=ref.size, files=f"{self.files_done}/{self.total_files}")
+            self.bar.update(self.task, advance=ref.size, files=f"{self.files_done}/{self.total_files}")
 
     def dir_done(self, rep):
         from ..units import human
 
         if rep.spread is not None:
             self.spread = rep.spread
-        if self.progress:
-            self.progress.update(self.task, spread=f"{self.spread:.1f}")
+        if self.bar:
+            self.bar.update(self.task, spread=f"{self.spread:.1f}")
         else:
             sk = ", ".join(f"{n} {k}" for k, n in rep.skipped.items())
             print(f"{os.fsdecode(rep.path)}: {rep.files} files, {human(rep.bytes)}"
@@ -104,9 +107,13 @@ class ProgressEvents:
     def measured(self, spread):
         self.spread = spread
 
+    def progress(self, files, nbytes):  # method rewrite: the totals so far (no file_done per file)
+        if self.bar:
+            self.bar.update(self.task, completed=nbytes, files=f"{files}/{self.total_files}")
+
     def note(self, text):
-        if self.progress:
-            self.progress.console.print(f"note: {text}", markup=False)
+        if self.bar:
+            self.bar.console.print(f"note: {text}", markup=False)
         else:
             print(f"note: {text}", flush=True)
 

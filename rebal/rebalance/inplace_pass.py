@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
 
@@ -37,6 +38,7 @@ PROC_FILES = 16384  # paths per `zfs rewrite` process (PROC_ARGV is what usually
 PROC_ARGV = 1 << 20  # bytes of paths per process: under ARG_MAX (2 MiB with the usual 8 MiB stack)
 PROC_MIN = 512  # files: a part waits for the scan until it has this many (or the scan has ended)
 WINDOW_BYTES = 4 << 30  # a window at most this much data, so the limits and progress are seen often
+PROGRESS_EVERY = 1.0  # seconds: how often a run whose parts are running tells how far they are
 SCAN_AHEAD = AHEAD  # files scanned and not yet handed to a lane, at most (about 250 bytes each)
 GONE = "gone or replaced since the scan"
 
@@ -146,6 +148,8 @@ class _Pipeline:
         self.running: dict = {}  # future -> [(_Dir, start, end)] of a part
         self.sc = 0  # index in ``ahead`` before which every directory is scanned
         self.stop = _StopOrHalt(r.stop)
+        self.named: dict = {}  # future -> [files named so far by `-v`, file sizes in the order handed]
+        self.told = time.monotonic()  # when progress was last reported
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -159,6 +163,7 @@ class _Pipeline:
             if grow_hit:
                 r.over_budget(grow_hit)  # sets the reason and the stop
         yield from self._answered()
+        self._progress(force=True)
         if self.ahead and self.ahead[0].rep is not None and not self.ahead[0].running:
             x = self.ahead.popleft()  # begun, not ended (a limit): not done
             x.rep.deferred += len(x.files) - x.off
@@ -189,12 +194,29 @@ class _Pipeline:
                 scanning = self._scanning()
                 if scanning is not None:
                     waiting.append(scanning)  # a lane waits for the scan: wake when it moves on
-            done, _ = wait(waiting, return_when=FIRST_COMPLETED)
+            done, _ = wait(waiting, timeout=PROGRESS_EVERY, return_when=FIRST_COMPLETED)
             for f in done:
                 if f in self.running:
                     self._answer(self.running.pop(f), f.result())
+                    self.named.pop(f, None)
             yield from self._answered()
+            self._progress()
             self._scan_ahead()
+
+    def _progress(self, force: bool = False) -> None:
+        """Files and bytes rewritten so far, the parts still running counted as far as `-v` has
+        named their files: told at most every PROGRESS_EVERY seconds (a part runs for many)."""
+        now = time.monotonic()
+        if now - self.told < PROGRESS_EVERY and not force:
+            return
+        self.told = now
+        r = self.r
+        files, nbytes = r.report.files, r.report.bytes
+        for n, sizes in list(self.named.values()):
+            n = min(n[0], len(sizes))
+            files += n
+            nbytes += sum(sizes[:n])
+        r.events.progress(files, nbytes)
 
     def _part(self, w: dict, cap_alloc: float, cap_size: float, budget, block: bool,
               share: int | None = None) -> list | None:
@@ -285,17 +307,25 @@ class _Pipeline:
         paths = [os.path.join(x.d.path, name) for x, a, b in part for name, _st in x.files[a:b]]
         # handed in inode order: files made one after the other have their dnodes and blocks together
         # (4,000 small files, 2 processes: 2.3 s in inode order, 3.2-3.5 s in directory order)
-        inos = [st.st_ino for x, a, b in part for _name, st in x.files[a:b]]
-        handed = [paths[i] for i in sorted(range(len(paths)), key=inos.__getitem__)]
-        r.throttle.consume(sum(st.st_size for x, a, b in part for _n, st in x.files[a:b]), r.stop)
+        sts = [st for x, a, b in part for _name, st in x.files[a:b]]
+        order = sorted(range(len(paths)), key=[st.st_ino for st in sts].__getitem__)
+        handed = [paths[i] for i in order]
+        sizes = [sts[i].st_size for i in order]
+        r.throttle.consume(sum(sizes), r.stop)
         for x, _a, _b in part:
             x.running += 1
         if not paths:  # empty directories only
             self._answer(part, None)
             return
-        fut = self.workers.submit(lambda: (paths, r.zfs.rewrite(handed, r.prep.physical, self.stop)
+        named = [0]
+
+        def feed(chunk: bytes) -> None:  # on the lane's thread: a line a file rewritten
+            named[0] += chunk.count(b"\n")
+
+        fut = self.workers.submit(lambda: (paths, r.zfs.rewrite(handed, r.prep.physical, self.stop, on_out=feed)
                                            if not self.stop.is_set() else None))
         self.running[fut] = part
+        self.named[fut] = (named, sizes)
 
     # -- answers ---------------------------------------------------------------------------------
 
@@ -371,6 +401,7 @@ class _Pipeline:
             done, _ = wait(list(self.running), return_when=FIRST_COMPLETED)
             for f in done:
                 self._answer(self.running.pop(f), f.result())
+                self.named.pop(f, None)
         out = list(self._answered())
         for x in list(self.ahead)[:self.cut + 1]:
             if x.rep is None:

@@ -248,17 +248,18 @@ class Zfs:
         out = [(n, v["creation"], v.get("used", 0)) for n, v in snaps.items() if "creation" in v]
         return sorted(out, key=lambda s: s[1]), own
 
-    def rewrite(self, paths: Sequence[bytes], physical: bool, stop) -> RewriteAnswer:
+    def rewrite(self, paths: Sequence[bytes], physical: bool, stop, on_out=None) -> RewriteAnswer:
         """Rewrite these files in place with one `zfs rewrite -v [-P]` process (the caller keeps the
         command line under ARG_MAX). Ended at once when ``stop`` is set. What `-v` names was
-        rewritten; what its errors name was not; whatever is named by neither was not answered."""
+        rewritten; what its errors name was not; whatever is named by neither was not answered.
+        ``on_out`` is handed `-v`'s output as it comes (a line a file: progress while it runs)."""
         for p in paths:
             if not p.startswith(b"/"):
                 raise ValueError("zfs rewrite needs absolute paths")  # so none can be read as an option
         import os
 
         argv = ["zfs", "rewrite", "-v", *(["-P"] if physical else []), *(os.fsdecode(p) for p in paths)]
-        res = self._run(argv, readonly=False, timeout=None, check=False, stop=stop)
+        res = self._run(argv, readonly=False, timeout=None, check=False, stop=stop, on_out=on_out)
         return parse_rewrite_answer(res.stdout, res.stderr, paths, res.returncode)
 
     def rewrite_support(self) -> tuple[bool, bool]:

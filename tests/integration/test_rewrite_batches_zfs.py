@@ -37,7 +37,7 @@ class ReplayZfs(Zfs):
 
         return parse_rewrite_usage(fixture_text("zfs-rewrite-noargs.txt.stderr"))
 
-    def rewrite(self, paths, physical, stop):
+    def rewrite(self, paths, physical, stop, on_out=None):
         assert physical and all(p.startswith(b"/") for p in paths)
         out, err, rc = [], [], 0
         with self.lock:
@@ -56,6 +56,8 @@ class ReplayZfs(Zfs):
                 if stat.S_ISREG(st.st_mode):
                     out.append(os.fsdecode(p) + "\n")
                     self.answered.append(p)
+                    if on_out is not None:  # the real command's -v line, as it comes
+                        on_out(p + b"\n")
         return parse_rewrite_answer("".join(out), "".join(err), paths, rc)
 
 
@@ -164,7 +166,7 @@ def test_a_zfs_rewrite_that_fails_as_a_whole_fails_the_run_and_marks_nothing_don
     from rebal.errors import RebalError
 
     class Broken(ReplayZfs):
-        def rewrite(self, paths, physical, stop):
+        def rewrite(self, paths, physical, stop, on_out=None):
             self.handed.append(list(paths))
             return parse_rewrite_answer("", "internal error: failed to initialize ZFS library\n", paths, 1)
 
@@ -195,13 +197,13 @@ def test_the_lanes_do_not_wait_for_each_other_and_parts_stay_under_the_limits(ma
     held: list = []
 
     class Held(ReplayZfs):
-        def rewrite(self, paths, physical, stop):
+        def rewrite(self, paths, physical, stop, on_out=None):
             with self.lock:
                 first, self.began = not getattr(self, "began", False), True
             if first:
                 with moved:
                     held.append(moved.wait_for(lambda: len(self.answered) >= 0.6 * len(inodes), timeout=60))
-            ans = super().rewrite(paths, physical, stop)
+            ans = super().rewrite(paths, physical, stop, on_out)
             with moved:
                 moved.notify_all()
             return ans
@@ -304,3 +306,43 @@ def test_idle_lanes_share_the_files_left_evenly(make_pool, tmp_path, monkeypatch
     _prep, rep, _conn = run(pool, tmp_path, zfs, jobs=2)
     assert rep.outcome == "ok" and rep.files == 1200, rep
     assert sorted(len(p) for p in zfs.handed) == [600, 600]
+
+
+def test_progress_is_told_while_a_part_runs_and_adds_up_at_the_end(make_pool, tmp_path, monkeypatch):
+    """A part runs for many seconds on a big tree: the run tells how far `-v` has got while it
+    runs (the terminal's bar and --json's "progress" events), not only when the part ends. The
+    process here names half its files, then waits until the run has told them; the last figures
+    told are the report's."""
+    from rebal.rebalance import inplace_pass
+
+    monkeypatch.setattr(inplace_pass, "PROGRESS_EVERY", 0.0)
+    pool, data = grown(make_pool, small=200, seed=3)
+    told: list[tuple[int, int]] = []
+    seen = threading.Condition()
+
+    class Events(engine.Events):
+        def progress(self, files, nbytes):
+            with seen:
+                told.append((files, nbytes))
+                seen.notify_all()
+
+    class Halfway(ReplayZfs):
+        def rewrite(self, paths, physical, stop, on_out=None):
+            half = len(paths) // 2
+            first = super().rewrite(paths[:half], physical, stop, on_out)
+            with seen:  # the run must tell these while this process still runs
+                self.waited = seen.wait_for(lambda: any(f >= len(first.done) for f, _b in told), timeout=60)
+            rest = super().rewrite(paths[half:], physical, stop, on_out)
+            return parse_rewrite_answer("".join(os.fsdecode(p) + "\n" for p in first.done + rest.done), "",
+                                        paths, 0)
+
+    zfs = Halfway()
+    conn = state.connect(tmp_path / "s.db")
+    opts = engine.Options(targets=[f"{pool.name}/data"], target_spread=0.01, rewrite_all=True, jobs=1)
+    prep = engine.prepare(opts, FeatureZpool(), zfs, conn)
+    rep = engine.execute(prep, opts, FeatureZpool(), zfs, conn, str(tmp_path / "s.db"), events=Events())
+    assert rep.outcome == "ok" and zfs.waited, "progress was only told once the process had ended"
+    mid = [t for t in told if 0 < t[0] < rep.files]
+    assert mid and all(0 < b < rep.bytes for _f, b in mid), told
+    assert told == sorted(told), "the figures only grow"
+    assert told[-1] == (rep.files, rep.bytes)

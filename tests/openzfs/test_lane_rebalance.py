@@ -44,9 +44,10 @@ def test_auto_uses_zfs_rewrite_P_keeps_inodes_and_stops_under_target(make_pool, 
 
 
 def test_a_sigterm_ends_the_zfs_rewrite_processes_and_the_next_run_finishes(make_pool, tmp_path):
-    """The batches of real `zfs rewrite -v` processes: SIGTERM to rebal ends them mid-batch (2,048
-    files, then 8,192: the signal lands in the second), only directories whose every file they
-    named are recorded done, and the next run rewrites the rest. In place: inodes and content stay."""
+    """Real `zfs rewrite -v` processes (two lanes of 6,000 files): SIGTERM to rebal ends them mid-part
+    (sent once a "progress" event tells that they have named some of their files and not all),
+    only directories whose every file they named are recorded done, and the next run rewrites the
+    rest. In place: inodes and content stay."""
     import os
     import signal
     import subprocess
@@ -65,10 +66,13 @@ def test_a_sigterm_ends_the_zfs_rewrite_processes_and_the_next_run_finishes(make
     before, ino = manifest(data), inodes(data)
     argv = [sys.executable, "-m", "rebal", "--config", str(cfg), "rebalance", f"{pool.name}/data", "--all", "--json"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    told = []
     for line in proc.stdout:
-        if json.loads(line)["event"] == "dir":  # the first batch has ended: the second runs
+        told.append(json.loads(line))
+        if told[-1]["event"] == "progress" and 0 < told[-1]["files"] < 12_000:  # the parts run
             break
     proc.send_signal(signal.SIGTERM)
+    assert told[-1]["event"] == "progress", f"no progress told while the parts ran: {told}"
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     first = json.loads(out.splitlines()[-1])

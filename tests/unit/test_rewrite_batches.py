@@ -87,3 +87,28 @@ def test_a_name_that_is_not_utf8_comes_back_as_the_same_bytes():
     echo = "import os, sys; sys.stdout.buffer.write(os.fsencode(sys.argv[1]) + b'\\n')"
     res = run([sys.executable, "-c", echo, os.fsdecode(name)], stop=threading.Event())
     assert parse_rewrite_answer(res.stdout, res.stderr, [name], res.returncode).done == [name]
+
+
+def test_the_output_is_handed_over_while_the_command_runs(tmp_path):
+    """`on_out` sees each chunk as it comes: the child prints a line, then waits on a fifo that only
+    the callback opens; were the output handed over at the end, the command would time out."""
+    import pytest
+
+    from rebal.errors import CommandFailed
+
+    fifo = tmp_path / "go"
+    os.mkfifo(fifo)
+    seen: list[bytes] = []
+
+    def on_out(chunk: bytes) -> None:
+        seen.append(chunk)
+        if len(seen) == 1:
+            with open(fifo, "w") as f:
+                f.write("go")
+
+    child = ("import sys; print('/one', flush=True); open(sys.argv[1]).read(); print('/two', flush=True)")
+    res = run([sys.executable, "-c", child, str(fifo)], timeout=30, stop=threading.Event(), on_out=on_out)
+    assert res.returncode == 0 and res.stdout == "/one\n/two\n"
+    assert b"".join(seen) == b"/one\n/two\n" and b"/two" not in seen[0]
+    with pytest.raises(CommandFailed, match="timed out"):  # and a deadline still ends it
+        run([sys.executable, "-c", "import time; time.sleep(60)"], timeout=0.5, stop=threading.Event())
