@@ -30,7 +30,7 @@ import os
 import threading
 import time
 from collections import deque
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, InvalidStateError, ThreadPoolExecutor, wait
 
 from .scan import AHEAD
 
@@ -150,6 +150,8 @@ class _Pipeline:
         self.stop = _StopOrHalt(r.stop)
         self.named: dict = {}  # future -> [files named so far by `-v`, file sizes in the order handed]
         self.told = time.monotonic()  # when progress was last reported
+        self.began: Future = Future()  # done once a process has named its first files: told at once
+        self.told_began = False
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -194,6 +196,8 @@ class _Pipeline:
                 scanning = self._scanning()
                 if scanning is not None:
                     waiting.append(scanning)  # a lane waits for the scan: wake when it moves on
+            if not self.told_began:
+                waiting.append(self.began)
             done, _ = wait(waiting, timeout=PROGRESS_EVERY, return_when=FIRST_COMPLETED)
             for f in done:
                 if f in self.running:
@@ -205,11 +209,13 @@ class _Pipeline:
 
     def _progress(self, force: bool = False) -> None:
         """Files and bytes rewritten so far, the parts still running counted as far as `-v` has
-        named their files: told at most every PROGRESS_EVERY seconds (a part runs for many)."""
+        named their files: told as the first files are named (the rewrite has begun), then at most
+        every PROGRESS_EVERY seconds (a part runs for many)."""
         now = time.monotonic()
-        if now - self.told < PROGRESS_EVERY and not force:
+        began = not self.told_began and self.began.done()
+        if now - self.told < PROGRESS_EVERY and not force and not began:
             return
-        self.told = now
+        self.told, self.told_began = now, self.told_began or began
         r = self.r
         files, nbytes = r.report.files, r.report.bytes
         for n, sizes in list(self.named.values()):
@@ -321,6 +327,11 @@ class _Pipeline:
 
         def feed(chunk: bytes) -> None:  # on the lane's thread: a line a file rewritten
             named[0] += chunk.count(b"\n")
+            if not self.began.done():
+                try:
+                    self.began.set_result(None)
+                except InvalidStateError:  # the other lane's first files, at the same moment
+                    pass
 
         fut = self.workers.submit(lambda: (paths, r.zfs.rewrite(handed, r.prep.physical, self.stop, on_out=feed)
                                            if not self.stop.is_set() else None))
