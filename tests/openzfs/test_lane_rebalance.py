@@ -45,9 +45,10 @@ def test_auto_uses_zfs_rewrite_P_keeps_inodes_and_stops_under_target(make_pool, 
 
 def test_a_sigterm_ends_the_zfs_rewrite_processes_and_the_next_run_finishes(make_pool, tmp_path):
     """Real `zfs rewrite -v` processes (two lanes of 6,000 files): SIGTERM to rebal ends them mid-part
-    (sent once a "progress" event tells that they have named some of their files and not all),
-    only directories whose every file they named are recorded done, and the next run rewrites the
-    rest. In place: inodes and content stay."""
+    (sent at the first "progress" event, told as they name their first files: measured, 117 of
+    12,000 named then, 351 when the run ended), no directory that has files left is recorded done
+    (the replayed runs of test_rewrite_batches_zfs.py check which are, file by file), and the next
+    run rewrites the rest. In place: inodes and content stay."""
     import os
     import signal
     import subprocess
