@@ -141,8 +141,13 @@ def _run_stoppable(argv: tuple[str, ...], line: str, timeout: float | None, stop
     with proc, selectors.DefaultSelector() as sel:
         sel.register(proc.stdout, selectors.EVENT_READ)
         sel.register(proc.stderr, selectors.EVENT_READ)
-        while sel.get_map():
-            for key, _ev in sel.select(timeout=0.2):
+        while sel.get_map() or proc.poll() is None:  # (a process may close its pipes and go on)
+            if not sel.get_map():
+                try:
+                    proc.wait(timeout=0.2)
+                except subprocess.TimeoutExpired:
+                    pass
+            for key, _ev in sel.select(timeout=0.2) if sel.get_map() else ():
                 chunk = os.read(key.fd, 1 << 16)
                 if not chunk:
                     sel.unregister(key.fileobj)

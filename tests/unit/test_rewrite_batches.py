@@ -112,3 +112,21 @@ def test_the_output_is_handed_over_while_the_command_runs(tmp_path):
     assert b"".join(seen) == b"/one\n/two\n" and b"/two" not in seen[0]
     with pytest.raises(CommandFailed, match="timed out"):  # and a deadline still ends it
         run([sys.executable, "-c", "import time; time.sleep(60)"], timeout=0.5, stop=threading.Event())
+
+
+def test_a_stop_ends_a_command_that_closed_its_output_and_goes_on(tmp_path):
+    """The pipes closing is not the end: a command that closes its output and runs on is still ended
+    by the stop (as `communicate` with a timeout did)."""
+    flag = tmp_path / "closed"
+
+    class StopOnceClosed(threading.Event):  # set from the second look after the pipes closed
+        seen = 0
+
+        def is_set(self):
+            self.seen += flag.exists()
+            return self.seen > 1
+
+    child = ("import os, sys, time; print('/a', flush=True); os.close(1); os.close(2); "
+             "open(sys.argv[1], 'w').close(); time.sleep(60)")  # ended by the stop, or it exits 0
+    res = run([sys.executable, "-c", child, str(flag)], readonly=False, timeout=None, stop=StopOnceClosed())
+    assert res.returncode < 0 and res.stdout == "/a\n"
