@@ -61,8 +61,8 @@ def bytes_to_target(
     end up fuller than the old), so the trajectory is walked rather than only its end looked at:
     100 points, the first under the target bracketed with the point before it and bisected. One
     simulation along the whole way finds that point; the bracket is checked with the simulation
-    itself, and where it does not hold every point is simulated from nothing (100 simulations were
-    0.17 s of a run's start in the lane's guest)."""
+    itself and, where it does not hold, the first point is looked for next to it (``_near_first``;
+    100 simulations were 0.17 s of a run's start in the lane's guest)."""
     if spread(vdevs) <= target:
         return 0
     if available <= 0:
@@ -72,11 +72,9 @@ def bytes_to_target(
     def under(i: int) -> bool:
         return spread(simulate(vdevs, available * i // n, pinned_fraction)) <= target
 
-    first = _first_under(vdevs, target, available, pinned_fraction, n)
-    if not (first <= n and under(first) and (first == 1 or not under(first - 1))):
-        first = next((i for i in range(1, n + 1) if under(i)), None)
-        if first is None:
-            return None
+    first = _near_first(under, _first_under(vdevs, target, available, pinned_fraction, n), n)
+    if first is None:
+        return None
     lo, hi = available * (first - 1) // n, available * first // n  # the spread falls through the target here
     while hi - lo > max(available // 10000, 1 << 20):
         mid = (lo + hi) // 2
@@ -85,6 +83,23 @@ def bytes_to_target(
         else:
             lo = mid
     return hi
+
+
+def _near_first(under, guess: int, n: int, reach: int = 4) -> int | None:
+    """The first point under the target, looked for from ``guess`` (the one-pass simulation's, whose
+    steps differ from ``simulate``'s: near the target the two can differ by a point): down while the
+    point before is under too, or up a few points; only where that finds nothing is every point
+    simulated from nothing (that walk was 69 simulations, 0.3 s of a 4,000-file run's start in the
+    lane's guest, when the guess was one point early)."""
+    i = min(guess, n)
+    if under(i):
+        while i > 1 and under(i - 1):
+            i -= 1
+        return i
+    for j in range(i + 1, min(n, i + reach) + 1):
+        if under(j):
+            return j
+    return next((k for k in range(1, n + 1) if under(k)), None)
 
 
 def _first_under(vdevs: list[VdevFill], target: float, available: int, pinned_fraction: float, n: int) -> int:

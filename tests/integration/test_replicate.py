@@ -195,7 +195,7 @@ def test_killed_transfer_then_next_run_completes(pools, backup_host, tmp_path):
     assert proc.returncode == 1 and first["outcome"] == "failed", first
     assert first["bytes"] > 0
     second = rebal_json("replicate", "cut", config=cfg)
-    assert second["outcome"] == "ok", second
+    assert second["outcome"] == "ok", (second.get("error"), second)
     assert second["datasets"][0]["base"] != first["snapshot"]
     kids = ("child", "sibling")
     assert manifest(mountpoint(f"{src.name}/data"), exclude=kids) == manifest(mountpoint(f"{dst.name}/copy"), exclude=kids)
@@ -279,7 +279,7 @@ def test_rsync_cut_halfway_continues_without_resending(pools, backup_host, tmp_p
     first = json.loads(out)
     assert first["outcome"] == "failed" and "rsync" in first["error"]
     second = rebal_json("replicate", "files", config=cfg)
-    assert second["outcome"] == "ok", second
+    assert second["outcome"] == "ok", (second.get("error"), second)
     assert second["bytes_sent"] < total * 0.8, (second["bytes_sent"], total)
     assert manifest(src_root, exclude=("child", "sibling")) == manifest(target, exclude=("child", "sibling"))
     runs = rebal_json("runs", "--job", "files", config=cfg)["runs"]
@@ -364,7 +364,7 @@ def test_cut_network_fails_clearly_and_the_next_run_completes(pools, netns_backu
         if second["outcome"] == "ok" or "busy" not in (second.get("error") or ""):
             break
         time.sleep(0.5)  # bounded retry while the backup host still holds the dead receive
-    assert second["outcome"] == "ok", second
+    assert second["outcome"] == "ok", (second.get("error"), second)
     kids = ("child", "sibling")
     assert manifest(mountpoint(f"{src.name}/data"), exclude=kids) == manifest(mountpoint(f"{dst.name}/copy"), exclude=kids)
 
