@@ -17,6 +17,7 @@ from .files import FileRef, is_temp_name
 from .planner import DirEntry
 
 EXAMPLES = 5
+_IFMT, _IFDIR, _IFREG, _IFLNK = stat.S_IFMT(0o170000), stat.S_IFDIR, stat.S_IFREG, stat.S_IFLNK
 AHEAD = 65536  # files listed and not yet rewritten, at most (a (name, lstat) pair is about 250 bytes)
 
 
@@ -36,6 +37,11 @@ class Filters:
         text = os.fsdecode(rel)
         base = text.rsplit("/", 1)[-1]
         return any(fnmatch.fnmatchcase(text, p) or fnmatch.fnmatchcase(base, p) for p in self.exclude)
+
+    @property
+    def plain(self) -> bool:
+        """No size or age filter: every file passes ``wants``."""
+        return not (self.min_size > 0 or self.max_size is not None or self.min_age_days)
 
     def wants(self, st: os.stat_result) -> bool:
         if st.st_size < self.min_size:
@@ -102,47 +108,46 @@ def candidates(
         if skips is not None:
             skips.add(f"unreadable directory ({e.strerror})", dirpath)
         return
+    plain = filters.plain  # no size or age filter: wants() is not asked per file
+    excl = bool(filters.exclude)
+    only_old = filters.only_old and filters.expanded_at is not None
     with it:
         for entry in it:
-            name = entry.name
-            path = entry.path
             try:
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue
-            mode = st.st_mode
-            if stat.S_ISDIR(mode):
+            fmt = st.st_mode & _IFMT
+            if fmt == _IFDIR:
                 continue
-            if filters.exclude and filters.excluded(os.path.relpath(path, root)):  # relpath is slow: only if asked
+            name = entry.name
+            if excl and filters.excluded(os.path.relpath(entry.path, root)):  # relpath is slow: only if asked
                 if skips is not None:
-                    skips.add("excluded", path, st.st_size)
+                    skips.add("excluded", entry.path, st.st_size)
                 continue
-            if stat.S_ISLNK(mode):
+            if fmt != _IFREG:
                 if skips is not None:
-                    skips.add("symlink (left as it is)", path)
+                    skips.add("symlink (left as it is)" if fmt == _IFLNK else "special file (socket, fifo or device)",
+                              entry.path)
                 continue
-            if not stat.S_ISREG(mode):
+            if name[:7] == b".rebal-" and is_temp_name(name):
                 if skips is not None:
-                    skips.add("special file (socket, fifo or device)", path)
-                continue
-            if is_temp_name(name):
-                if skips is not None:
-                    skips.add("rebal temp file", path, st.st_size)
-                    skips.temps.append(path)
+                    skips.add("rebal temp file", entry.path, st.st_size)
+                    skips.temps.append(entry.path)
                 continue
             if st.st_dev != dev:
                 continue
             if st.st_nlink > 1 and not hardlinks_ok:
                 if skips is not None:
-                    skips.add("hardlinked", path, st.st_size)
+                    skips.add("hardlinked", entry.path, st.st_size)
                 continue
-            if not filters.wants(st):
+            if not plain and not filters.wants(st):
                 if skips is not None:
-                    skips.add("filtered (age or size)", path, st.st_size)
+                    skips.add("filtered (age or size)", entry.path, st.st_size)
                 continue
-            if filters.only_old and filters.expanded_at is not None and st.st_ctime >= filters.expanded_at:
+            if only_old and st.st_ctime >= filters.expanded_at:
                 if skips is not None:
-                    skips.add("written since the RAIDZ expansion (already at the new ratio)", path, st.st_size)
+                    skips.add("written since the RAIDZ expansion (already at the new ratio)", entry.path, st.st_size)
                 continue
             yield name, st
 
@@ -203,7 +208,7 @@ def scan(
     times = list(snapshot_times or [])
     first = [0] * (len(times) + 1)  # bytes whose oldest referencing snapshot is times[i]
     links: dict[int, list[tuple[FileRef, int]]] = {}
-    kept = 0
+    kept = largest = 0
     for root in roots:
         dev = os.lstat(root).st_dev
         for d in walk_dirs(root, dev, filters, res.skips):
@@ -216,12 +221,15 @@ def scan(
                 if listing is not None:
                     listing.append((name, st))
                 files += 1
-                nbytes += st.st_size
+                size = st.st_size
+                nbytes += size
                 used = st.st_blocks * 512
-                alloc += min(st.st_size, used) if used else st.st_size
-                res.largest = max(res.largest, st.st_size)
+                taken = used if used and used < size else size
+                alloc += taken
+                if size > largest:
+                    largest = size
                 if times:  # what a snapshot keeps of the file is what it takes on disk
-                    first[bisect_right(times, st.st_mtime)] += min(st.st_size, used) if used else st.st_size
+                    first[bisect_right(times, st.st_mtime)] += taken
                 if filters.expanded_at is not None and st.st_ctime < filters.expanded_at:
                     res.old_files += 1
                     res.old_alloc += used
@@ -235,6 +243,7 @@ def scan(
                 res.dirs.append(DirEntry(d, files, nbytes, alloc))
                 res.files += files
                 res.bytes += nbytes
+    res.largest = largest
     acc = 0
     for i in range(len(times)):
         acc += first[i]
