@@ -78,8 +78,10 @@ def plan_send(dataset: str, source: list[Snap], target: list[Snap] | None, to: S
     if base is None:
         if not target:
             return SendPlan("unrelated", None, to, message=(
-                f"the target of {dataset} exists but has no snapshot: it was not made by replication. "
-                "Nothing was sent or destroyed; rename or destroy the target dataset, or choose another target"))
+                f"the target of {dataset} exists but has no snapshot: it was not made by replication, or a "
+                "first full receive into it is still running (after a cut connection, until the backup host's "
+                "sshd gives up on it). Nothing was sent or destroyed; if no receive is running there, rename or "
+                "destroy the target dataset, or choose another target"))
         return SendPlan("unrelated", None, to, message=(
             f"the target of {dataset} has no snapshot in common with the source "
             f"(its newest is @{max(target, key=lambda s: s.txg).name}): an incremental send needs a common base. "

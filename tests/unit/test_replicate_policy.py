@@ -42,7 +42,9 @@ def test_plan_send_cases():
     assert P.plan_send("t/d", src, [P.Snap("s1", 1, 5), P.Snap("local", 77, 6)], to, True).kind == "incremental"
     un = P.plan_send("t/d", src, [P.Snap("x", 50, 5)], to, False)
     assert un.kind == "unrelated" and "no snapshot in common" in un.message
-    assert P.plan_send("t/d", src, [], to, False).kind == "unrelated"
+    bare = P.plan_send("t/d", src, [], to, False)  # made by hand, or a first receive still running
+    assert bare.kind == "unrelated" and "not made by replication" in bare.message
+    assert "receive into it is still running" in bare.message and "Nothing was sent or destroyed" in bare.message
 
 
 @pytest.mark.parametrize(
