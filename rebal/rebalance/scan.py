@@ -17,7 +17,8 @@ from .files import FileRef, is_temp_name
 from .planner import DirEntry
 
 EXAMPLES = 5
-_IFMT, _IFDIR, _IFREG, _IFLNK = stat.S_IFMT(0o170000), stat.S_IFDIR, stat.S_IFREG, stat.S_IFLNK
+_IFMT = 0o170000  # the file-type bits of st_mode (what stat.S_IFMT() keeps)
+_IFDIR, _IFREG, _IFLNK = stat.S_IFDIR, stat.S_IFREG, stat.S_IFLNK
 AHEAD = 65536  # files listed and not yet rewritten, at most (a (name, lstat) pair is about 250 bytes)
 
 
@@ -130,7 +131,7 @@ def candidates(
                     skips.add("symlink (left as it is)" if fmt == _IFLNK else "special file (socket, fifo or device)",
                               entry.path)
                 continue
-            if name[:7] == b".rebal-" and is_temp_name(name):
+            if is_temp_name(name):
                 if skips is not None:
                     skips.add("rebal temp file", entry.path, st.st_size)
                     skips.temps.append(entry.path)
