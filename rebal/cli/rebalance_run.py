@@ -72,8 +72,9 @@ def run(
         return 0
     if os.geteuid() != 0:
         raise engine.RefusedError("rebal rebalance runs as root: it must keep every file's owner")
-    conn = opening.result() if opening is not None else open_state(cfg)
-    prep = engine.prepare(opts, zpool, zfs, conn)
+    conn = None if opening is not None else open_state(cfg)
+    prep = engine.prepare(opts, zpool, zfs, conn, opening=opening)  # (waits for the opening after its scan)
+    conn = conn or opening.result()
     engine.check_writable(prep)
     engine.check_pinned(prep, opts)
     with Signals() as sig:
@@ -122,3 +123,8 @@ class _Opening:
         if self._error is not None:
             raise self._error
         return self._conn
+
+    def check(self) -> None:
+        """Raise the opening's error now if it has failed already; else wait for nothing."""
+        if not self._thread.is_alive() and self._error is not None:
+            raise self._error

@@ -12,7 +12,7 @@ from ..errors import RebalError, UsageError
 from ..record import field, record
 from ..units import human
 from ..zfs.model import Pool
-from ..zfs.queries import SNAPSHOT_PROPS
+from ..zfs.queries import EXPANSION_FEATURE, SNAPSHOT_PROPS, features
 from . import journal, rewrite
 from .planner import Plan, VdevFill, make_plan
 from .scan import AHEAD, Filters, ScanResult, scan
@@ -148,7 +148,10 @@ def default_jobs(n_data_vdevs: int) -> int:
     return max(4, min(16, 2 * n_data_vdevs, 4 * cores))
 
 
-def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
+def prepare(opts: Options, zpool, zfs, conn=None, opening=None) -> Prepared:
+    """``conn``: the state database; or ``opening``, its opening still under way (an object with
+    ``result()``, giving the connection or raising its error, and ``check()``, raising that error
+    if the opening has failed already): it is waited for only after the scan."""
     targets = resolve_targets(zfs, opts.targets)
     pool_name = targets[0].dataset.split("/")[0]
     datasets = sorted({t.dataset for t in targets})
@@ -158,10 +161,12 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=4 + 2 * len(datasets), thread_name_prefix="rebal-query") as ex:
+        may_rewrite = opts.method in ("auto", "rewrite")
         f_pool = ex.submit(zpool.pools, [pool_name])
-        f_exp = ex.submit(_expansions, zpool, pool_name)
+        f_feat = ex.submit(zpool.features, pool_name, features(may_rewrite))
+        f_exp = ex.submit(_expansions, zpool, pool_name, f_feat)
         f_snaps = [ex.submit(zfs.snapshots_and, ds, SNAPSHOT_PROPS) for ds in datasets]
-        f_rw = ex.submit(rewrite.detect, zfs, zpool, pool_name) if opts.method in ("auto", "rewrite") else None
+        f_rw = ex.submit(lambda: rewrite.detect(zfs, zpool, pool_name, f_feat.result())) if may_rewrite else None
         [pool] = f_pool.result()  # in the order they ran before: the first failure is the same
         expansions = f_exp.result()
         snap_lists, dedups = zip(*[f.result() for f in f_snaps]) if f_snaps else ((), ())
@@ -192,21 +197,6 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
     snaps.sort(key=lambda s: s[1])
     # creation is in whole seconds: a file written in the snapshot's second may be in it (+1: counted)
 
-    # resume: directories finished by an earlier, unfinished run of the same targets
-    resume_run, done = None, set()
-    key = run_key(pool_name, [t.root for t in targets])
-    if conn is not None:
-        row = conn.execute(
-            "SELECT id FROM runs WHERE kind = 'rebalance' AND key = ? ORDER BY id DESC LIMIT 1", (key,)
-        ).fetchone()
-        if row is not None:
-            last = conn.execute("SELECT outcome FROM runs WHERE id = ?", (row[0],)).fetchone()[0]
-            if last in (None, "interrupted", "stopped", "failed"):
-                resume_run = row[0]
-                done = journal.done_dirs(conn, resume_run)
-        if expanded and reclaim_only:  # rewritten since the expansion: at the new ratio already
-            done = done | journal.dirs_done_since(conn, pool_name, opts.filters.expanded_at)
-
     method, physical = "copy", False
     if sup is not None:
         if sup.available:
@@ -219,10 +209,30 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
     filters = opts.filters
     import time
 
+    if opening is not None:
+        opening.check()  # a database that cannot be opened is said before a long scan, where it is known
     t_scan = time.monotonic()
     sc = scan([t.root for t in targets], filters, snapshot_times=[s[1] + 1 for s in snaps], hardlinks_ok=(method == "rewrite"),
               link_groups=(opts.hardlinks and method == "copy"), keep=AHEAD if method == "rewrite" and opts.listing else 0)
     scan_seconds = time.monotonic() - t_scan
+
+    # resume: directories finished by an earlier, unfinished run of the same targets
+    resume_run, done = None, set()
+    key = run_key(pool_name, [t.root for t in targets])
+    if conn is None and opening is not None:
+        conn = opening.result()  # opened (a new one created) while the pool was asked and the scan ran
+    if conn is not None:
+        row = conn.execute(
+            "SELECT id FROM runs WHERE kind = 'rebalance' AND key = ? ORDER BY id DESC LIMIT 1", (key,)
+        ).fetchone()
+        if row is not None:
+            last = conn.execute("SELECT outcome FROM runs WHERE id = ?", (row[0],)).fetchone()[0]
+            if last in (None, "interrupted", "stopped", "failed"):
+                resume_run = row[0]
+                done = journal.done_dirs(conn, resume_run)
+        if expanded and reclaim_only:  # rewritten since the expansion: at the new ratio already
+            done = done | journal.dirs_done_since(conn, pool_name, opts.filters.expanded_at)
+
     remaining = [d for d in sc.dirs if d.path not in done]
     pinned_fraction = (sc.pinned_bytes / sc.bytes) if sc.bytes else 0.0
     # allowed to rewrite what snapshots hold: the old copies stay until they go, and the goal is the
@@ -306,7 +316,11 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
     return prep
 
 
-def _expansions(zpool, pool_name: str) -> list:
+def _expansions(zpool, pool_name: str, f_feat=None) -> list:
+    """The pool's RAIDZ expansions from `zpool status`, asked only where the expansion feature may be
+    active: while it is enabled or disabled, no vdev was ever expanded (one process less a run)."""
+    if f_feat is not None and f_feat.result().get(EXPANSION_FEATURE) in ("enabled", "disabled"):
+        return []
     try:
         statuses = zpool.status([pool_name])
     except RebalError:

@@ -16,15 +16,17 @@ class RewriteSupport:
     physical: bool  # -P known to zfs and the feature enabled on the pool
 
 
-def detect(zfs, zpool, pool: str) -> RewriteSupport:
+def detect(zfs, zpool, pool: str, features: dict[str, str] | None = None) -> RewriteSupport:
     """A zpool that knows the pool feature `physical_rewrite` is OpenZFS 2.4 or later, whose zfs
     (the same release) has `rewrite -P`: the feature's state alone decides there. Else zfs's usage
-    text says whether it has `rewrite` (2.3.4) at all. One zfs/zpool process at a run's start
-    instead of two, each about 0.1 s of CPU in the lane's guest (issue 19)."""
+    text says whether it has `rewrite` (2.3.4) at all. ``features``: the pool's feature states as
+    already read (`Zpool.features`, with the others a run asks about: one process for all)."""
     from ..zfs.queries import REWRITE_FEATURE
 
-    feature = zpool.feature(pool, REWRITE_FEATURE)
-    if feature in ("enabled", "active", "disabled"):
+    if features is None:
+        features = zpool.features(pool, (REWRITE_FEATURE,))
+    feature = features.get(REWRITE_FEATURE, "")
+    if feature:
         return RewriteSupport(True, feature != "disabled")
     has, has_p = zfs.rewrite_support()
     return RewriteSupport(has, False)

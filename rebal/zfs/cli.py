@@ -62,17 +62,13 @@ class Zpool:
             self._wait_freed(pool, timeout)
 
     def settled(self, pool: str, timeout: float = 30.0) -> Pool:
-        """`settle`, then the pool's figures. On OpenZFS they are read beside the first `freeing`
-        query, and read again only when frees were still under way: one process less, one after
-        the other, at the end of every run (issue 19)."""
+        """`settle`, then the pool's figures. On OpenZFS 2.3+ `zpool list` says `freeing` beside
+        them (one process after `zpool sync`, issue 19); they are read again only when frees were
+        still under way. Older OpenZFS: `freeing` asked on its own."""
         if not self._sync(pool):
             return self.pools([pool])[0]
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-query") as ex:
-            figures = ex.submit(self.pools, [pool])
-            freeing = self._freeing(pool)
-            [found] = figures.result()
+        [found] = self.pools([pool])
+        freeing = found.freeing if found.freeing is not None else self._freeing(pool)
         if freeing:
             self._wait_freed(pool, timeout)
             [found] = self.pools([pool])
@@ -114,10 +110,18 @@ class Zpool:
             raise
         return "started"
 
-    def feature(self, pool: str, feature: str) -> str:
-        """'enabled', 'active', 'disabled', or '' where the pool has no such feature."""
-        res = self._run(queries.pool_feature(pool, feature), check=False)
-        return res.stdout.strip() if res.returncode == 0 else ""
+    def features(self, pool: str, features: Sequence[str]) -> dict[str, str]:
+        """{feature: 'enabled' | 'active' | 'disabled'} of those this zpool knows; {} where it knows
+        none of them, or fails on one it does not know (zfs-fuse, older OpenZFS)."""
+        res = self._run(queries.pool_features(pool, features), check=False)
+        if res.returncode != 0:
+            return {}
+        out = {}
+        for line in res.stdout.splitlines():
+            prop, _, value = line.partition("\t")
+            if prop.startswith("feature@") and value.strip() in ("enabled", "active", "disabled"):
+                out[prop[len("feature@"):]] = value.strip()
+        return out
 
     def pool_names(self) -> list[str]:
         res = self._zpool(["list", "-H", "-o", "name"])

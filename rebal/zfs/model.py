@@ -40,6 +40,7 @@ class Pool:
     health: str
     vdevs: tuple[Vdev, ...] = ()
     source: str = ""  # which zpool output it was read from: json, parsable, iostat
+    freeing: int | None = None  # bytes still to be freed (async destroy); None where the output does not say
 
     @property
     def data_vdevs(self) -> tuple[Vdev, ...]:

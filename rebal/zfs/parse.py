@@ -158,6 +158,7 @@ def parse_zpool_list_json(text: str) -> list[Pool]:
                 health=props.get("health", {}).get("value", p.get("state", "")),
                 vdevs=tuple(vdevs),
                 source="json",
+                freeing=_prop(props, "freeing") if "freeing" in props else None,
             )
         )
     return pools

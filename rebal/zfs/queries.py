@@ -15,17 +15,24 @@ from ..errors import UsageError
 MOUNTINFO = "/proc/self/mountinfo"
 
 
+# the columns rebal reads, and `freeing`: the figures after a run and whether frees are still under
+# way come in one process (issue 19)
+POOL_COLUMNS = "name,size,allocated,free,freeing,health"
+
+
 def pool_list_json(pools: Sequence[str]) -> list[str]:
     """Fill figures of the pools and their vdevs, JSON with integers (OpenZFS 2.3+)."""
-    return ["zpool", "list", "-v", "-j", "--json-int", *pools]
+    return ["zpool", "list", "-v", "-j", "--json-int", "-o", POOL_COLUMNS, *pools]
 
 
 def pool_status(pools: Sequence[str]) -> list[str]:
     return ["zpool", "status", *pools]
 
 
-def pool_feature(pool: str, feature: str) -> list[str]:
-    return ["zpool", "get", "-H", "-o", "value", f"feature@{feature}", pool]
+def pool_features(pool: str, features: Sequence[str]) -> list[str]:
+    """The state of each pool feature, one `feature@NAME<tab>STATE` line each; a zpool that does not
+    know a feature leaves its line out (OpenZFS 2.4) or fails (older)."""
+    return ["zpool", "get", "-H", "-o", "property,value", ",".join(f"feature@{f}" for f in features), pool]
 
 
 def snapshots_and(dataset: str, props: Sequence[str]) -> list[str]:
@@ -37,20 +44,28 @@ def snapshots_and(dataset: str, props: Sequence[str]) -> list[str]:
 
 
 REWRITE_FEATURE = "physical_rewrite"
+# enabled to start a RAIDZ expansion, and active from then on for the life of the pool (zpool-features(7)):
+# while it is only enabled (or disabled) no vdev was ever expanded, and `zpool status` need not be asked
+EXPANSION_FEATURE = "raidz_expansion"
 SNAPSHOT_PROPS = ("dedup",)
+
+
+def features(rewrite: bool) -> tuple[str, ...]:
+    """The pool features a rebalance asks about: expansion, and `physical_rewrite` when the method
+    may be `zfs rewrite`."""
+    return (REWRITE_FEATURE, EXPANSION_FEATURE) if rewrite else (EXPANSION_FEATURE,)
 
 
 def first(pool: str, datasets: Sequence[str], rewrite: bool) -> list[list[str]]:
     """What `prepare` asks first, all at once (prepare.py's queries; a test holds the two the same):
-    the pool's figures, its status (RAIDZ expansions), each dataset's snapshots and dedup, and, when
-    the method may be `zfs rewrite`, the pool's `physical_rewrite` feature."""
+    the pool's figures, each dataset's snapshots and dedup, and the pool's features (`features`).
+    `zpool status` is asked only where the expansion feature is active, after these."""
     names.pool(pool)
-    out = [pool_list_json([pool]), pool_status([pool])]
+    out = [pool_list_json([pool])]
     for ds in sorted(set(datasets)):
         names.dataset(ds)
         out.append(snapshots_and(ds, SNAPSHOT_PROPS))
-    if rewrite:
-        out.append(pool_feature(pool, REWRITE_FEATURE))
+    out.append(pool_features(pool, features(rewrite)))
     return out
 
 

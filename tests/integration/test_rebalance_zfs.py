@@ -211,6 +211,21 @@ def test_dry_run_changes_nothing(make_pool, tmp_path):
     assert rebal_json("runs", config=cfg)["runs"] == []
 
 
+def test_a_state_database_that_cannot_be_opened_stops_the_run_before_any_file(make_pool, tmp_path):
+    """The database opens on a thread while the pool is asked and scanned (issue 19); its error is
+    still the run's one line, and nothing was rewritten."""
+    pool, data = grown_pool(make_pool, tmp_path, size="128M",
+                            tree=lambda root: mixed_tree(root, small=30, large=1, large_mib=(8, 9)))
+    (tmp_path / "not-a-dir").write_text("")
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(f'state_db = "{tmp_path / "not-a-dir" / "state.db"}"\n')
+    before = manifest(data)
+    r = rebal("rebalance", f"{pool.name}/data", "--all", config=cfg, check=False)
+    assert r.returncode != 0 and "cannot open state database" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert manifest(data) == before
+
+
 def test_bad_targets(make_pool, tmp_path):
     cfg = write_cfg(tmp_path)
     r = rebal("plan", "nopool/-x", config=cfg, check=False)

@@ -63,11 +63,14 @@ def test_the_fast_path_starts_what_prepare_asks_first_for_datasets_named(monkeyp
     monkeypatch.setattr(early, "start", got.extend)
     assert fast.start_queries(["tank/data", "tank/data/sub"], None)
     assert got == queries.first("tank", ["tank/data", "tank/data/sub"], rewrite=True)
-    assert [a[:3] for a in got] == [["zpool", "list", "-v"], ["zpool", "status", "tank"], ["zfs", "get", "-Hp"],
-                                    ["zfs", "get", "-Hp"], ["zpool", "get", "-H"]]
+    # `zpool status` is not among them: asked later, and only where the expansion feature is active
+    assert [a[:3] for a in got] == [["zpool", "list", "-v"], ["zfs", "get", "-Hp"], ["zfs", "get", "-Hp"],
+                                    ["zpool", "get", "-H"]]
+    assert got[-1][-2:] == ["feature@physical_rewrite,feature@raidz_expansion", "tank"]
     got.clear()
     assert fast.start_queries(["tank/data"], "copy")
     assert not any("feature@physical_rewrite" in a for argv in got for a in argv)
+    assert got[-1][-2:] == ["feature@raidz_expansion", "tank"]
 
 
 @pytest.mark.parametrize("targets", [["tank/a", "other/b"], ["-tank"], ["tank/a@snap"], ["/nonexistent/dir"]])

@@ -33,7 +33,10 @@ class Replay:
         if argv == ("zfs", "rewrite"):
             return Result(argv, 2, "", fixture_text("zfs-rewrite-noargs.txt.stderr"))
         if argv[:2] == ("zpool", "get"):
-            return Result(argv, 0, self.feature + "\n", "")
+            # the recorded answer (physical_rewrite enabled), with the state asked for; a zpool that
+            # does not know the feature leaves its line out (fx_...-unknown-feature.txt)
+            text = fixture_text("fx_zpool-get-H-o-property-value-unknown-feature.txt")
+            return Result(argv, 0, text.replace("enabled", self.feature) if self.feature else "", "")
         return Result(argv, 0, "", "")
 
 
@@ -44,7 +47,7 @@ def test_detect_uses_P_only_with_the_pool_feature(feature, physical):
     r = Replay(feature)
     sup = rewrite.detect(Zfs(r), Zpool(r), "tank")
     assert sup.available and sup.physical is physical
-    assert ("zpool", "get", "-H", "-o", "value", "feature@physical_rewrite", "tank") in r.calls
+    assert ("zpool", "get", "-H", "-o", "property,value", "feature@physical_rewrite", "tank") in r.calls
     # a zpool that knows the feature is 2.4+: zfs is not asked for its usage text as well
     assert (("zfs", "rewrite") in r.calls) is (feature == "")
 
@@ -70,7 +73,7 @@ def test_settle_on_openzfs_waits_for_freeing_to_reach_zero():
     from rebal.errors import UnsupportedOption
     from rebal.zfs.cli import Zpool
 
-    answers = iter(["1048576\n", "4096\n", "0\n"])
+    answers = iter(["1048576\n", "4096\n", "0\n"])  # (the values only: `-o value`)
     calls = []
 
     def openzfs(argv, **kw):
@@ -95,18 +98,16 @@ def test_settle_on_openzfs_waits_for_freeing_to_reach_zero():
     assert old[1:] == [("zfs", "set", "rebal:settle=1", "tank"), ("zfs", "inherit", "rebal:settle", "tank")]
 
 
-def test_settled_reads_the_figures_beside_freeing_and_again_only_while_frees_run():
-    """`zpool list` runs beside the first `freeing` query; when that says frees were still under
-    way, freeing is polled to 0 and the figures read again (the pool's recorded output as answer)."""
+def test_settled_reads_freeing_with_the_figures_and_again_only_while_frees_run():
+    """`zpool list` says `freeing` beside the figures (OpenZFS 2.3+): one process after `zpool sync`;
+    where frees were still under way, freeing is polled to 0 and the figures read again (the
+    recorded output of a pool right after a destroy, and of the same pool settled, as answers)."""
     from rebal.zfs.cli import Zpool
 
-    import json
+    settled = fixture_text("fx_zpool-list-v-j-json-int-o-freeing.json")
+    freeing = fixture_text("fx-freeing_zpool-list-v-j-json-int-o-freeing.json")
 
-    whole = json.loads(fixture_text("final_zpool-list-j-json-int.json"))
-    name = next(iter(whole["pools"]))
-    listing = json.dumps(whole | {"pools": {name: whole["pools"][name]}})  # as `zpool list ... NAME` answers
-
-    def zpool(answers):
+    def zpool(listings, answers=iter(())):
         calls = []
 
         def run(argv, **kw):
@@ -114,17 +115,78 @@ def test_settled_reads_the_figures_beside_freeing_and_again_only_while_frees_run
             if argv[:2] == ["zpool", "get"]:
                 return Result(tuple(argv), 0, next(answers), "")
             if argv[:2] == ["zpool", "list"]:
-                return Result(tuple(argv), 0, listing, "")
+                return Result(tuple(argv), 0, next(listings), "")
             return Result(tuple(argv), 0, "", "")
         return Zpool(run), calls
 
-    z, calls = zpool(iter(["0\n"]))
-    assert z.settled(name).name == name
-    assert calls[0] == ("zpool", "sync", name)
-    assert sorted(c[:2] for c in calls[1:]) == [("zpool", "get"), ("zpool", "list")]
+    z, calls = zpool(iter([settled]))
+    found = z.settled("fx")
+    assert (found.name, found.freeing) == ("fx", 0)
+    assert [c[:2] for c in calls] == [("zpool", "sync"), ("zpool", "list")]  # no `zpool get freeing`
+    assert "freeing" in calls[1][calls[1].index("-o") + 1]
 
-    z, calls = zpool(iter(["8192\n", "4096\n", "0\n"]))
-    assert z.settled(name).name == name
-    assert [c[:2] for c in calls].count(("zpool", "get")) == 3
-    assert [c[:2] for c in calls].count(("zpool", "list")) == 2
-    assert calls[-1][:2] == ("zpool", "list")  # the figures after the frees, not before
+    from rebal.zfs.parse import parse_zpool_list_json
+
+    [during] = parse_zpool_list_json(freeing)
+    assert during.freeing == 377577472
+    z, calls = zpool(iter([freeing, settled]), iter(["4096\n", "0\n"]))
+    found = z.settled("fx")
+    assert found.freeing == 0 and found == parse_zpool_list_json(settled)[0]
+    assert [c[:2] for c in calls] == [("zpool", "sync"), ("zpool", "list"), ("zpool", "get"), ("zpool", "get"),
+                                      ("zpool", "list")]  # the figures after the frees, not before
+
+
+def _features_replay(features_file, calls):
+    def run(argv, **kw):
+        argv = tuple(argv)
+        calls.append(argv)
+        if argv[:2] == ("zpool", "get"):
+            return Result(argv, 0, fixture_text(features_file), "")
+        if argv[:2] == ("zpool", "status"):
+            return Result(argv, 0, fixture_text("rz-expanded_zpool-status-v.txt"), "")
+        raise AssertionError(f"not expected: {argv}")
+    return run
+
+
+@pytest.mark.parametrize("recorded, states", [
+    ("fx_zpool-get-H-o-property-value-features.txt", {"physical_rewrite": "enabled", "raidz_expansion": "enabled"}),
+    ("rz-expanded_zpool-get-H-o-property-value-features.txt", {"physical_rewrite": "enabled", "raidz_expansion": "active"}),
+    ("fx_zpool-get-H-o-property-value-unknown-feature.txt", {"physical_rewrite": "enabled"}),
+])
+def test_features_are_read_in_one_zpool_get(recorded, states):
+    from rebal.zfs.cli import Zpool
+
+    calls = []
+    got = Zpool(_features_replay(recorded, calls)).features("tank", ("physical_rewrite", "raidz_expansion"))
+    assert got == states
+    assert calls == [("zpool", "get", "-H", "-o", "property,value", "feature@physical_rewrite,feature@raidz_expansion",
+                      "tank")]
+
+
+def test_features_of_a_zpool_that_fails_on_them_are_none():
+    from rebal.zfs.cli import Zpool
+
+    def zfs_fuse(argv, **kw):
+        return Result(tuple(argv), 2, "", "bad property list: invalid property 'feature@physical_rewrite'\n")
+
+    assert Zpool(zfs_fuse).features("tank", ("physical_rewrite", "raidz_expansion")) == {}
+
+
+@pytest.mark.parametrize("recorded, asks_status", [
+    ("fx_zpool-get-H-o-property-value-features.txt", False),  # enabled: never expanded
+    ("rz-expanded_zpool-get-H-o-property-value-features.txt", True),  # active: an expansion was started once
+    ("fx_zpool-get-H-o-property-value-unknown-feature.txt", True),  # not said: asked, as before
+])
+def test_zpool_status_is_asked_only_where_the_expansion_feature_may_be_active(recorded, asks_status):
+    from concurrent.futures import Future
+
+    from rebal.rebalance.prepare import _expansions
+    from rebal.zfs.cli import Zpool
+
+    calls = []
+    zpool = Zpool(_features_replay(recorded, calls))
+    f = Future()
+    f.set_result(zpool.features("rz", ("physical_rewrite", "raidz_expansion")))
+    found = _expansions(zpool, "rz", f)
+    assert (("zpool", "status", "rz") in calls) is asks_status
+    assert bool(found) is asks_status  # the recorded status of an expanded raidz names its expansion
