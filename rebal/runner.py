@@ -67,7 +67,7 @@ def run(
     ``on_out`` (with ``stop``): called with each chunk of standard output (bytes) as it arrives, on
     the calling thread, so a long command's progress can be seen while it runs."""
     argv = tuple(str(a) for a in argv)
-    line = shlex.join(argv)
+    line = _Line(argv)
     if dry_run and not readonly:
         log.info("dry-run, not running: %s", line)
         return Result(argv, 0, "", "")
@@ -97,6 +97,19 @@ def run(
     return res
 
 
+class _Line:
+    """A command line as the log shows it, quoted only when a message is written: a `zfs rewrite` of
+    thousands of paths is not quoted path by path for a debug line nobody reads (issue 19)."""
+
+    __slots__ = ("argv",)
+
+    def __init__(self, argv: tuple[str, ...]) -> None:
+        self.argv = argv
+
+    def __str__(self) -> str:
+        return shlex.join(self.argv)
+
+
 def _start(argv: tuple[str, ...], input: str | None, timeout: float | None) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(
@@ -117,7 +130,7 @@ def _start(argv: tuple[str, ...], input: str | None, timeout: float | None) -> s
         raise CommandFailed(argv, -1, f"timed out after {timeout:.0f} s") from None
 
 
-def _run_stoppable(argv: tuple[str, ...], line: str, timeout: float | None, stop, on_out=None) -> Result:
+def _run_stoppable(argv: tuple[str, ...], line: _Line, timeout: float | None, stop, on_out=None) -> Result:
     """Read both pipes as the output comes (each chunk of stdout to ``on_out``); every 0.2 s look at
     the stop and the deadline: SIGTERM then, SIGKILL 30 s later if it is still there."""
     import os

@@ -162,8 +162,8 @@ def prepare(opts: Options, zpool, zfs, conn=None, opening=None) -> Prepared:
 
     with ThreadPoolExecutor(max_workers=4 + 2 * len(datasets), thread_name_prefix="rebal-query") as ex:
         may_rewrite = opts.method in ("auto", "rewrite")
-        f_pool = ex.submit(zpool.pools, [pool_name])
-        f_feat = ex.submit(zpool.features, pool_name, features(may_rewrite))
+        f_pool = ex.submit(zpool.pools, [pool_name], features(may_rewrite))
+        f_feat = ex.submit(_features, zpool, pool_name, f_pool, features(may_rewrite))
         f_exp = ex.submit(_expansions, zpool, pool_name, f_feat)
         f_snaps = [ex.submit(zfs.snapshots_and, ds, SNAPSHOT_PROPS) for ds in datasets]
         f_rw = ex.submit(lambda: rewrite.detect(zfs, zpool, pool_name, f_feat.result())) if may_rewrite else None
@@ -314,6 +314,16 @@ def prepare(opts: Options, zpool, zfs, conn=None, opening=None) -> Prepared:
 
     prep.costs = assess(prep, opts.replication_jobs, budget=opts.max_growth)
     return prep
+
+
+def _features(zpool, pool_name: str, f_pool, wanted) -> dict[str, str]:
+    """The pool's feature states: as `zpool list -j` gave them with the figures, else (an older
+    zpool, zfs-fuse) from `zpool get`."""
+    try:
+        [pool] = f_pool.result()
+    except Exception:  # noqa: BLE001 - the figures' error is the run's, raised where they are read
+        return {}
+    return pool.features if pool.features is not None else zpool.features(pool_name, wanted)
 
 
 def _expansions(zpool, pool_name: str, f_feat=None) -> list:

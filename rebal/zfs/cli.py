@@ -30,14 +30,16 @@ class Zpool:
 
     # -- reads --------------------------------------------------------------------------------
 
-    def pools(self, pool_names: Sequence[str] = ()) -> list[Pool]:
-        """Fill figures of the named pools (all imported pools when none are named)."""
+    def pools(self, pool_names: Sequence[str] = (), features: Sequence[str] = ()) -> list[Pool]:
+        """Fill figures of the named pools (all imported pools when none are named); with
+        ``features``, their states too where `zpool list -j` says them (`Pool.features`)."""
         for n in pool_names:
             names.pool(n)
         order = [self.flavour] if self.flavour else list(FLAVOURS)
         for flavour in order:
             try:
-                pools = getattr(self, f"_pools_{flavour}")(list(pool_names))
+                pools = (self._pools_json(list(pool_names), features) if flavour == "json"
+                         else getattr(self, f"_pools_{flavour}")(list(pool_names)))
             except UnsupportedOption:
                 continue
             self.flavour = flavour
@@ -129,8 +131,8 @@ class Zpool:
 
     # -- flavours -----------------------------------------------------------------------------
 
-    def _pools_json(self, pool_names: list[str]) -> list[Pool]:
-        res = self._zpool(queries.pool_list_json(pool_names)[1:])
+    def _pools_json(self, pool_names: list[str], features: Sequence[str] = ()) -> list[Pool]:
+        res = self._zpool(queries.pool_list_json(pool_names, features)[1:])
         return parse.parse_zpool_list_json(res.stdout)
 
     def _pools_parsable(self, pool_names: list[str]) -> list[Pool]:

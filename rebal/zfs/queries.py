@@ -20,9 +20,11 @@ MOUNTINFO = "/proc/self/mountinfo"
 POOL_COLUMNS = "name,size,allocated,free,freeing,health"
 
 
-def pool_list_json(pools: Sequence[str]) -> list[str]:
-    """Fill figures of the pools and their vdevs, JSON with integers (OpenZFS 2.3+)."""
-    return ["zpool", "list", "-v", "-j", "--json-int", "-o", POOL_COLUMNS, *pools]
+def pool_list_json(pools: Sequence[str], features: Sequence[str] = ()) -> list[str]:
+    """Fill figures of the pools and their vdevs, JSON with integers (OpenZFS 2.3+), and the state
+    of ``features`` (a zpool that does not know one says "-"): what a rebalance asks first, one process."""
+    columns = POOL_COLUMNS + "".join(f",feature@{f}" for f in features)
+    return ["zpool", "list", "-v", "-j", "--json-int", "-o", columns, *pools]
 
 
 def pool_status(pools: Sequence[str]) -> list[str]:
@@ -58,14 +60,13 @@ def features(rewrite: bool) -> tuple[str, ...]:
 
 def first(pool: str, datasets: Sequence[str], rewrite: bool) -> list[list[str]]:
     """What `prepare` asks first, all at once (prepare.py's queries; a test holds the two the same):
-    the pool's figures, each dataset's snapshots and dedup, and the pool's features (`features`).
+    the pool's figures with its features (`features`), and each dataset's snapshots and dedup.
     `zpool status` is asked only where the expansion feature is active, after these."""
     names.pool(pool)
-    out = [pool_list_json([pool])]
+    out = [pool_list_json([pool], features(rewrite))]
     for ds in sorted(set(datasets)):
         names.dataset(ds)
         out.append(snapshots_and(ds, SNAPSHOT_PROPS))
-    out.append(pool_features(pool, features(rewrite)))
     return out
 
 

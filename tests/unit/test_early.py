@@ -64,13 +64,14 @@ def test_the_fast_path_starts_what_prepare_asks_first_for_datasets_named(monkeyp
     assert fast.start_queries(["tank/data", "tank/data/sub"], None)
     assert got == queries.first("tank", ["tank/data", "tank/data/sub"], rewrite=True)
     # `zpool status` is not among them: asked later, and only where the expansion feature is active
-    assert [a[:3] for a in got] == [["zpool", "list", "-v"], ["zfs", "get", "-Hp"], ["zfs", "get", "-Hp"],
-                                    ["zpool", "get", "-H"]]
-    assert got[-1][-2:] == ["feature@physical_rewrite,feature@raidz_expansion", "tank"]
+    # and the pool's features come with its figures, in one `zpool list`
+    assert [a[:3] for a in got] == [["zpool", "list", "-v"], ["zfs", "get", "-Hp"], ["zfs", "get", "-Hp"]]
+    assert got[0][-2:] == ["name,size,allocated,free,freeing,health,feature@physical_rewrite,feature@raidz_expansion",
+                           "tank"]
     got.clear()
     assert fast.start_queries(["tank/data"], "copy")
     assert not any("feature@physical_rewrite" in a for argv in got for a in argv)
-    assert got[-1][-2:] == ["feature@raidz_expansion", "tank"]
+    assert got[0][-2].endswith(",health,feature@raidz_expansion")
 
 
 @pytest.mark.parametrize("targets", [["tank/a", "other/b"], ["-tank"], ["tank/a@snap"], ["/nonexistent/dir"]])
@@ -79,3 +80,17 @@ def test_the_fast_path_starts_nothing_where_the_targets_do_not_name_one_pool(mon
     monkeypatch.setattr(early, "start", got.extend)
     assert not fast.start_queries(targets, None)
     assert got == []
+
+
+def test_the_debug_log_shows_each_command_line_quoted_as_a_shell_would_take_it(caplog):
+    """The line is quoted only when written (a rewrite's argv of thousands of paths is not quoted for
+    nothing), and then exactly: spaces, quotes and an empty argument survive."""
+    import logging
+
+    with caplog.at_level(logging.DEBUG, logger="rebal.cmd"):
+        runner.run(["printf", "%s|", "a b", "it's", ""])
+    assert "run: printf '%s|' 'a b' 'it'\"'\"'s' ''" in caplog.text
+    with caplog.at_level(logging.WARNING, logger="rebal.cmd"):
+        caplog.clear()
+        runner.run(["true"])
+    assert caplog.text == ""

@@ -190,3 +190,49 @@ def test_zpool_status_is_asked_only_where_the_expansion_feature_may_be_active(re
     found = _expansions(zpool, "rz", f)
     assert (("zpool", "status", "rz") in calls) is asks_status
     assert bool(found) is asks_status  # the recorded status of an expanded raidz names its expansion
+
+
+@pytest.mark.parametrize("recorded, states", [
+    ("fx_zpool-list-v-j-json-int-o-features.json", {"physical_rewrite": "enabled", "raidz_expansion": "enabled"}),
+    ("rz-expanded_zpool-list-v-j-json-int-o-features.json", {"physical_rewrite": "enabled", "raidz_expansion": "active"}),
+    ("fx_zpool-list-v-j-json-int-o-unknown-feature.json", {"raidz_expansion": "enabled"}),
+    ("fx_zpool-list-v-j-json-int-o-freeing.json", None),  # not asked
+])
+def test_features_come_with_the_figures_in_one_zpool_list(recorded, states):
+    from rebal.zfs.parse import parse_zpool_list_json
+
+    [pool] = parse_zpool_list_json(fixture_text(recorded))
+    assert pool.features == states
+    assert pool.size > 0 and len(pool.data_vdevs) in (1, 2)
+
+
+def test_a_run_asks_the_features_with_the_figures_and_zpool_get_only_where_they_did_not_come():
+    """prepare's first questions on OpenZFS 2.4: `zpool list` with the features, no `zpool get`, no
+    `zpool status` (the expansion feature only enabled); where `zpool list` could not say them, `zpool get`."""
+    from concurrent.futures import Future
+
+    from rebal.rebalance.prepare import _features
+    from rebal.zfs.cli import Zpool
+    from rebal.zfs.queries import features
+
+    calls = []
+
+    def run(argv, **kw):
+        calls.append(tuple(argv))
+        if argv[:2] == ["zpool", "list"]:  # the recorded answer to the columns asked
+            asked = "feature@" in argv[argv.index("-o") + 1]
+            return Result(tuple(argv), 0, fixture_text("fx_zpool-list-v-j-json-int-o-features.json" if asked
+                                                       else "fx_zpool-list-v-j-json-int-o-freeing.json"), "")
+        return Result(tuple(argv), 0, fixture_text("fx_zpool-get-H-o-property-value-features.txt"), "")
+
+    z = Zpool(run)
+    f = Future()
+    f.set_result(z.pools(["fx"], features(True)))
+    assert _features(z, "fx", f, features(True)) == {"physical_rewrite": "enabled", "raidz_expansion": "enabled"}
+    assert [c[:2] for c in calls] == [("zpool", "list")]
+    assert calls[0][-2].endswith(",feature@physical_rewrite,feature@raidz_expansion")
+
+    f = Future()
+    f.set_result([Zpool(run).pools(["fx"])[0]])  # figures without features (an older zpool's flavour)
+    assert _features(z, "fx", f, features(True)) == {"physical_rewrite": "enabled", "raidz_expansion": "enabled"}
+    assert [c[:2] for c in calls[-1:]] == [("zpool", "get")]
