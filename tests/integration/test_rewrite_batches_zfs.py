@@ -62,8 +62,11 @@ class ReplayZfs(Zfs):
 
 
 class FeatureZpool(Zpool):
-    def feature(self, pool_name, feature):
-        return "enabled" if feature == "physical_rewrite" else ""
+    """zfs-fuse's zpool, saying what OpenZFS 2.4's does of `physical_rewrite` (zfs-fuse's `zpool list`
+    has no -j, so the features are asked on their own: `features`)."""
+
+    def features(self, pool_name, features):
+        return {"physical_rewrite": "enabled"} if "physical_rewrite" in features else {}
 
 
 def grown(make_pool, small=120, seed=9):
