@@ -74,7 +74,8 @@ def run(
         raise engine.RefusedError("rebal rebalance runs as root: it must keep every file's owner")
     conn = None if opening is not None else open_state(cfg)
     prep = engine.prepare(opts, zpool, zfs, conn, opening=opening)  # (waits for the opening after its scan)
-    conn = conn or opening.result()
+    if conn is None:
+        conn = opening.result()
     engine.check_writable(prep)
     engine.check_pinned(prep, opts)
     with Signals() as sig:

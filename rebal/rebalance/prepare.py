@@ -323,7 +323,7 @@ def _features(zpool, pool_name: str, f_pool, wanted) -> dict[str, str]:
         [pool] = f_pool.result()
     except Exception:  # noqa: BLE001 - the figures' error is the run's, raised where they are read
         return {}
-    return pool.features if pool.features is not None else zpool.features(pool_name, wanted)
+    return dict(pool.features) if pool.features is not None else zpool.features(pool_name, wanted)
 
 
 def _expansions(zpool, pool_name: str, f_feat=None) -> list:

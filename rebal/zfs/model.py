@@ -41,7 +41,8 @@ class Pool:
     vdevs: tuple[Vdev, ...] = ()
     source: str = ""  # which zpool output it was read from: json, parsable, iostat
     freeing: int | None = None  # bytes still to be freed (async destroy); None where the output does not say
-    features: dict | None = None  # {feature: enabled | active | disabled} asked with the figures; None if not asked
+    # (feature, enabled | active | disabled) pairs asked with the figures (a tuple: a Pool stays hashable); None if not asked
+    features: tuple[tuple[str, str], ...] | None = None
 
     @property
     def data_vdevs(self) -> tuple[Vdev, ...]:

@@ -131,14 +131,14 @@ def _json_leaves(v: dict) -> list[str]:
 JSON_CLASS_GROUPS = {"logs": "log", "l2cache": "cache", "spares": "spare", "special": "special", "dedup": "dedup"}
 
 
-def _features(props: dict) -> dict | None:
+def _features(props: dict) -> tuple[tuple[str, str], ...] | None:
     """The states of the `feature@` columns asked for ("-": a feature this zpool does not know, left
     out); None where none was asked."""
     asked = [k for k in props if k.startswith("feature@")]
     if not asked:
         return None
     states = {k[len("feature@"):]: props[k].get("value") for k in asked}
-    return {k: v for k, v in states.items() if v in ("enabled", "active", "disabled")}
+    return tuple((k, v) for k, v in states.items() if v in ("enabled", "active", "disabled"))
 
 
 def parse_zpool_list_json(text: str) -> list[Pool]:
