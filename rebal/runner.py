@@ -8,6 +8,7 @@ Known failure texts become typed errors with a message the admin can act on.
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import subprocess
 
@@ -37,7 +38,7 @@ _USAGE = ("invalid option", "unrecognized command", "usage:")
 
 @record(frozen=True)
 class Result:
-    argv: tuple[str, ...]
+    argv: tuple[str | bytes, ...]  # (a file name may go out as bytes)
     returncode: int
     stdout: str
     stderr: str
@@ -66,7 +67,7 @@ def run(
     far is returned with a negative exit status, never raised (the caller asked for the stop).
     ``on_out`` (with ``stop``): called with each chunk of standard output (bytes) as it arrives, on
     the calling thread, so a long command's progress can be seen while it runs."""
-    argv = tuple(str(a) for a in argv)
+    argv = tuple(a if a.__class__ is bytes else str(a) for a in argv)  # bytes (file names) go out as they are
     line = _Line(argv)
     if dry_run and not readonly:
         log.info("dry-run, not running: %s", line)
@@ -107,7 +108,7 @@ class _Line:
         self.argv = argv
 
     def __str__(self) -> str:
-        return shlex.join(self.argv)
+        return shlex.join(os.fsdecode(a) for a in self.argv)
 
 
 def _start(argv: tuple[str, ...], input: str | None, timeout: float | None) -> subprocess.CompletedProcess:
@@ -133,7 +134,6 @@ def _start(argv: tuple[str, ...], input: str | None, timeout: float | None) -> s
 def _run_stoppable(argv: tuple[str, ...], line: _Line, timeout: float | None, stop, on_out=None) -> Result:
     """Read both pipes as the output comes (each chunk of stdout to ``on_out``); every 0.2 s look at
     the stop and the deadline: SIGTERM then, SIGKILL 30 s later if it is still there."""
-    import os
     import selectors
     import signal
     import sys

@@ -32,8 +32,11 @@ def group_tmp_name(ino: int, k: int) -> bytes:
     return b".rebal-%x-%d.tmp" % (ino, k)
 
 
+TEMP_PREFIX = b".rebal-"  # every temp and anchor name begins so
+
+
 def is_temp_name(name: bytes) -> bool:
-    return name.startswith(b".rebal-") and (name.endswith(b".tmp") or name.endswith(b".old"))
+    return name.startswith(TEMP_PREFIX) and (name.endswith(b".tmp") or name.endswith(b".old"))
 
 
 class Outcome(str, enum.Enum):

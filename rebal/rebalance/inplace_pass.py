@@ -52,6 +52,8 @@ def eligible(r, d, root: bytes, dev: int) -> list:
     from .scan import candidates
 
     listed = r.prep.scan.listings.pop(d.path, None)
+    if listed is not None and not any(st.st_nlink > 1 for _n, st in listed):
+        return listed  # (the usual case: no file with several names, nothing to pass over)
     files = []
     for n, st in (listed if listed is not None else candidates(d.path, root, dev, r.filters, hardlinks_ok=True)):
         if st.st_nlink > 1:  # an inode with several names is rewritten once
@@ -247,24 +249,27 @@ class _Pipeline:
                 break  # take what is scanned
             files = x.files
             i, full = x.off, False
+            # the window's sums in locals, written back below (this loop runs once per file)
+            grow, alloc, size, pinned_ns, head = w["grow"], w["alloc"], w["size"], r.pinned_ns, len(x.d.path) + 10
             while i < len(files):
                 name, st = files[i]
-                g = st.st_blocks * 512 if r.pinned(st.st_mtime_ns) else 0
-                if budget is not None and g and w["grow"] + g > budget:
+                g = st.st_blocks * 512 if pinned_ns is not None and st.st_mtime_ns < pinned_ns else 0  # (r.pinned)
+                if budget is not None and g and grow + g > budget:
                     w["closed"], w["grow_hit"] = True, g  # this file and the rest wait: over the growth budget
                     break
-                cost = len(x.d.path) + len(name) + 10
+                cost = head + len(name)
                 if n >= target or argv + cost > PROC_ARGV:
                     full = True
                     break
                 n, argv = n + 1, argv + cost
-                w["grow"] += g
-                w["alloc"] += st.st_blocks * 512 or st.st_size
-                w["size"] += st.st_size
+                grow += g
+                alloc += st.st_blocks * 512 or st.st_size
+                size += st.st_size
                 i += 1
-                if w["size"] >= cap_size:
+                if size >= cap_size:
                     w["closed"] = True
                     break
+            w["grow"], w["alloc"], w["size"] = grow, alloc, size
             self._took(part, x, i)
             if i < len(files):
                 break  # the part is full, or the window closed inside this directory
@@ -310,10 +315,15 @@ class _Pipeline:
 
     def _start(self, part: list) -> None:
         r = self.r
-        paths = [os.path.join(x.d.path, name) for x, a, b in part for name, _st in x.files[a:b]]
+        paths: list[bytes] = []
+        sts: list = []
+        for x, a, b in part:
+            head = x.d.path if x.d.path.endswith(b"/") else x.d.path + b"/"  # (os.path.join per file: 4,000 calls)
+            for name, st in x.files[a:b]:
+                paths.append(head + name)
+                sts.append(st)
         # handed in inode order: files made one after the other have their dnodes and blocks together
         # (4,000 small files, 2 processes: 2.3 s in inode order, 3.2-3.5 s in directory order)
-        sts = [st for x, a, b in part for _name, st in x.files[a:b]]
         order = sorted(range(len(paths)), key=[st.st_ino for st in sts].__getitem__)
         handed = [paths[i] for i in order]
         sizes = [sts[i].st_size for i in order]
@@ -360,16 +370,20 @@ class _Pipeline:
 
                 raise CommandFailed(("zfs", "rewrite"), ans.returncode, "\n".join(ans.other) or "no output")
         it = iter(paths)
+        pinned_ns = r.pinned_ns
         for x, a, b in part:
             x.running -= 1
             rep = x.rep = x.rep or DirReport(x.d.path)
+            files = nbytes = moved = 0  # rewritten: added to the reports once per directory (_tally)
             for _name, st in x.files[a:b]:
                 p = next(it)
                 if p in answers:
                     why = answers[p]
                     if why is None:
-                        _tally(r, rep, st)
-                        if r.pinned(st.st_mtime_ns):
+                        files += 1
+                        nbytes += st.st_size
+                        moved += st.st_blocks * 512 or st.st_size
+                        if pinned_ns is not None and st.st_mtime_ns < pinned_ns:  # (r.pinned)
                             r.growth += st.st_blocks * 512
                         continue
                     why = GONE if why == "No such file or directory" else f"zfs rewrite failed ({why})"
@@ -379,6 +393,7 @@ class _Pipeline:
                 else:  # no longer a regular file: zfs rewrite passes over those without a word
                     why = GONE
                 rep.skipped[why] = rep.skipped.get(why, 0) + 1
+            _tally(r, rep, files, nbytes, moved)
 
     def _answered(self):
         """The directories at the head, every file of them handed and answered, in order."""
@@ -450,9 +465,9 @@ def _caps(r) -> tuple[float, float, bool]:
     return alloc, size, need is not None
 
 
-def _tally(r, rep, st) -> None:
-    rep.files += 1
-    rep.bytes += st.st_size
-    r.report.files += 1
-    r.report.bytes += st.st_size
-    r.moved += st.st_blocks * 512 or st.st_size
+def _tally(r, rep, files: int, nbytes: int, moved: int) -> None:
+    rep.files += files
+    rep.bytes += nbytes
+    r.report.files += files
+    r.report.bytes += nbytes
+    r.moved += moved

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 
 from ..record import field, record
-from .files import FileRef, is_temp_name
+from .files import TEMP_PREFIX, FileRef, is_temp_name
 from .planner import DirEntry
 
 EXAMPLES = 5
@@ -131,7 +131,7 @@ def candidates(
                     skips.add("symlink (left as it is)" if fmt == _IFLNK else "special file (socket, fifo or device)",
                               entry.path)
                 continue
-            if is_temp_name(name):
+            if name.startswith(TEMP_PREFIX) and is_temp_name(name):  # (the call only where the prefix is: once a file)
                 if skips is not None:
                     skips.add("rebal temp file", entry.path, st.st_size)
                     skips.temps.append(entry.path)
@@ -210,6 +210,7 @@ def scan(
     first = [0] * (len(times) + 1)  # bytes whose oldest referencing snapshot is times[i]
     links: dict[int, list[tuple[FileRef, int]]] = {}
     kept = largest = 0
+    expanded_at = filters.expanded_at
     for root in roots:
         dev = os.lstat(root).st_dev
         for d in walk_dirs(root, dev, filters, res.skips):
@@ -231,7 +232,7 @@ def scan(
                     largest = size
                 if times:  # what a snapshot keeps of the file is what it takes on disk
                     first[bisect_right(times, st.st_mtime)] += taken
-                if filters.expanded_at is not None and st.st_ctime < filters.expanded_at:
+                if expanded_at is not None and st.st_ctime < expanded_at:
                     res.old_files += 1
                     res.old_alloc += used
             if listing is not None:

@@ -262,9 +262,9 @@ class Zfs:
         for p in paths:
             if not p.startswith(b"/"):
                 raise ValueError("zfs rewrite needs absolute paths")  # so none can be read as an option
-        import os
-
-        argv = ["zfs", "rewrite", "-v", *(["-P"] if physical else []), *(os.fsdecode(p) for p in paths)]
+        # the paths go out as the bytes they are (no decoding and encoding again per file: 4,000 paths
+        # were 4,000 fsdecode calls on a run's first lanes; issue 19)
+        argv = ["zfs", "rewrite", "-v", *(["-P"] if physical else []), *paths]
         res = self._run(argv, readonly=False, timeout=None, check=False, stop=stop, on_out=on_out)
         return parse_rewrite_answer(res.stdout, res.stderr, paths, res.returncode)
 

@@ -82,11 +82,35 @@ def test_paths_must_be_absolute():
 
 
 def test_a_name_that_is_not_utf8_comes_back_as_the_same_bytes():
-    # what Zfs.rewrite does with a path: fsdecode it into the command line, read the answer back
+    # what Zfs.rewrite does with a path: put its bytes on the command line as they are, read the answer back
     name = b"/p/non-utf8-\xff\xfe \xe2\x98\x83\nline"
     echo = "import os, sys; sys.stdout.buffer.write(os.fsencode(sys.argv[1]) + b'\\n')"
-    res = run([sys.executable, "-c", echo, os.fsdecode(name)], stop=threading.Event())
+    res = run([sys.executable, "-c", echo, name], stop=threading.Event())
+    assert res.argv[-1] is name
     assert parse_rewrite_answer(res.stdout, res.stderr, [name], res.returncode).done == [name]
+
+
+def test_rewrite_hands_the_paths_to_the_command_as_bytes():
+    from rebal.runner import Result
+    from rebal.zfs.cli import Zfs
+
+    seen = []
+
+    def runner(argv, **kw):
+        seen.append(list(argv))
+        return Result(tuple(argv), 0, "".join(os.fsdecode(p) + "\n" for p in argv[4:]), "")
+
+    paths = [b"/p/a", b"/p/\xff b"]
+    ans = Zfs(runner).rewrite(paths, True, threading.Event())
+    assert seen == [["zfs", "rewrite", "-v", "-P", *paths]]
+    assert all(a is p for a, p in zip(seen[0][4:], paths))  # not decoded and encoded again, file by file
+    assert ans.done == paths
+
+
+def test_a_command_line_with_bytes_is_quoted_for_the_log_as_text():
+    from rebal.runner import _Line
+
+    assert str(_Line(("zfs", "rewrite", b"/p/a b", b"/p/\xff"))) == "zfs rewrite '/p/a b' '/p/\udcff'"
 
 
 def test_the_output_is_handed_over_while_the_command_runs(tmp_path):
