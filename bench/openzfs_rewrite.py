@@ -145,7 +145,7 @@ def main() -> None:
     cfg = Path("/var/tmp/rebal-rwbench.toml")
     cfg.write_text(f'state_db = "{DB}"\n[rebalance]\nreserve_percent = 1.0\n')
     # the runs timed are an admin's runs: one state database for all of them, made before the first
-    # (creating a new one is a first run's cost, about 0.1-0.2 s in the guest: timed apart, "first run")
+    # (creating one is a first run's cost, about 0.08 s of CPU on a thread in the guest: timed apart, "first run")
     new_db()
     subprocess.run([sys.executable, "-m", "rebal", "--config", str(cfg), "runs", "--json"], check=True,
                    capture_output=True)
