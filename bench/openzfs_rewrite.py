@@ -98,11 +98,14 @@ def timed(argv_or_script, files: list[Path] | None = None, env: dict | None = No
 DB = Path("/var/tmp/rebal-rwbench.db")
 
 
-def new_db() -> None:
+KEPT = DB.with_name(DB.name + ".kept")  # the runs' database, put aside while a first run is timed
+
+
+def new_db(db: Path = DB) -> None:
     """No state database: the next rebal run is the machine's first (it creates the database). The
     WAL and its index go too: a new database beside an old WAL would read that WAL back."""
     for suffix in ("", "-wal", "-shm"):
-        Path(f"{DB}{suffix}").unlink(missing_ok=True)
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
 
 
 def move_db(src: Path, dst: Path) -> None:
@@ -167,11 +170,10 @@ def main() -> None:
             t_goal, d_goal = rebal(cfg, root, "--method", "auto", "--target-spread", str(a.target))
             first = None
             if len(pairs) > 1:  # a first run: the same --all with no state database yet (it creates one)
-                kept = DB.with_name(DB.name + ".kept")
-                move_db(DB, kept)
+                move_db(DB, KEPT)
                 first, _d = rebal(cfg, fresh_pool(n), "--all", "--method", "auto")
                 new_db()
-                move_db(kept, DB)
+                move_db(KEPT, DB)
             bare_cold, _ = timed(["zfs", "rewrite", "-P", "-r", "-x", str(fresh_pool(n, cold=True))])
             t_cold, _d = rebal(cfg, fresh_pool(n, cold=True), "--all", "--method", "auto")
             per_all = t_all / max(1, d_all["files"])
@@ -219,6 +221,7 @@ def main() -> None:
         subprocess.run(["zpool", "destroy", "-f", POOL], capture_output=True)
         shutil.rmtree(BASE, ignore_errors=True)
         new_db()
+        new_db(KEPT)  # (a first run that failed left the runs' database aside)
     print("bench-json " + json.dumps(results))
 
 
