@@ -59,7 +59,12 @@ class CommandFailed(RebalError):
         self.returncode = returncode
         self.stderr = stderr
         first = stderr.strip().splitlines()[0] if stderr.strip() else f"exit status {returncode}"
-        super().__init__(f"{argv[0]} {' '.join(argv[1:3])}: {first}")
+        # (runner.run may hand file names on as bytes: the message says them as text)
+        super().__init__(f"{_text(argv[0])} {' '.join(_text(a) for a in argv[1:3])}: {first}")
+
+
+def _text(arg) -> str:
+    return arg.decode("utf-8", "surrogateescape") if isinstance(arg, bytes) else str(arg)
 
 
 class UnsupportedOption(CommandFailed):

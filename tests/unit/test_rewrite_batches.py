@@ -154,3 +154,10 @@ def test_a_stop_ends_a_command_that_closed_its_output_and_goes_on(tmp_path):
              "open(sys.argv[1], 'w').close(); time.sleep(60)")  # ended by the stop, or it exits 0
     res = run([sys.executable, "-c", child, str(flag)], readonly=False, timeout=None, stop=StopOnceClosed())
     assert res.returncode < 0 and res.stdout == "/a\n"
+
+
+def test_a_failed_command_with_bytes_arguments_says_them_as_text():
+    from rebal.errors import CommandFailed
+
+    e = CommandFailed(("zfs", "rewrite", b"/p/\xff", b"/p/b"), 1, "failed\n")
+    assert str(e) == "zfs rewrite /p/\udcff: failed"
