@@ -155,6 +155,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     ranked: list[DirEntry] = field(default_factory=list)  # measured: every directory, in the order to rewrite
     measured: bool = False  # the order and prediction come from measured placement
+    everything: bool = False  # --all: every directory is chosen and predicted, whatever the target
 
     @property
     def spread_before(self) -> float:
@@ -243,9 +244,10 @@ def simulate_dirs(vdevs: list[VdevFill], dirs: list[DirEntry], pinned_fraction: 
 
 
 def plan_measured(vdevs: list[VdevFill], dirs: list[DirEntry], target: float, *, max_bytes: int | None = None,
-                  pinned_fraction: float = 0.0) -> Plan:
+                  pinned_fraction: float = 0.0, everything: bool = False) -> Plan:
     """The plan where placement was measured: directories in the order of the data they hold on the
-    over-full vdevs, each simulated with its own placement, until the spread is under the target."""
+    over-full vdevs, each simulated with its own placement, until the spread is under the target
+    (``everything``: every directory, the point where the target is reached still noted)."""
     ranked = rank_measured(vdevs, dirs)
     alloc = [float(v.alloc) for v in vdevs]
     size = [float(v.size) for v in vdevs]
@@ -255,7 +257,7 @@ def plan_measured(vdevs: list[VdevFill], dirs: list[DirEntry], target: float, *,
     chosen: list[DirEntry] = []
     moved = 0
     needed: int | None = 0 if spread(vdevs) <= target else None
-    while needed is None and len(chosen) < len(ranked):
+    while (needed is None or everything) and len(chosen) < len(ranked):
         d = ranked[len(chosen)]
         if max_bytes is not None and moved + d.moves > max_bytes and chosen:
             break
@@ -263,11 +265,11 @@ def plan_measured(vdevs: list[VdevFill], dirs: list[DirEntry], target: float, *,
             break
         chosen.append(d)
         moved += d.moves
-        if spread([VdevFill(v.name, v.size, round(a)) for v, a in zip(vdevs, alloc)]) <= target:
+        if needed is None and spread([VdevFill(v.name, v.size, round(a)) for v, a in zip(vdevs, alloc)]) <= target:
             needed = moved
     return Plan(before=list(vdevs), after=[VdevFill(v.name, v.size, round(a)) for v, a in zip(vdevs, alloc)],
                 dirs=chosen, candidate_bytes=sum(d.bytes for d in ranked), needed_bytes=needed, target=target,
-                pinned_fraction=pinned_fraction, ranked=ranked, measured=True)
+                pinned_fraction=pinned_fraction, ranked=ranked, measured=True, everything=everything)
 
 
 def make_plan(
@@ -277,9 +279,14 @@ def make_plan(
     *,
     max_bytes: int | None = None,
     pinned_fraction: float = 0.0,
+    everything: bool = False,
 ) -> Plan:
+    """The directories to rewrite, fullest-first, until the model says the spread is under ``target``
+    (within ``max_bytes``); ``everything`` (--all): every directory, and the prediction is of them
+    all (a run of --all rewrites them all: a prediction of the target's bytes only was not what it did)."""
     if any(d.placement is not None for d in dirs):
-        return plan_measured(vdevs, dirs, target, max_bytes=max_bytes, pinned_fraction=pinned_fraction)
+        return plan_measured(vdevs, dirs, target, max_bytes=max_bytes, pinned_fraction=pinned_fraction,
+                             everything=everything)
     ordered = order_dirs(dirs)
     candidate = sum(d.bytes for d in ordered)
     movable = sum(d.moves for d in ordered)
@@ -287,9 +294,9 @@ def make_plan(
     needed = bytes_to_target(vdevs, target, budget, pinned_fraction)
     chosen: list[DirEntry] = []
     moved = 0
-    limit = needed if needed is not None else budget
+    limit = needed if needed is not None and not everything else budget
     for d in ordered:
-        if needed == 0 or (moved >= limit and limit > 0):
+        if (needed == 0 and not everything) or (moved >= limit and limit > 0):
             break
         if max_bytes is not None and moved + d.moves > max_bytes and chosen:
             break
@@ -303,4 +310,5 @@ def make_plan(
         needed_bytes=needed,
         target=target,
         pinned_fraction=pinned_fraction,
+        everything=everything,
     )

@@ -240,7 +240,7 @@ def prepare(opts: Options, zpool, zfs, conn=None, opening=None) -> Prepared:
     waits = bool(opts.allow_snapshots and sc.pinned_bytes)
     remaining = _measured(opts, remaining, targets, pool, zpool, filters, notes)
     plan = make_plan(fills(pool), remaining, opts.target_spread, max_bytes=opts.max_bytes,
-                     pinned_fraction=0.0 if waits else pinned_fraction)
+                     pinned_fraction=0.0 if waits else pinned_fraction, everything=opts.rewrite_all or reclaim_only)
     if waits:
         from .planner import simulate, spread
 

@@ -128,6 +128,12 @@ def _costs_lines(costs: dict | None) -> list[str]:
 
 def _spread_line(prep) -> str:
     plan = prep.plan
+    if plan.everything:  # --all: every eligible file goes, whatever the target
+        reach = ("the spread is within the target already" if plan.needed_bytes == 0 else
+                 "the target is not reachable with these directories" if plan.needed_bytes is None else
+                 f"the target is reached after about {human(plan.needed_bytes)}")
+        return (f"predicted spread after rewriting everything eligible (--all): {plan.spread_after:.1f} points, "
+                f"{human(plan.candidate_bytes)} in {prep.scan.files} files ({reach})")
     if plan.needed_bytes == 0:
         return "the spread is already within the target: nothing to do"
     if plan.needed_bytes is None:

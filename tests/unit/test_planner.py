@@ -86,3 +86,20 @@ def test_plan_orders_largest_first_and_stops_at_target():
     assert b"/t/empty" not in [d.path for d in order_dirs(dirs)]
     capped = make_plan(v, dirs, 10, max_bytes=150 * M)
     assert capped.bytes <= 150 * M and capped.needed_bytes is None
+
+
+def test_a_plan_of_everything_predicts_every_directory_rewritten():
+    """--all rewrites every directory: its prediction is of them all, not of the bytes the target
+    needs (a run of 4,000 files reported 'predicted 8.1' and ended at 6.6: the target's prediction)."""
+    v = [VdevFill("a", 500 * M, 300 * M), VdevFill("b", 500 * M, 300 * M), VdevFill("c", 500 * M, 0), VdevFill("d", 500 * M, 0)]
+    dirs = [DirEntry(b"/t/%d" % i, 10, (i + 1) * 10 * M) for i in range(10)]
+    goal = make_plan(v, dirs, 10)
+    full = make_plan(v, dirs, 10, everything=True)
+    assert len(goal.dirs) < len(dirs) and len(full.dirs) == len(dirs) and full.everything
+    assert full.needed_bytes == goal.needed_bytes  # where the target is reached: still said
+    assert full.spread_after == pytest.approx(spread(simulate(v, sum(d.bytes for d in dirs))))
+    assert full.spread_after != pytest.approx(goal.spread_after)
+    within = [VdevFill("a", 500 * M, 100 * M), VdevFill("b", 500 * M, 100 * M)]
+    assert make_plan(within, dirs, 10).dirs == [] and len(make_plan(within, dirs, 10, everything=True).dirs) == len(dirs)
+    capped = make_plan(v, dirs, 10, max_bytes=150 * M, everything=True)
+    assert capped.bytes <= 150 * M

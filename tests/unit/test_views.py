@@ -130,3 +130,12 @@ def test_plan_text_after_a_raidz_expansion_shows_the_reclaim_not_a_spread():
     assert "about 9.00M in 30 files" in text and "returns about 1.00M of free space; goal: reclaim" in text
     assert "predicted spread" not in text and "nothing to do" not in text
     assert RV.plan_json(prep)["expansion"]["goal"] == "reclaim"
+
+
+def test_a_plan_of_everything_says_what_all_of_it_predicts():
+    prep = _prep()
+    fills = [VdevFill(v.name, v.size, v.alloc) for v in prep.pool.data_vdevs]
+    prep.plan = make_plan(fills, prep.scan.dirs, 10.0, everything=True)
+    text = RV.plan_text(prep)
+    assert f"rewriting everything eligible (--all): {prep.plan.spread_after:.1f} points" in text
+    assert "13 files" in text and "after rewriting about" not in text
