@@ -9,13 +9,15 @@ the work of many commands; `rebal gate` starts once per ssh command of a replica
 from __future__ import annotations
 
 import os
-import tomllib
-from typing import Literal
 
 from . import names
 from .errors import ConfigError
 from .record import record, replace
 from .schema import Model, spec, validate
+
+TYPE_CHECKING = False  # Literal is read by schema.py, which supplies it: no typing import here (the cache's point)
+if TYPE_CHECKING:
+    from typing import Literal
 
 DEFAULT_PATH = "/etc/rebal/config.toml"
 DEFAULT_STATE_DB = "/var/lib/rebal/state.db"
@@ -231,7 +233,8 @@ def parse(data: dict, path: str, *, check_cron: bool = True) -> Config:
 
 
 def load(explicit: str | None = None, *, check_cron: bool = False) -> Config:
-    """Read the config file. Without a file named (option or REBAL_CONFIG) a missing default is fine."""
+    """Read the config file. Without a file named (option or REBAL_CONFIG) a missing default is fine.
+    A file read before, unchanged to the byte, is not parsed again (config_cache.py)."""
     path, named = config_path(explicit)
     try:
         with open(path, "rb") as f:
@@ -242,10 +245,19 @@ def load(explicit: str | None = None, *, check_cron: bool = False) -> Config:
         return Config()
     except OSError as e:
         raise ConfigError(path, [f"cannot read: {e.strerror}"]) from None
+    from . import config_cache
+
+    cfg = config_cache.lookup(path, raw, check_cron)
+    if cfg is not None:
+        return cfg
+    import tomllib
+
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise ConfigError(path, ["not UTF-8 text"]) from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(path, [f"not valid TOML: {e}"]) from None
-    return parse(data, path, check_cron=check_cron)
+    cfg = parse(data, path, check_cron=check_cron)
+    config_cache.store(path, raw, check_cron, cfg)
+    return cfg

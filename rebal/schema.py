@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import re
 import types
-import typing
 from functools import cache
-from typing import Any, Callable, Literal, Union
+
+TYPE_CHECKING = False  # typing is imported where a config is validated, not where the models are defined
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 from .errors import ConfigError
 from .record import MISSING, field, fields, is_record
@@ -56,7 +58,11 @@ def default_of(f) -> Any:
 
 @cache
 def _hints(cls) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    import typing
+
+    # config.py names Literal in its annotations without importing typing (its import is the cost
+    # the config cache saves): it is given here, where the annotations are read
+    return typing.get_type_hints(cls, localns={"Literal": typing.Literal})
 
 
 def validate(cls, data: Any, path: str, ctx: dict | None = None):
@@ -106,6 +112,9 @@ def _model(cls, data: Any, loc: str, problems: list, ctx: dict):
 
 
 def _value(tp: Any, v: Any, loc: str, problems: list, ctx: dict):
+    import typing
+    from typing import Literal, Union
+
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (Union, types.UnionType):  # X | None
         if v is None:

@@ -7,15 +7,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Optional
-
 from ..errors import RebalError
 from ..record import record
 
 
 @record
 class Options:
-    config: Optional[str] = None
+    config: str | None = None
     debug: bool = False
 
 
