@@ -6,7 +6,6 @@ command lines; `rebal rebalance`'s fast path starts the first ones before the re
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
 
 from .. import names
@@ -37,10 +36,14 @@ def pool_features(pool: str, features: Sequence[str]) -> list[str]:
     return ["zpool", "get", "-H", "-o", "property,value", ",".join(f"feature@{f}" for f in features), pool]
 
 
+_LOWER = "abcdefghijklmnopqrstuvwxyz"
+_PROP = frozenset(_LOWER + "0123456789_:.-")
+
+
 def snapshots_and(dataset: str, props: Sequence[str]) -> list[str]:
     """Creation and used of ``dataset``'s snapshots, and ``props`` of the dataset itself, in one `zfs get`."""
-    for p in props:
-        if not re.fullmatch(r"[a-z][a-z0-9_:.-]*", p):
+    for p in props:  # [a-z][a-z0-9_:.-]* (str methods: no `re` before the first queries start)
+        if not (p and p[0] in _LOWER and _PROP.issuperset(p)):
             raise ValueError(f"not a property name: {p!r}")
     return ["zfs", "get", "-Hp", "-r", "-o", "name,property,value", ",".join(["creation", "used", *props]), dataset]
 
@@ -111,4 +114,8 @@ def mounted_dataset(mountinfo: str, dev: int, path: str) -> tuple[str, str] | No
 
 def _unescape(field: str) -> str:
     """mountinfo writes space, tab, newline and backslash as octal escapes (\\040)."""
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field) if "\\" in field else field
+    if "\\" not in field:
+        return field
+    import re
+
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)

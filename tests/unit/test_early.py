@@ -1,6 +1,8 @@
 """Queries started early (rebal.early): runner.run takes the answer of exactly that command line once,
 reports it as its own, and what nobody took is ended; the fast path starts what prepare asks first."""
 
+import os
+import subprocess
 import sys
 
 import pytest
@@ -94,3 +96,43 @@ def test_the_debug_log_shows_each_command_line_quoted_as_a_shell_would_take_it(c
         caplog.clear()
         runner.run(["true"])
     assert caplog.text == ""
+
+
+def test_an_early_process_reads_as_subprocess_text_and_keeps_no_other_descriptor(tmp_path):
+    r, w = os.pipe()
+    os.set_inheritable(w, True)  # as a shell or systemd may hand rebal a descriptor
+    try:
+        argv = [sys.executable, "-c", "import os, sys; sys.stdout.write('a\\r\\nb\\n' + ' '.join(sorted(os.listdir('/proc/self/fd')))); "
+                "sys.stderr.write('x' * 200000); sys.exit(3)"]
+        early.start([argv])
+        proc = early.take(tuple(argv))
+        out, err = proc.communicate(timeout=60)
+    finally:
+        os.close(r)
+        os.close(w)
+    lines = out.split("\n")
+    assert lines[:2] == ["a", "b"] and err == "x" * 200000 and proc.returncode == 3
+    # 0, 1, 2 and the listing's own descriptor: not the inheritable one this process holds
+    assert str(w) not in lines[2].split()[3:] and len(lines[2].split()) == 4
+
+
+def test_an_early_process_past_its_timeout_is_left_running_with_its_output_so_far():
+    argv = [sys.executable, "-c", "import time; print('first', flush=True); time.sleep(600)"]
+    early.start([argv])
+    proc = early.take(tuple(argv))
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.communicate(timeout=0.5)
+    assert proc.returncode is None
+    proc.kill()
+    assert proc.communicate() == ("first\n", "") and proc.returncode == -9
+
+
+def test_the_first_queries_start_before_subprocess_or_re_is_loaded(tmp_path):
+    code = ("import os, sys; before = {m for m in ('subprocess', 're') if m in sys.modules}\n"
+            "def spy(*a, **k):\n"
+            "    print(sorted(m for m in ('subprocess', 're') if m in sys.modules and m not in before), a[1][:2]); os._exit(0)\n"
+            "os.posix_spawnp = spy\n"
+            "from rebal.cli import fast\n"
+            "fast.start_queries(['tank/data'], 'auto')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[] ['zpool', 'list']"
