@@ -7,10 +7,10 @@ Known failure texts become typed errors with a message the admin can act on.
 
 from __future__ import annotations
 
-import logging
 import os
 import shlex
 import subprocess
+import sys
 
 from . import early
 from .errors import (
@@ -22,7 +22,30 @@ from .errors import (
 )
 from .record import record
 
-log = logging.getLogger("rebal.cmd")
+
+
+class _Log:
+    """The "rebal.cmd" logger, without importing `logging` where nothing set it up: until something
+    imports it no handler exists and the root's level is WARNING, so a debug or info record is dropped
+    either way (a `zfs rewrite` rebalance never imports it: rebal/tasks.py)."""
+
+    __slots__ = ()
+
+    def _logger(self):
+        import logging
+
+        return logging.getLogger("rebal.cmd")
+
+    def debug(self, *args) -> None:
+        if "logging" in sys.modules:
+            self._logger().debug(*args)
+
+    def info(self, *args) -> None:
+        if "logging" in sys.modules:
+            self._logger().info(*args)
+
+
+log = _Log()
 
 DEFAULT_TIMEOUT = 120.0
 

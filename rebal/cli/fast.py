@@ -170,7 +170,7 @@ def try_fast(argv: list[str]) -> bool:
         from .io import OPTS, guarded
 
         OPTS.config = config
-        _logging()
+        _logging_when_loaded()
         from .rebalance_run import run
 
         code = [0]
@@ -214,3 +214,37 @@ def _logging() -> None:
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def _logging_when_loaded() -> None:
+    """`_logging`, made the moment `logging` is first imported, if ever: a `zfs rewrite` rebalance
+    imports neither it nor concurrent.futures (rebal/tasks.py; about 75 ms of its start in the lane's
+    guest, issue 19), and a run that logs (the copy path, a warning of a module) writes its records
+    as every other command does."""
+    if "logging" in sys.modules:
+        _logging()
+    elif not any(isinstance(f, _SetUpLogging) for f in sys.meta_path):
+        sys.meta_path.insert(0, _SetUpLogging())
+
+
+class _SetUpLogging:
+    """An import hook for `logging` alone: finds it as the others would, and once its module has run,
+    sets it up (`_logging`); then leaves the import machinery."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "logging":
+            return None
+        sys.meta_path.remove(self)
+        from importlib.util import find_spec
+
+        spec = find_spec(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module) -> None:
+            run(module)
+            module.basicConfig(level=module.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+        spec.loader.exec_module = exec_module
+        return spec

@@ -11,7 +11,6 @@ import os
 import signal
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from datetime import datetime
 from itertools import takewhile
@@ -408,9 +407,17 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
         root = next(rt for rt in sorted(roots, key=len, reverse=True) if d.path == rt or d.path.startswith(rt.rstrip(b"/") + b"/"))
         return root, roots[root]
 
-    with ThreadPoolExecutor(max_workers=prep.jobs, thread_name_prefix="rebal-copy") as pool, \
-            ThreadPoolExecutor(max_workers=prep.jobs, thread_name_prefix="rebal-swap") as r.swap_pool, \
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-scan") as scanner:
+    if prep.method == "rewrite":  # (no concurrent.futures, so no logging, on this path: tasks.py)
+        from ..tasks import Pool
+
+        pools = (Pool(prep.jobs, "rebal-rewrite"), Pool(1, "rebal-swap"), Pool(1, "rebal-scan"))
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        pools = (ThreadPoolExecutor(max_workers=prep.jobs, thread_name_prefix="rebal-copy"),
+                 ThreadPoolExecutor(max_workers=prep.jobs, thread_name_prefix="rebal-swap"),
+                 ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-scan"))
+    with pools[0] as pool, pools[1] as r.swap_pool, pools[2] as scanner:
         if prep.method == "rewrite":  # in place, lanes of processes fed parts of the scan (inplace_pass.py)
             steps = batches(r, pool, scanner, dirs, where)
         else:  # copy-and-rename, directory by directory

@@ -158,9 +158,9 @@ def prepare(opts: Options, zpool, zfs, conn=None, opening=None) -> Prepared:
     # the pool's queries at once: each is a zfs/zpool process of about 0.1 s in the lane's guest, and
     # one after the other they were a good part of a small run's fixed cost (issue 19). The fast path
     # has started these very command lines already (zfs/queries.first, rebal.early) where it could.
-    from concurrent.futures import ThreadPoolExecutor
+    from ..tasks import Pool  # (not concurrent.futures: its import of logging is a start-up cost, tasks.py)
 
-    with ThreadPoolExecutor(max_workers=4 + 2 * len(datasets), thread_name_prefix="rebal-query") as ex:
+    with Pool(4 + 2 * len(datasets), "rebal-query") as ex:
         may_rewrite = opts.method in ("auto", "rewrite")
         f_pool = ex.submit(zpool.pools, [pool_name], features(may_rewrite))
         f_feat = ex.submit(_features, zpool, pool_name, f_pool, features(may_rewrite))
