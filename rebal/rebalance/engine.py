@@ -11,7 +11,7 @@ import os
 import signal
 import threading
 import time
-from contextlib import closing
+from contextlib import closing, nullcontext
 from datetime import datetime
 from itertools import takewhile
 
@@ -410,7 +410,7 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
     if prep.method == "rewrite":  # (no concurrent.futures, so no logging, on this path: tasks.py)
         from ..tasks import Pool
 
-        pools = (Pool(prep.jobs, "rebal-rewrite"), Pool(1, "rebal-swap"), Pool(1, "rebal-scan"))
+        pools = (Pool(prep.jobs, "rebal-rewrite"), nullcontext(None), Pool(1, "rebal-scan"))  # (no swaps in place)
     else:
         from concurrent.futures import ThreadPoolExecutor
 
