@@ -1,23 +1,19 @@
 """The configuration file: TOML in, validated models out. Every error names the key and the file.
 
-The models are records (`record.py`) checked by `schema.py` (types, bounds, patterns, unknown and missing keys).
-They were pydantic models until issue 19: pydantic's import and schema building were 1.4 s of every
-command's 2.3 s start in the lane's OpenZFS guest (150 ms of `rebal status` here), more than
-the work of many commands; `rebal gate` starts once per ssh command of a replication.
+The models are dataclasses checked by `schema.py` (types, bounds, patterns, unknown and missing keys),
+whose messages speak to an admin ("max_growth: give a size like 500G").
 """
 
 from __future__ import annotations
 
 import os
 
+from dataclasses import dataclass, replace
+from typing import Literal
+
 from . import names
 from .errors import ConfigError
-from .record import record, replace
 from .schema import Model, spec, validate
-
-TYPE_CHECKING = False  # Literal is read by schema.py, which supplies it: no typing import here (the cache's point)
-if TYPE_CHECKING:
-    from typing import Literal
 
 DEFAULT_PATH = "/etc/rebal/config.toml"
 DEFAULT_STATE_DB = "/var/lib/rebal/state.db"
@@ -68,7 +64,7 @@ def _cron_problem(value: str, ctx: dict) -> str | None:
 HHMM = r"^([01]\d|2[0-3]):[0-5]\d$"
 
 
-@record(kw_only=True)
+@dataclass(kw_only=True)
 class Rebalance(Model):
     targets: list[str] = spec(factory=list)  # datasets or directories the scheduled rebalance works on
     target_spread: float = spec(10.0, gt=0, le=100)
@@ -77,25 +73,25 @@ class Rebalance(Model):
     method: Literal["auto", "copy", "rewrite"] = "auto"
     jobs: int = spec(0, ge=0, le=64)  # 0: chosen from the number of data vdevs and cores
     allow_snapshots: bool = False
-    max_growth: str | None = spec(None, pattern=r"^\d+(\.\d+)?[KMGTkmgt]?$")  # with allow_snapshots: the pool may grow this much
+    max_growth: str | None = spec(None, pattern=r"^\d+(\.\d+)?[KMGTkmgt]?$", hint="give a size like 500G")  # with allow_snapshots: the pool may grow this much
     hardlinks: bool = False
     exclude: list[str] = spec(factory=list)
     min_age_days: float = spec(0, ge=0)
     max_rate: str | None = None  # e.g. "200M" per second
 
 
-@record(kw_only=True)
+@dataclass(kw_only=True)
 class Schedule(Model):
     fill: str | None = spec("*/15 * * * *", check_ctx=_cron_problem)
     health: str | None = spec("*/10 * * * *", check_ctx=_cron_problem)
     rebalance: str | None = spec(None, check_ctx=_cron_problem)
     rebalance_after: str | None = None  # a replication job: the rebalance runs right after its run lands
-    rebalance_end: str | None = spec(None, pattern=HHMM)
+    rebalance_end: str | None = spec(None, pattern=HHMM, hint="give a time of day as HH:MM, like 06:30")
     scrub: str | None = spec(None, check_ctx=_cron_problem)
     metrics: str | None = spec(None, check_ctx=_cron_problem)  # write metrics_file for node_exporter's textfile collector (e.g. "*/5 * * * *")
 
 
-@record(kw_only=True)
+@dataclass(kw_only=True)
 class Health(Model):
     cap_warning: float = spec(80, gt=0, le=100)
     cap_critical: float = spec(90, gt=0, le=100)
@@ -104,7 +100,7 @@ class Health(Model):
     verify_max_age_days: float = spec(35, gt=0)
 
 
-@record(kw_only=True)
+@dataclass(kw_only=True)
 class Email(Model):
     host: str = spec(check=names.host_problem)
     port: int = spec(587, gt=0, lt=65536)
@@ -115,12 +111,12 @@ class Email(Model):
     to: list[str] = spec(min_items=1)
 
 
-@record(kw_only=True)
+@dataclass(kw_only=True)
 class Webhook(Model):
-    url: str = spec(pattern=r"^https?://")
+    url: str = spec(pattern=r"^https?://", hint="give an http:// or https:// address")
 
 
-@record(kw_only=True)
+@dataclass(kw_only=True)
 class Notify(Model):
     reminder_hours: float = spec(24, gt=0)
     email: Email | None = None
@@ -128,7 +124,7 @@ class Notify(Model):
     command: list[str] | None = None
 
 
-@record(kw_only=True)
+@dataclass(kw_only=True)
 class Retention(Model):
     last: int = spec(1, ge=0)  # the newest N, whatever their times
     hourly: int = spec(24, ge=0)
@@ -143,9 +139,10 @@ class Retention(Model):
 SOURCE_RETENTION = Retention(last=0, hourly=0, daily=0, weekly=0, monthly=0)
 
 
-@record(kw_only=True)
+@dataclass(kw_only=True)
 class Replicate(Model):
-    name: str = spec(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    name: str = spec(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+                     hint="give 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit")
     source: str = spec(check=names.dataset_problem)
     mode: Literal["zfs", "rsync"] = "zfs"
     # push: this host is the file server and sends to target_host; pull: this host is the backup
@@ -165,7 +162,7 @@ class Replicate(Model):
     compressed: bool = True
     large_blocks: bool = True
     embedded: bool = True
-    bwlimit: str | None = spec(None, pattern=r"^\d+[KMGkmg]?$")
+    bwlimit: str | None = spec(None, pattern=r"^\d+[KMGkmg]?$", hint="give a rate per second like 50M")
     stream_compress: Literal["none", "zstd"] = "none"
     mbuffer: bool = False
     snapshot_target: bool = False
@@ -201,7 +198,7 @@ class Replicate(Model):
         return self.target_host if self.direction == "push" else self.source_host
 
 
-@record(kw_only=True)
+@dataclass(kw_only=True)
 class Config(Model):
     state_db: str = DEFAULT_STATE_DB
     # where the metrics schedule writes (Debian's prometheus-node-exporter reads this directory)
@@ -233,8 +230,7 @@ def parse(data: dict, path: str, *, check_cron: bool = True) -> Config:
 
 
 def load(explicit: str | None = None, *, check_cron: bool = False) -> Config:
-    """Read the config file. Without a file named (option or REBAL_CONFIG) a missing default is fine.
-    A file read before, unchanged to the byte, is not parsed again (config_cache.py)."""
+    """Read the config file. Without a file named (option or REBAL_CONFIG) a missing default is fine."""
     path, named = config_path(explicit)
     try:
         with open(path, "rb") as f:
@@ -245,11 +241,6 @@ def load(explicit: str | None = None, *, check_cron: bool = False) -> Config:
         return Config()
     except OSError as e:
         raise ConfigError(path, [f"cannot read: {e.strerror}"]) from None
-    from . import config_cache
-
-    cfg = config_cache.lookup(path, raw, check_cron)
-    if cfg is not None:
-        return cfg
     import tomllib
 
     try:
@@ -258,6 +249,4 @@ def load(explicit: str | None = None, *, check_cron: bool = False) -> Config:
         raise ConfigError(path, ["not UTF-8 text"]) from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(path, [f"not valid TOML: {e}"]) from None
-    cfg = parse(data, path, check_cron=check_cron)
-    config_cache.store(path, raw, check_cron, cfg)
-    return cfg
+    return parse(data, path, check_cron=check_cron)

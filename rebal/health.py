@@ -10,7 +10,7 @@ import re
 import time
 from datetime import datetime
 
-from .record import record
+from dataclasses import dataclass
 from .zfs.model import Pool, PoolStatus, StatusVdev
 
 OK, WARNING, CRITICAL = 0, 1, 2
@@ -20,7 +20,7 @@ GOOD_STATES = {"ONLINE", "AVAIL", "INUSE"}
 CRIT_POOL = {"DEGRADED", "FAULTED", "UNAVAIL", "SUSPENDED", "REMOVED", "OFFLINE"}
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Finding:
     level: int
     subject: str  # pool name or job:<name>

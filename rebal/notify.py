@@ -17,12 +17,12 @@ import urllib.request
 from email.message import EmailMessage
 
 from .config import Notify
-from .record import record
+from dataclasses import dataclass
 
 log = logging.getLogger("rebal.notify")
 
 
-@record
+@dataclass
 class Message:
     subject: str
     body: str

@@ -20,7 +20,7 @@ from .errors import (
     UnsupportedOption,
     ZfsUnavailable,
 )
-from .record import record
+from dataclasses import dataclass
 
 
 
@@ -59,7 +59,7 @@ _UNAVAILABLE = (
 _USAGE = ("invalid option", "unrecognized command", "usage:")
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Result:
     argv: tuple[str | bytes, ...]  # (a file name may go out as bytes)
     returncode: int

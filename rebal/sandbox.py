@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 
-from .record import record
+from dataclasses import dataclass
 
 UNITS = ("rebal.service", "rebal-due.service")
 DROP_IN = "50-rebal-paths.conf"
 
 
-@record
+@dataclass
 class DropIn:
     unit: str
     path: str  # where the file goes

@@ -1,24 +1,22 @@
-"""Checking TOML data against the config's records (config.py, record.py): strict types (no "1" for 1, no
+"""Checking TOML data against the config's dataclasses (config.py): strict types (no "1" for 1, no
 true for 1), bounds, patterns, per-item checks, unknown and missing keys, then each model's own
 cross-field checks. Every problem is named by its key path (``replicate[0].target_host``), all of
 them at once, and raised as one ConfigError naming the file.
 
-The messages keep the words of pydantic's strict mode, which checked the config before (see the
-docstring of config.py for why it went).
+Why not pydantic: its messages name regular expressions and Python types, where an admin needs
+"give a size like 500G"; a pattern here always comes with the hint that is shown instead of it.
 """
 
 from __future__ import annotations
 
 import re
 import types
+import typing
+from dataclasses import MISSING, field, fields, is_dataclass
 from functools import cache
-
-TYPE_CHECKING = False  # typing is imported where a config is validated, not where the models are defined
-if TYPE_CHECKING:
-    from typing import Any, Callable
+from typing import Any, Callable, Literal, Union
 
 from .errors import ConfigError
-from .record import MISSING, field, fields, is_record
 
 _BAD = object()  # a value that failed its checks (its problem is already recorded)
 
@@ -33,13 +31,17 @@ class Model:
 
 def spec(default: Any = MISSING, *, factory: Callable | None = None, gt: float | None = None,
          ge: float | None = None, lt: float | None = None, le: float | None = None, pattern: str | None = None,
+         hint: str | None = None,
          check: Callable[[Any], str | None] | None = None, check_ctx: Callable[[Any, dict], str | None] | None = None,
          each: Callable[[Any], str | None] | None = None, min_items: int | None = None, alias: str | None = None):
-    """A field with its checks: bounds, a regex ``pattern`` (searched, anchor it), ``check`` (value ->
+    """A field with its checks: bounds, a regex ``pattern`` (searched, anchor it) with the ``hint`` an
+    admin reads when it does not match, ``check`` (value ->
     problem or None), ``check_ctx`` (the same, given the validation context), ``each`` (a check per
     list item), ``min_items``, and the TOML key when it differs from the name (``alias``). No default
     and no factory: a required key."""
-    md = {k: v for k, v in dict(gt=gt, ge=ge, lt=lt, le=le, pattern=pattern, check=check, check_ctx=check_ctx,
+    if pattern is not None and not hint:
+        raise ValueError("a pattern needs a hint: the admin reads the hint, not the regular expression")
+    md = {k: v for k, v in dict(gt=gt, ge=ge, lt=lt, le=le, pattern=pattern, hint=hint, check=check, check_ctx=check_ctx,
                                 each=each, min_items=min_items, alias=alias).items() if v is not None}
     if factory is not None:
         return field(default_factory=factory, metadata=md)
@@ -58,11 +60,7 @@ def default_of(f) -> Any:
 
 @cache
 def _hints(cls) -> dict[str, Any]:
-    import typing
-
-    # config.py names Literal in its annotations without importing typing (its import is the cost
-    # the config cache saves): it is given here, where the annotations are read
-    return typing.get_type_hints(cls, localns={"Literal": typing.Literal})
+    return typing.get_type_hints(cls)
 
 
 def validate(cls, data: Any, path: str, ctx: dict | None = None):
@@ -112,9 +110,6 @@ def _model(cls, data: Any, loc: str, problems: list, ctx: dict):
 
 
 def _value(tp: Any, v: Any, loc: str, problems: list, ctx: dict):
-    import typing
-    from typing import Literal, Union
-
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (Union, types.UnionType):  # X | None
         if v is None:
@@ -132,7 +127,7 @@ def _value(tp: Any, v: Any, loc: str, problems: list, ctx: dict):
             return _BAD
         out = [_value(args[0], x, f"{loc}[{i}]", problems, ctx) for i, x in enumerate(v)]
         return _BAD if any(x is _BAD for x in out) else out
-    if is_record(tp):
+    if is_dataclass(tp):
         return _model(tp, v, loc, problems, ctx)
     ok = {bool: lambda: isinstance(v, bool),
           int: lambda: isinstance(v, int) and not isinstance(v, bool),
@@ -153,7 +148,7 @@ def _constrain(md: dict, v: Any, loc: str, problems: list, ctx: dict):
             problem = f"Input should be {word} {md[op]}"
             break
     if problem is None and "pattern" in md and not re.search(md["pattern"], v):
-        problem = f"String should match pattern '{md['pattern']}'"
+        problem = md["hint"]
     if problem is None and "min_items" in md and len(v) < md["min_items"]:
         problem = f"List should have at least {md['min_items']} item(s), not {len(v)}"
     if problem is None and "check" in md:

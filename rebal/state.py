@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 
 from .errors import StateError
-from .record import record
+from dataclasses import dataclass
 from .zfs.model import Pool
 
 # Each entry moves the schema from version i to i+1. Never edit a released entry; append.
@@ -230,7 +230,7 @@ def record_sample(conn: sqlite3.Connection, pool: Pool, ts: float | None = None)
     return sid
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SampleRow:
     ts: float
     spread: float

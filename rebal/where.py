@@ -15,7 +15,7 @@ import time
 from collections import Counter
 
 from .errors import RebalError, ToolMissing, UsageError
-from .record import field, record
+from dataclasses import field, dataclass
 from .runner import run
 from .walk import regular_files
 from .zfs import placement
@@ -23,7 +23,7 @@ from .zfs import placement
 BATCH = 1000  # objects per zdb process (each costs about a second of start-up on zfs-fuse, whatever its size)
 
 
-@record
+@dataclass
 class FileObj:
     dataset: str
     ino: int
@@ -31,7 +31,7 @@ class FileObj:
     path: bytes
 
 
-@record
+@dataclass
 class WhereReport:
     pool: str
     paths: list[str]

@@ -15,12 +15,6 @@ FIXTURES = Path(__file__).parent / "fixtures"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 IN_LANE = os.environ.get("REBAL_LANE") == "openzfs"  # inside the OpenZFS guest (tests/openzfs/vm/lane.py)
 LANE_HOST = os.environ.get("REBAL_LANE_HOST") == "1"  # the lane's host side, which boots guests
-# the config cache (rebal/config_cache.py) of every rebal the tests run, in this process or below it:
-# one of the run's own, not the machine's /var/cache/rebal
-if "REBAL_CACHE_DIR" not in os.environ:
-    import tempfile
-
-    os.environ["REBAL_CACHE_DIR"] = tempfile.mkdtemp(prefix="rebal-test-cache-")
 
 
 def pytest_collection_modifyitems(config, items):

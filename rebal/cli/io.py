@@ -8,10 +8,10 @@ import json
 import os
 import sys
 from ..errors import RebalError
-from ..record import record
+from dataclasses import dataclass
 
 
-@record
+@dataclass
 class Options:
     config: str | None = None
     debug: bool = False

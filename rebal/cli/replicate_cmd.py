@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..record import asdict
+from dataclasses import asdict
 from .app import JsonOpt, Signals, app, load_config, out_json, out_text, say_error, warn
 
 

@@ -27,7 +27,7 @@ import threading
 
 import xxhash
 
-from ..record import record
+from dataclasses import dataclass
 
 F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
 F_GETLEASE = getattr(fcntl, "F_GETLEASE", 1025)
@@ -47,7 +47,7 @@ from .files import (  # noqa: F401
 from .sparse import CHUNK, ZERO, hash_zeros, next_data, next_hole, sample_offsets
 
 
-@record
+@dataclass
 class Prepared:
     """A verified copy under its temp name, ready to swap: the original (``src``, leased if
     ``leased``) and the copy (``tmp``) are still open."""

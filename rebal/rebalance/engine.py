@@ -18,7 +18,7 @@ from itertools import takewhile
 from .. import state
 from ..errors import RebalError, UsageError
 from ..locks import FileLock
-from ..record import field, record
+from dataclasses import field, dataclass
 from ..units import human
 from . import journal
 from .files import DEFERRED, FileRef, Result, Throttle
@@ -51,7 +51,7 @@ SETTLE_EVERY = 10.0  # seconds: settle at least this often between directories
 MEASURE_BYTES = 64 << 20  # re-measure the pool after at least this much was rewritten (or SETTLE_EVERY)
 
 
-@record
+@dataclass
 class DirReport:
     path: bytes
     files: int = 0
@@ -61,7 +61,7 @@ class DirReport:
     deferred: int = 0  # files left for a later run by this run's limits: the directory is not done
 
 
-@record
+@dataclass
 class Report:
     run_id: int
     outcome: str  # ok, incomplete, stopped, interrupted, failed

@@ -9,7 +9,7 @@ import stat
 import threading
 import time
 
-from ..record import record
+from dataclasses import dataclass
 
 # files a copy pass leaves for a later run, not failures (their directories are not marked done)
 DEFER_MAX_BYTES = "larger than --max-bytes"
@@ -50,7 +50,7 @@ class Outcome(str, enum.Enum):
     VERIFY = "verify-failed"  # the copy read back differs: copy dropped
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FileRef:
     """A file as the scan saw it."""
 
@@ -71,7 +71,7 @@ class FileRef:
         return os.path.join(self.dir, self.name)
 
 
-@record
+@dataclass
 class Result:
     outcome: Outcome
     written: int = 0

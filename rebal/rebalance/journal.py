@@ -18,7 +18,7 @@ import stat
 import time
 from collections.abc import Iterable
 
-from ..record import field, record
+from dataclasses import field, dataclass
 from ..state import atomic
 from .files import FileRef, group_tmp_name, old_name, tmp_name
 
@@ -133,7 +133,7 @@ def skipped(conn: sqlite3.Connection, run_id: int) -> list[tuple[bytes, str, str
     return [(os.path.join(bytes(r[0]), bytes(r[1])), r[2], r[3] or "") for r in rows]
 
 
-@record
+@dataclass
 class Recovery:
     removed: list[str] = field(default_factory=list)  # temp names removed
     left: list[str] = field(default_factory=list)  # temp names not recognised: left alone

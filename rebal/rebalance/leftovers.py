@@ -9,12 +9,12 @@ import os
 import re
 import stat
 
-from ..record import field, record
+from dataclasses import field, dataclass
 
 _NAME = re.compile(rb"^\.rebal-([0-9a-f]+)(?:-\d+)?\.(tmp|old)$")
 
 
-@record
+@dataclass
 class Cleanup:
     removed: list[str] = field(default_factory=list)
     left: list[tuple[str, str]] = field(default_factory=list)  # (path, why it was left)

@@ -20,7 +20,7 @@ PER_DIR = 16  # files measured per directory
 def measure_dirs(dirs: list[DirEntry], targets, pool, zpool, filters: Filters, *, time_limit: float = 30.0,
                  runner=run) -> tuple[list[DirEntry], str]:
     """``dirs`` with ``placement`` set where measured; and a note saying what was measured."""
-    from ..record import replace
+    from dataclasses import replace
     from ..where import BATCH, read_objects, vdev_names
 
     t0 = time.monotonic()

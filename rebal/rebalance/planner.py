@@ -9,12 +9,12 @@ but not freed. The rewrite is simulated in small steps because the weights chang
 
 from __future__ import annotations
 
-from ..record import field, record
+from dataclasses import field, dataclass
 
 STEPS = 200
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class VdevFill:
     name: str
     size: int
@@ -127,7 +127,7 @@ def _first_under(vdevs: list[VdevFill], target: float, available: int, pinned_fr
     return n + 1
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DirEntry:
     path: bytes
     files: int
@@ -143,7 +143,7 @@ class DirEntry:
         return self.bytes if self.alloc < 0 else self.alloc
 
 
-@record
+@dataclass
 class Plan:
     before: list[VdevFill]
     after: list[VdevFill]  # predicted, after rewriting the chosen directories

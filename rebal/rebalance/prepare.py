@@ -9,7 +9,7 @@ import json
 import os
 
 from ..errors import RebalError, UsageError
-from ..record import field, record
+from dataclasses import field, dataclass
 from ..units import human
 from ..zfs.model import Pool
 from ..zfs.queries import EXPANSION_FEATURE, SNAPSHOT_PROPS, features
@@ -22,7 +22,7 @@ class RefusedError(RebalError):
     exit_code = 2
 
 
-@record
+@dataclass
 class Options:
     targets: list[str]
     target_spread: float = 10.0
@@ -44,14 +44,14 @@ class Options:
     listing: bool = False  # a run follows (not a plan): the scan keeps the first directories' files for it
 
 
-@record
+@dataclass
 class Target:
     dataset: str
     mountpoint: str
     root: bytes  # the directory to rewrite (the mountpoint, or a directory below it)
 
 
-@record
+@dataclass
 class Prepared:
     pool: Pool
     targets: list[Target]
@@ -181,7 +181,7 @@ def prepare(opts: Options, zpool, zfs, conn=None, opening=None) -> Prepared:
     # one data vdev, expanded: the goal is the capacity the old data:parity ratio holds back
     reclaim_only = len(pool.data_vdevs) < 2
     if expanded:
-        from ..record import replace
+        from dataclasses import replace
 
         opts = replace(opts, filters=replace(opts.filters, expanded_at=max(e.ended for e in expanded),
                                              only_old=reclaim_only))

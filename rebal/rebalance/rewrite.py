@@ -7,10 +7,10 @@ so incremental sends stay small) is used when the pool has that feature enabled.
 
 from __future__ import annotations
 
-from ..record import record
+from dataclasses import dataclass
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RewriteSupport:
     available: bool
     physical: bool  # -P known to zfs and the feature enabled on the pool

@@ -12,7 +12,7 @@ import stat
 import time
 from collections.abc import Iterator
 
-from ..record import field, record
+from dataclasses import field, dataclass
 from .files import TEMP_PREFIX, FileRef, is_temp_name
 from .planner import DirEntry
 
@@ -22,7 +22,7 @@ _IFDIR, _IFREG, _IFLNK = stat.S_IFDIR, stat.S_IFREG, stat.S_IFLNK
 AHEAD = 65536  # files listed and not yet rewritten, at most (a (name, lstat) pair is about 250 bytes)
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Filters:
     exclude: tuple[str, ...] = ()
     min_age_days: float = 0.0
@@ -54,7 +54,7 @@ class Filters:
         return True
 
 
-@record
+@dataclass
 class Skips:
     """What the scan leaves alone, with counts, bytes and a few examples each."""
 
@@ -79,7 +79,7 @@ class Skips:
         self.temps.extend(other.temps)
 
 
-@record
+@dataclass
 class ScanResult:
     dirs: list[DirEntry]
     files: int = 0

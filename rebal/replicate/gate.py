@@ -28,7 +28,7 @@ import shutil
 
 from .. import names
 from ..errors import RebalError
-from ..record import record
+from dataclasses import dataclass
 
 INFO = "rebal-gate-info"  # the probe a job sends to learn it talks to a gate (and what the gate allows)
 # never in a command rebal sends: shell syntax, globbing, control characters
@@ -49,7 +49,7 @@ class Refused(RebalError):
     exit_code = 2
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Policy:
     mode: str  # "receive" (a push job's target) or "send" (a pull job's source)
     root: str  # the dataset everything must be under

@@ -9,7 +9,7 @@ from .. import state
 from ..config import Config, Replicate
 from ..errors import RebalError, UsageError
 from ..locks import FileLock
-from ..record import asdict
+from dataclasses import asdict
 from ..units import parse_size
 from .policy import Buckets
 from .rsync import RsyncJob, RsyncReplicator

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
-from ..record import field, record
+from dataclasses import field, dataclass
 
 PREFIX = "rebal"
 _STAMP = "%Y%m%dT%H%M%SZ"
@@ -33,7 +33,7 @@ def is_ours(snap: str, job: str) -> bool:
     return p is not None and p[0] == job
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Snap:
     name: str  # the part after '@' (or after '#' for a bookmark)
     guid: int
@@ -61,7 +61,7 @@ def base_args(dataset: str, base: Snap) -> list[str]:
     return ["-i", base.ref(dataset)] if base.bookmark else ["-I", f"@{base.name}"]
 
 
-@record
+@dataclass
 class SendPlan:
     kind: str  # full, incremental, nothing, diverged, unrelated
     base: Snap | None = None
@@ -140,7 +140,7 @@ def usage_flags(text: str, command: str) -> set[str]:
     return flags
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SendFeatures:
     resume: bool  # send -t / receive -s / receive -A
     dry_run_size: bool  # send -nP
@@ -174,7 +174,7 @@ def receive_has_u(receive_usage: str) -> bool:
 # -- resume tokens ----------------------------------------------------------------------------------
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TokenInfo:
     toname: str
     kind: str  # full, incremental
@@ -212,7 +212,7 @@ def parse_send_size(text: str) -> int | None:
 # -- retention --------------------------------------------------------------------------------------
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Buckets:
     hourly: int = 24
     daily: int = 7

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from .. import names
 from ..errors import CommandFailed, RebalError
-from ..record import field, record
+from dataclasses import field, dataclass
 from ..runner import run
 from . import local as L
 from .policy import Buckets, is_ours, parse_snapshot_name, retain
 
 
-@record
+@dataclass
 class PruneReport:
     dataset: str
     job: str

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from .. import names
 from ..config import Replicate
 from ..errors import RebalError, UsageError
-from ..record import field, record
+from dataclasses import field, dataclass
 from ..runner import run
 from .local import parse_guid_txg
 from .policy import parse_snapshot_name
@@ -25,7 +25,7 @@ class RestoreError(RebalError):
     pass
 
 
-@record
+@dataclass
 class RestorePoint:
     name: str  # snapshot name (after @), or "current" for an rsync target without versions
     created: float | None
@@ -89,7 +89,7 @@ def choose(pts: list[RestorePoint], at: str) -> RestorePoint:
     raise RestoreError(f"no restore point @{at} on the backup host; nearest: {listing} (rebal backups JOB lists all)")
 
 
-@record
+@dataclass
 class RestoreReport:
     kind: str  # dataset, path
     point: str

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 
 from .. import names
 from ..errors import RebalError
-from ..record import field, record
+from dataclasses import field, dataclass
 from ..runner import run
 from . import local as L
 from .policy import Buckets, is_ours, parse_snapshot_name, retain, snapshot_name
@@ -33,7 +33,7 @@ class RsyncError(RebalError):
     pass
 
 
-@record
+@dataclass
 class RsyncReport:
     snapshot: str = ""
     bytes_sent: int = 0  # what went over the wire
@@ -80,7 +80,7 @@ def warning_files(stderr: str) -> list[str]:
     return out
 
 
-@record
+@dataclass
 class RsyncJob:
     name: str
     source: str  # dataset

@@ -10,7 +10,7 @@ import time
 from .. import state
 from ..config import Config
 from ..errors import UsageError
-from ..record import asdict
+from dataclasses import asdict
 from .job import endpoint, find_job
 from .transport import Ssh
 

@@ -13,12 +13,12 @@ import tempfile
 import threading
 
 from ..rebalance.files import Throttle
-from ..record import record
+from dataclasses import dataclass
 
 CHUNK = 1 << 20
 
 
-@record
+@dataclass
 class StreamResult:
     bytes: int
     sender_rc: int

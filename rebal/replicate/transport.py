@@ -15,7 +15,7 @@ import tempfile
 
 from .. import names
 from ..errors import CommandFailed, RebalError
-from ..record import record
+from dataclasses import dataclass
 from ..runner import Result, run
 
 
@@ -30,7 +30,7 @@ class HostKeyError(TransportError):
     retryable = False
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Endpoint:
     host: str
     user: str = "root"

@@ -18,7 +18,7 @@ import subprocess
 
 from ..config import Replicate
 from ..health import CRITICAL, OK, WARNING, Finding
-from ..record import field, record
+from dataclasses import field, dataclass
 from ..runner import run
 from . import local as L
 from .policy import is_ours
@@ -26,7 +26,7 @@ from .snapview import LocalView, RemoteView
 from .transport import Ssh, classify_ssh
 
 
-@record
+@dataclass
 class VerifyReport:
     job: str
     snapshot: str | None = None

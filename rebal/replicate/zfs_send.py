@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from .. import names
 from ..errors import RebalError
 from ..rebalance.files import Throttle
-from ..record import field, record
+from dataclasses import field, dataclass
 from ..runner import run
 from . import local as L
 from .policy import (
@@ -44,7 +44,7 @@ from .stream import pump
 from .transport import Ssh
 
 
-@record
+@dataclass
 class DatasetReport:
     source: str
     target: str
@@ -58,7 +58,7 @@ class DatasetReport:
     cursor: str = ""  # what keeps the next base: "bookmark" (pins nothing) or "hold" (a held snapshot)
 
 
-@record
+@dataclass
 class ZfsReport:
     snapshot: str = ""
     datasets: list[DatasetReport] = field(default_factory=list)
@@ -88,7 +88,7 @@ class ZfsReport:
         return [d for d in self.datasets if d.kind == "failed"]
 
 
-@record
+@dataclass
 class Job:
     """What the zfs mode needs of a `[[replicate]]` job (see config.Replicate)."""
 

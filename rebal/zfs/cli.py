@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from .. import names
 from ..errors import CommandFailed, NoSuchPool, UnsupportedOption, UsageError
-from ..record import record
+from dataclasses import dataclass
 from ..runner import Result, run
 from . import parse, queries
 from .model import Pool, PoolStatus
@@ -284,7 +284,7 @@ def parse_rewrite_usage(text: str) -> tuple[bool, bool]:
     return (True, "P" in m.group(1))
 
 
-@record
+@dataclass
 class RewriteAnswer:
     done: list[bytes]  # named by -v: rewritten
     failed: dict[bytes, str]  # named by an error line: not rewritten, and why

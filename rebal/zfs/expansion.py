@@ -12,14 +12,14 @@ from __future__ import annotations
 import re
 import time
 
-from ..record import record
+from dataclasses import dataclass
 from .model import PoolStatus
 
 _DONE = re.compile(r"expanded (\S+) copied .* on (\w{3} \w{3} +\d+ [\d:]+ \d{4})")
 _RUNNING = re.compile(r"expansion of (\S+) in progress")
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Expansion:
     vdev: str
     done: bool

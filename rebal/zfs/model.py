@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from ..record import field, record
+from dataclasses import field, dataclass
 
 # Allocation classes. Only "normal" vdevs take ordinary file data, so only they count toward balance.
 NORMAL = "normal"
 CLASSES = ("normal", "special", "dedup", "log", "cache", "spare")
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Vdev:
     name: str  # unique within the pool: mirror-0, raidz1-1, or the device of a single-disk vdev
     type: str  # disk, file, mirror, raidz1, raidz2, raidz3, draid..., for a group the group's type
@@ -31,7 +31,7 @@ class Vdev:
         return self.vclass == NORMAL
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pool:
     name: str
     size: int
@@ -63,7 +63,7 @@ class Pool:
         return max(caps) - min(caps) if len(caps) >= 2 else 0.0
 
 
-@record
+@dataclass
 class StatusVdev:
     """One row of the config tree of `zpool status`."""
 
@@ -82,7 +82,7 @@ class StatusVdev:
         return [leaf for c in self.children for leaf in c.leaves()]
 
 
-@record
+@dataclass
 class PoolStatus:
     name: str
     state: str

@@ -16,7 +16,7 @@ import json
 import re
 
 from ..errors import RebalError
-from ..record import field, record, replace
+from dataclasses import field, dataclass, replace
 from .model import NORMAL, Pool, PoolStatus, StatusVdev, Vdev
 
 
@@ -179,7 +179,7 @@ def parse_zpool_list_json(text: str) -> list[Pool]:
 # zpool list -v -Hp
 
 
-@record
+@dataclass
 class _Group:
     name: str
     size: int
@@ -244,7 +244,7 @@ def parse_zpool_list_hp(text: str) -> list[Pool]:
 # zpool iostat -v (human units)
 
 
-@record
+@dataclass
 class IostatVdev:
     name: str
     alloc: int
@@ -253,7 +253,7 @@ class IostatVdev:
     devices: list[str] = field(default_factory=list)
 
 
-@record
+@dataclass
 class IostatPool:
     name: str
     alloc: int

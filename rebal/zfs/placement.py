@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from ..record import record
+from dataclasses import dataclass
 
 _OBJ_HEAD = re.compile(r"^\s+Object\s+lvl\s+iblk")
 # the row under the header: object id first (OpenZFS adds a dnsize column that zfs-fuse lacks)
@@ -59,7 +59,7 @@ def parse_objects(text: str) -> dict[int, Counter]:
     return out
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TopVdev:
     id: int
     type: str  # mirror, raidz, file, disk, ...

@@ -294,7 +294,7 @@ def test_time_window_end_stops_cleanly(make_pool, tmp_path):
                             tree=lambda root: mixed_tree(root, small=100, large=6, large_mib=(6, 8), seed=13))
     before = manifest(data)
     conn = state.connect(tmp_path / "s.db")
-    from rebal.record import replace
+    from dataclasses import replace
 
     opts = engine.Options(targets=[f"{pool.name}/data"], target_spread=0.01, max_rate=10 * 2**20)
     prep = engine.prepare(opts, Zpool(), Zfs(), conn)

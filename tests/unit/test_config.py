@@ -7,7 +7,7 @@ from conftest import rebal
 
 from rebal import config
 from rebal.errors import ConfigError
-from rebal.record import MISSING, fields
+from dataclasses import MISSING, fields
 from rebal.schema import default_of, key_of
 
 ROOT = Path(__file__).resolve().parents[2]
