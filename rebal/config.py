@@ -7,7 +7,6 @@ whose messages speak to an admin ("max_growth: give a size like 500G").
 from __future__ import annotations
 
 import os
-
 from dataclasses import dataclass, replace
 from typing import Literal
 

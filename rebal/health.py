@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass
 from datetime import datetime
 
-from dataclasses import dataclass
 from .zfs.model import Pool, PoolStatus, StatusVdev
 
 OK, WARNING, CRITICAL = 0, 1, 2

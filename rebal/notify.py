@@ -11,13 +11,12 @@ import json
 import logging
 import smtplib
 import socket
-import subprocess
 import time
 import urllib.request
+from dataclasses import dataclass
 from email.message import EmailMessage
 
 from .config import Notify
-from dataclasses import dataclass
 
 log = logging.getLogger("rebal.notify")
 
@@ -76,9 +75,10 @@ def _webhook(cfg: Notify, msg: Message) -> None:
 
 
 def _command(cfg: Notify, msg: Message) -> None:
-    r = subprocess.run(cfg.command, input=f"{msg.subject}\n\n{msg.body}\n", text=True, capture_output=True,
-                       timeout=60, env={"PATH": "/usr/local/bin:/usr/bin:/bin", "REBAL_LEVEL": msg.level,
-                                        "REBAL_SUBJECT": msg.subject})
+    from .process.command import run
+
+    r = run(cfg.command, input=f"{msg.subject}\n\n{msg.body}\n", timeout=60, check=False,
+            environ={"REBAL_LEVEL": msg.level, "REBAL_SUBJECT": msg.subject}, inherit_env=False)
     if r.returncode != 0:
         raise RuntimeError(f"exit {r.returncode}: {r.stderr.strip()[:200]}")
 

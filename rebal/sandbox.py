@@ -9,7 +9,6 @@ be listed there, in both units (the daemon's `rebal.service` and the timer's `re
 from __future__ import annotations
 
 import os
-
 from dataclasses import dataclass
 
 UNITS = ("rebal.service", "rebal-due.service")

@@ -30,7 +30,7 @@ def fill_job(cfg: Config, conn, zpool) -> dict:
 
 def pool_created(names: list[str], runner=None) -> dict[str, float]:
     """When each pool was made: the creation time of its root dataset (zpool has no such property)."""
-    from .runner import run
+    from .process.command import run
 
     if not names:
         return {}
@@ -74,7 +74,7 @@ def rebalance_findings(conn, runner=None) -> list[H.Finding]:
     that rewrote data snapshots still hold is waiting for them (said, not a problem) until they go."""
     import json
 
-    from .runner import run
+    from .process.command import run
 
     out = []
     rows = conn.execute("SELECT id, pool, outcome, error, details FROM runs WHERE kind = 'rebalance' AND id IN "

@@ -11,9 +11,9 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from .errors import StateError
-from dataclasses import dataclass
 from .zfs.model import Pool
 
 # Each entry moves the schema from version i to i+1. Never edit a released entry; append.
@@ -282,6 +282,11 @@ def end_run(conn: sqlite3.Connection, run_id: int, outcome: str, *, error: str |
             "UPDATE runs SET ended = ?, outcome = ?, error = ?, details = ? WHERE id = ?",
             (time.time(), outcome, error, json.dumps(details) if details is not None else None, run_id),
         )
+
+
+def set_outcome(conn: sqlite3.Connection, run_id: int, outcome: str) -> None:
+    with atomic(conn):
+        conn.execute("UPDATE runs SET outcome = ? WHERE id = ?", (outcome, run_id))
 
 
 def last_successes(conn: sqlite3.Connection, cfg) -> list[dict]:

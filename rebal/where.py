@@ -13,10 +13,10 @@ import re
 import stat
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 
 from .errors import RebalError, ToolMissing, UsageError
-from dataclasses import field, dataclass
-from .runner import run
+from .process.command import run
 from .walk import regular_files
 from .zfs import placement
 

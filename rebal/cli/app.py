@@ -1,6 +1,7 @@
-"""The typer app, the global options, and the helpers every command module shares. The CLI is the
-only layer that prints or exits; the command modules beside this one parse, call a service and
-write what a view in `rebal.views` returns."""
+"""The typer app, the global options, logging set-up and `main`. The CLI is the only layer that
+prints or exits; the command modules beside this one parse, call a service and write what a view in
+`rebal.views` returns. Each command module registers its commands on `app` when imported (`main`
+imports them all, in the order --help lists them)."""
 
 from __future__ import annotations
 
@@ -8,27 +9,10 @@ import logging
 import sys
 from typing import Annotated, Optional
 
+import typer
 
-def _import_typer():
-    """typer before 0.16 (Debian 13 ships 0.15) imports rich, markdown-it and pygments when it loads,
-    only to format help and errors in colour, which rebal turns off below (rich_markup_mode=None,
-    pretty_exceptions_enable=False). In the lane's OpenZFS guest that was 0.9 s of every command's
-    start (issue 19). rich stays hidden while typer loads; rebal's progress bars import it later."""
-    if "rich" in sys.modules:
-        import typer
-        return typer
-    sys.modules["rich"] = None  # type: ignore[assignment]  # `import rich` raises ImportError
-    try:
-        import typer
-    finally:
-        if sys.modules.get("rich", 0) is None:
-            del sys.modules["rich"]
-    return typer
-
-
-typer = _import_typer()
 from .. import __version__
-from .io import OPTS, Options, Signals, choice, guarded, load_config, open_state, out_json, out_text, say_error, state_or_none, warn  # noqa: F401
+from .io import OPTS, guarded
 
 app = typer.Typer(
     help="Keep a ZFS pool's data evenly spread over its vdevs, and safely copied to a backup host.",
@@ -65,11 +49,7 @@ def _root(
 ) -> None:
     OPTS.config = config
     OPTS.debug = debug
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logging.getLogger().setLevel(logging.DEBUG if debug else logging.WARNING)
 
 
 def log_for_service() -> None:
@@ -83,10 +63,21 @@ def log_for_service() -> None:
     root.setLevel(logging.DEBUG if OPTS.debug else logging.INFO)
 
 
+COMMAND_MODULES = ("status_cmd", "rebalance_cmd", "replicate_cmd", "service_cmd", "config_cmd", "gate_cmd")
+
+
+def build() -> typer.Typer:
+    """The app with every command registered (each command module registers its own on import)."""
+    import importlib
+
+    for m in COMMAND_MODULES:
+        importlib.import_module(f"{__package__}.{m}")
+    return app
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the app; turn RebalError into one line on stderr and its exit code."""
-    from . import commands
-
-    commands.load(sys.argv[1:] if argv is None else list(argv))  # registers what this command line needs
-
-    guarded(lambda: app(args=argv, prog_name="rebal", standalone_mode=True))
+    """Entry point: logging set up once, then the app; a RebalError becomes one line on stderr and
+    its exit code."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    cli = build()
+    guarded(lambda: cli(args=argv, prog_name="rebal", standalone_mode=True))

@@ -6,7 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .app import OPTS, JsonOpt, app, config_app, load_config, out_json, out_text
+from .app import JsonOpt, app, config_app
+from .io import OPTS, load_config, out_json, out_text
 
 
 @config_app.command("check")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+from dataclasses import asdict
 from typing import Annotated, Optional
 
 import typer
 
-from dataclasses import asdict
-from .app import JsonOpt, app, load_config, out_json, out_text
+from .app import JsonOpt, app
+from .io import load_config, out_json, out_text
 
 
 @app.command()

@@ -1,14 +1,15 @@
-"""What every command shares and what needs no typer: the global options, loading the config and the
-state database, writing output and warnings, and the guard that turns a RebalError into one line on
-stderr and its exit code. `fast.py` runs `rebal status` with these alone (no typer import)."""
+"""What every command shares: the global options, loading the config and the state database, writing
+output and warnings, the guard that turns a RebalError into one line on stderr and its exit code,
+and signals as a stop flag."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
-from ..errors import RebalError
 from dataclasses import dataclass
+
+from ..errors import RebalError
 
 
 @dataclass
@@ -56,14 +57,6 @@ def warn(msg: str) -> None:
 def say_error(msg: str) -> None:
     """A failure the command reports itself (its exit code follows): one line on stderr."""
     print(f"rebal: error: {msg}", file=sys.stderr)
-
-
-def choice(opt: str, value: str, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        from ..errors import UsageError
-
-        raise UsageError(f"{opt} must be one of: {', '.join(allowed)}")
-    return value
 
 
 def guarded(call) -> None:

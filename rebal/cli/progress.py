@@ -60,8 +60,14 @@ class ProgressEvents:
 
     def __enter__(self):
         if self.tty:
-            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                                       TransferSpeedColumn)
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+                TransferSpeedColumn,
+            )
 
             self.bar = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[files]} files"),
@@ -129,7 +135,12 @@ class ByteBar:
 
     def __enter__(self) -> "ByteBar":
         if self.enabled:
-            from rich.progress import DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+            from rich.progress import (
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TransferSpeedColumn,
+            )
 
             self.bar = Progress(TextColumn(f"[bold]{self.label}"), DownloadColumn(binary_units=True),
                                 TransferSpeedColumn(), console=console(stderr=True), transient=True)

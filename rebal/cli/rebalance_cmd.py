@@ -1,13 +1,18 @@
-"""rebal plan, rebal rebalance, rebal runs."""
+"""rebal plan, rebal rebalance, rebal runs.
+
+Each option is declared once, below; `rebal.rebalance.prepare.options_from` turns what the command
+line gives (`ctx.params`, by the options' names) and the config's [rebalance] table into Options."""
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Annotated, Optional
 
 import typer
 
-from .app import JsonOpt, app, choice, load_config, open_state, out_json, out_text, state_or_none
-from .rebalance_run import METHODS, PLACEMENTS
+from .app import JsonOpt, app
+from .io import Signals, load_config, open_state, out_json, out_text, state_or_none
 
 TargetsArg = Annotated[list[str], typer.Argument(help="Datasets (tank/data) or directories inside mounted datasets.")]
 SpreadOpt = Annotated[Optional[float], typer.Option("--target-spread", help="Stop under this spread, in points [default: config].")]
@@ -16,11 +21,23 @@ MinAgeOpt = Annotated[Optional[float], typer.Option("--min-age", help="Only file
 MinSizeOpt = Annotated[Optional[str], typer.Option("--min-size", help="Only files at least this big (e.g. 1M).")]
 MaxSizeOpt = Annotated[Optional[str], typer.Option("--max-size", help="Only files at most this big (e.g. 10G).")]
 MaxBytesOpt = Annotated[Optional[str], typer.Option("--max-bytes", help="Rewrite at most this much (e.g. 500G).")]
+MethodOpt = Annotated[Optional[str], typer.Option("--method", help="auto, copy or rewrite [default: config].")]
+HardlinksOpt = Annotated[bool, typer.Option("--hardlinks", help="Re-create hardlink groups that lie wholly in the targets [default: config].")]
 PlacementOpt = Annotated[str, typer.Option("--placement", help="Where old data lies: measured (zdb reads the block pointers), model (a guess from the fill), or auto (measured where zdb can).")]
+
+_NOT_OPTIONS = ("targets", "dry_run", "as_json")
+
+
+def _options(ctx: typer.Context, cfg, **extra):
+    from ..rebalance.prepare import options_from
+
+    given = {k: v for k, v in ctx.params.items() if k not in _NOT_OPTIONS}
+    return options_from(cfg, ctx.params["targets"], **given, **extra)
 
 
 @app.command()
 def plan(
+    ctx: typer.Context,
     targets: TargetsArg,
     target_spread: SpreadOpt = None,
     exclude: ExcludeOpt = None,
@@ -28,22 +45,18 @@ def plan(
     min_size: MinSizeOpt = None,
     max_size: MaxSizeOpt = None,
     max_bytes: MaxBytesOpt = None,
-    method: Annotated[str, typer.Option(help="auto, copy or rewrite.")] = "auto",
-    hardlinks: Annotated[bool, typer.Option("--hardlinks", help="Plan to re-create hardlink groups inside the targets.")] = False,
+    method: MethodOpt = None,
+    hardlinks: HardlinksOpt = False,
     placement: PlacementOpt = "auto",
     as_json: JsonOpt = False,
 ) -> None:
     """Dry run: what a rebalance would rewrite, and the predicted CAP per vdev after. Changes nothing."""
-    from ..rebalance.prepare import build_options, prepare
+    from ..rebalance.prepare import prepare
     from ..views.rebalance import plan_json, plan_text
     from ..zfs.cli import Zfs, Zpool
 
     cfg = load_config()
-    opts = build_options(cfg.rebalance, targets, target_spread=target_spread, exclude=exclude, min_age=min_age,
-                         min_size=min_size, max_size=max_size, max_bytes=max_bytes,
-                         method=choice("--method", method, METHODS), hardlinks=hardlinks or cfg.rebalance.hardlinks,
-                         replication_jobs=list(cfg.replicate), placement=choice("--placement", placement, PLACEMENTS))
-    prep = prepare(opts, Zpool(), Zfs(), state_or_none(cfg))
+    prep = prepare(_options(ctx, cfg), Zpool(), Zfs(), state_or_none(cfg))
     if as_json:
         out_json(plan_json(prep))
     else:
@@ -52,13 +65,14 @@ def plan(
 
 @app.command()
 def rebalance(
+    ctx: typer.Context,
     targets: TargetsArg,
     target_spread: SpreadOpt = None,
     max_bytes: MaxBytesOpt = None,
     until: Annotated[Optional[str], typer.Option(help="Stop cleanly at this time of day (HH:MM).")] = None,
     max_rate: Annotated[Optional[str], typer.Option(help="Rewrite at most this many bytes per second (e.g. 200M).")] = None,
     verify: Annotated[Optional[str], typer.Option(help="hash, size or none [default: config].")] = None,
-    method: Annotated[Optional[str], typer.Option(help="auto, copy or rewrite [default: config].")] = None,
+    method: MethodOpt = None,
     jobs: Annotated[Optional[int], typer.Option(help="Files rewritten at once [default: from vdevs and cores].")] = None,
     exclude: ExcludeOpt = None,
     min_age: MinAgeOpt = None,
@@ -66,21 +80,59 @@ def rebalance(
     max_size: MaxSizeOpt = None,
     allow_snapshots: Annotated[bool, typer.Option("--allow-snapshots", help="Rewrite data that snapshots pin (grows the pool until they go).")] = False,
     max_growth: Annotated[Optional[str], typer.Option(help="With --allow-snapshots: stop before the pool grows by more than this (e.g. 50G) [default: config, else the reserve decides].")] = None,
-    hardlinks: Annotated[bool, typer.Option("--hardlinks", help="Re-create hardlink groups that lie wholly in the targets [default: config].")] = False,
+    hardlinks: HardlinksOpt = False,
     rewrite_all: Annotated[bool, typer.Option("--all", help="Rewrite every eligible file, whatever the spread (e.g. after a RAIDZ expansion).")] = False,
     placement: PlacementOpt = "auto",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan and change nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON line per directory done, and one at the end.")] = False,
 ) -> None:
     """Rewrite files so ZFS spreads them over every vdev, until the spread is under the target."""
-    from .rebalance_run import run
+    from ..rebalance import engine, prepare
+    from ..views.rebalance import plan_json, plan_text, report_text
+    from ..zfs.cli import Zfs, Zpool
 
-    code = run(targets, target_spread=target_spread, max_bytes=max_bytes, until=until, max_rate=max_rate,
-               verify=verify, method=method, jobs=jobs, exclude=exclude, min_age=min_age, min_size=min_size,
-               max_size=max_size, allow_snapshots=allow_snapshots, max_growth=max_growth, hardlinks=hardlinks,
-               rewrite_all=rewrite_all, placement=placement, dry_run=dry_run, as_json=as_json)
-    if code:
-        raise typer.Exit(code)
+    cfg = load_config()
+    opts = _options(ctx, cfg, listing=not dry_run)
+    zpool, zfs = Zpool(), Zfs()
+    if dry_run:
+        prep = prepare.prepare(opts, zpool, zfs, state_or_none(cfg))
+        if as_json:
+            out_json(plan_json(prep) | {"dry_run": True})
+        else:
+            out_text(plan_text(prep) + "dry run: nothing was changed\n")
+        return
+    if os.geteuid() != 0:
+        raise prepare.RefusedError("rebal rebalance runs as root: it must keep every file's owner")
+    conn = open_state(cfg)
+    prep = prepare.prepare(opts, zpool, zfs, conn)
+    prepare.check_writable(prep)
+    prepare.check_pinned(prep, opts)
+    with Signals() as sig:
+        if as_json:
+            from .progress import JsonEvents
+
+            events = JsonEvents()
+        else:
+            from .progress import ProgressEvents, console
+
+            events = ProgressEvents(prep)
+            for w in prep.warnings:
+                console(stderr=True).print(f"warning: {w}", markup=False)
+        with events:
+            report = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, events, sig.stop)
+    if sig.got:
+        import signal
+
+        from .. import state
+
+        report.outcome, report.reason = "interrupted", f"stopped by signal {signal.Signals(sig.got[0]).name}"
+        state.set_outcome(conn, report.run_id, "interrupted")
+    if as_json:
+        print(json.dumps({"event": "done"} | report.as_dict()), flush=True)
+    else:
+        out_text(report_text(report))
+    if report.outcome == "interrupted" and sig.exit_code():
+        raise typer.Exit(sig.exit_code())
 
 
 @app.command()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated, Optional
 
 import typer
 
-from dataclasses import asdict
-from .app import JsonOpt, Signals, app, load_config, out_json, out_text, say_error, warn
+from .app import JsonOpt, app
+from .io import Signals, load_config, out_json, out_text, say_error, warn
 
 
 @app.command()

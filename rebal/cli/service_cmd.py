@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .app import JsonOpt, Signals, app, load_config, log, log_for_service, open_state, out_json, out_text
+from .app import JsonOpt, app, log, log_for_service
+from .io import Signals, load_config, open_state, out_json, out_text
 
 
 @app.command()

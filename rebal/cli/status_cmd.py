@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from contextlib import closing
 from typing import Annotated, Optional
 
 import typer
 
-from .app import JsonOpt, app, load_config, open_state, out_json, out_text
+from .app import JsonOpt, app
+from .io import load_config, open_state, out_json, out_text, warn
 
 
 @app.command()
@@ -15,9 +17,32 @@ def status(
     as_json: JsonOpt = False,
 ) -> None:
     """Fill of every data vdev (size, alloc, free, CAP) and the pool's spread; records a sample."""
-    from .fast import show_status
+    from .. import fill, state
+    from ..errors import RebalError
+    from ..services import rebalance_findings
+    from ..zfs.cli import Zpool
 
-    show_status(list(pools or []), as_json)
+    cfg = load_config()
+    found = Zpool().pools(list(pools or cfg.pools))
+    target = cfg.rebalance.target_spread
+    replication: list[dict] = []
+    waiting: list[dict] = []
+    try:
+        with closing(open_state(cfg)) as conn:
+            for p in found:
+                state.record_sample(conn, p)
+            if cfg.replicate:
+                replication = state.last_successes(conn, cfg)
+            waiting = [f.as_dict() for f in rebalance_findings(conn)]
+    except RebalError as e:
+        warn(f"sample not recorded: {e}")
+    if as_json:
+        out_json({"pools": [fill.pool_json(p, target) for p in found], "replication": replication,
+                  "rebalance": waiting})
+        return
+    from ..views.status import status_text
+
+    out_text(status_text(found, target, replication) + "".join(f"{w['subject']}: {w['message']}\n" for w in waiting))
 
 
 @app.command()

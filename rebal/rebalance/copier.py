@@ -24,10 +24,11 @@ import fcntl
 import os
 import stat
 import threading
+from dataclasses import dataclass
 
 import xxhash
 
-from dataclasses import dataclass
+from ..throttle import Throttle
 
 F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
 F_GETLEASE = getattr(fcntl, "F_GETLEASE", 1025)
@@ -38,7 +39,6 @@ from .files import (  # noqa: F401
     FileRef,
     Outcome,
     Result,
-    Throttle,
     group_tmp_name,
     is_temp_name,
     old_name,

@@ -16,7 +16,15 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from ..units import human
 from . import durable, journal
 from .copier import Prepared
-from .files import DEFER_MAX_BYTES, DEFER_RESERVE, FileRef, Outcome, Result, restat, restore_times
+from .files import (
+    DEFER_MAX_BYTES,
+    DEFER_RESERVE,
+    FileRef,
+    Outcome,
+    Result,
+    restat,
+    restore_times,
+)
 from .prepare import _avail
 from .scan import candidates
 

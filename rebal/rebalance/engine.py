@@ -11,17 +11,18 @@ import os
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing, nullcontext
-from datetime import datetime
+from dataclasses import dataclass, field
 from itertools import takewhile
 
 from .. import state
-from ..errors import RebalError, UsageError
+from ..errors import RebalError
 from ..locks import FileLock
-from dataclasses import field, dataclass
+from ..throttle import Throttle
 from ..units import human
 from . import journal
-from .files import DEFERRED, FileRef, Result, Throttle
+from .files import DEFERRED, FileRef, Result
 from .inplace_pass import batches
 from .planner import (
     DirEntry,
@@ -37,14 +38,15 @@ from .prepare import (  # noqa: F401
     RefusedError,
     Target,
     _avail,
-    build_options,
     check_pinned,
     check_writable,
     default_jobs,
     fills,
+    options_from,
     prepare,
     resolve_targets,
     run_key,
+    until_epoch,
 )
 
 SETTLE_EVERY = 10.0  # seconds: settle at least this often between directories
@@ -407,13 +409,10 @@ def _loop(r: _Run, dirs: list[DirEntry]) -> tuple[str, str]:
         root = next(rt for rt in sorted(roots, key=len, reverse=True) if d.path == rt or d.path.startswith(rt.rstrip(b"/") + b"/"))
         return root, roots[root]
 
-    if prep.method == "rewrite":  # (no concurrent.futures, so no logging, on this path: tasks.py)
-        from ..tasks import Pool
-
-        pools = (Pool(prep.jobs, "rebal-rewrite"), nullcontext(None), Pool(1, "rebal-scan"))  # (no swaps in place)
+    if prep.method == "rewrite":  # in place: no swaps
+        pools = (ThreadPoolExecutor(max_workers=prep.jobs, thread_name_prefix="rebal-rewrite"), nullcontext(None),
+                 ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-scan"))
     else:
-        from concurrent.futures import ThreadPoolExecutor
-
         pools = (ThreadPoolExecutor(max_workers=prep.jobs, thread_name_prefix="rebal-copy"),
                  ThreadPoolExecutor(max_workers=prep.jobs, thread_name_prefix="rebal-swap"),
                  ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-scan"))
@@ -470,18 +469,3 @@ def _goal(r: _Run) -> str:
         return (f"the spread will be about {r.report.spread_when_freed:.1f} (under the target {r.opts.target_spread:g}) "
                 f"once the snapshots holding the old copies go; {r.spread_now:.1f} until then")
     return f"spread {r.spread_now:.1f} is under the target {r.opts.target_spread:g}"
-
-
-def until_epoch(hhmm: str, now: datetime | None = None) -> float:
-    """The next time of day HH:MM (local time) as epoch seconds."""
-    import re
-
-    m = re.fullmatch(r"([01]?\d|2[0-3]):([0-5]\d)", hhmm.strip())
-    if not m:
-        raise UsageError(f"--until {hhmm!r}: give a time of day as HH:MM")
-    now = now or datetime.now().astimezone()
-    t = now.replace(hour=int(m.group(1)), minute=int(m.group(2)), second=0, microsecond=0)
-    if t <= now:
-        t = t.fromtimestamp(t.timestamp() + 86400, tz=t.tzinfo)
-    return t.timestamp()
-

@@ -1,14 +1,11 @@
 """What the copier and the journal share: rebal's hidden names beside a file, a file as the scan saw
-it, the outcome of one copy, and the byte-rate limit of all workers."""
+it, the outcome of one copy."""
 
 from __future__ import annotations
 
 import enum
 import os
 import stat
-import threading
-import time
-
 from dataclasses import dataclass
 
 # files a copy pass leaves for a later run, not failures (their directories are not marked done)
@@ -77,25 +74,6 @@ class Result:
     written: int = 0
     reason: str = ""
     copy_ino: int | None = None
-
-
-class Throttle:
-    """A shared byte-rate limit (token bucket, 1 s burst) for all workers."""
-
-    def __init__(self, rate: float | None) -> None:
-        self.rate = rate
-        self._lock = threading.Lock()
-        self._next = time.monotonic()
-
-    def consume(self, n: int, stop: threading.Event) -> None:
-        if not self.rate:
-            return
-        with self._lock:
-            now = time.monotonic()
-            self._next = max(self._next, now - 1.0) + n / self.rate
-            wait = self._next - now
-        if wait > 0:
-            stop.wait(wait)
 
 
 def restore_times(dfd: int, st: os.stat_result) -> None:

@@ -30,7 +30,13 @@ import os
 import threading
 import time
 from collections import deque
-from ..tasks import FIRST_COMPLETED, Future, InvalidStateError, Pool, wait  # (not concurrent.futures: tasks.py says why)
+from concurrent.futures import (
+    FIRST_COMPLETED,
+    Executor,
+    Future,
+    InvalidStateError,
+    wait,
+)
 
 from .scan import AHEAD
 
@@ -102,7 +108,7 @@ class _StopOrHalt:
         self.stop.set()
 
 
-def batches(r, workers: Pool, scanner: Pool, dirs: list, where) -> "Batches":
+def batches(r, workers: Executor, scanner: Executor, dirs: list, where) -> "Batches":
     """Rewrite ``dirs`` for run ``r`` (engine._Run); yields (DirEntry, DirReport) for each directory,
     in order, once every file of it was answered. Ends when the directories are done or a limit is
     hit (the directory begun then is yielded with its files left counted as deferred). When the
@@ -139,7 +145,7 @@ class Batches:
 
 
 class _Pipeline:
-    def __init__(self, r, workers: Pool, scanner: Pool, dirs: list, where) -> None:
+    def __init__(self, r, workers: Executor, scanner: Executor, dirs: list, where) -> None:
         self.r, self.workers, self.scanner, self.dirs, self.where = r, workers, scanner, dirs, where
         self.left = sum(d.files for d in dirs)  # files not yet handed (by the pre-scan's count)
         self.k = procs_for(r.prep.jobs, self.left)

@@ -17,8 +17,8 @@ import sqlite3
 import stat
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
-from dataclasses import field, dataclass
 from ..state import atomic
 from .files import FileRef, group_tmp_name, old_name, tmp_name
 

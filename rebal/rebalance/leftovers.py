@@ -8,8 +8,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-
-from dataclasses import field, dataclass
+from dataclasses import dataclass, field
 
 _NAME = re.compile(rb"^\.rebal-([0-9a-f]+)(?:-\d+)?\.(tmp|old)$")
 

@@ -10,7 +10,7 @@ import time
 from collections import Counter
 
 from ..errors import RebalError
-from ..runner import run
+from ..process.command import run
 from .planner import DirEntry
 from .scan import Filters, candidates
 
@@ -21,6 +21,7 @@ def measure_dirs(dirs: list[DirEntry], targets, pool, zpool, filters: Filters, *
                  runner=run) -> tuple[list[DirEntry], str]:
     """``dirs`` with ``placement`` set where measured; and a note saying what was measured."""
     from dataclasses import replace
+
     from ..where import BATCH, read_objects, vdev_names
 
     t0 = time.monotonic()

@@ -9,7 +9,7 @@ but not freed. The rewrite is simulated in small steps because the weights chang
 
 from __future__ import annotations
 
-from dataclasses import field, dataclass
+from dataclasses import dataclass, field
 
 STEPS = 200
 

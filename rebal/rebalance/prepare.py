@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from ..errors import RebalError, UsageError
-from dataclasses import field, dataclass
 from ..units import human
 from ..zfs.model import Pool
 from ..zfs.queries import EXPANSION_FEATURE, SNAPSHOT_PROPS, features
@@ -148,19 +151,14 @@ def default_jobs(n_data_vdevs: int) -> int:
     return max(4, min(16, 2 * n_data_vdevs, 4 * cores))
 
 
-def prepare(opts: Options, zpool, zfs, conn=None, opening=None) -> Prepared:
-    """``conn``: the state database; or ``opening``, its opening still under way (an object with
-    ``result()``, giving the connection or raising its error, and ``check()``, raising that error
-    if the opening has failed already): it is waited for only after the scan."""
+def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
+    """Measure, scan and plan. ``conn``: the state database (None: no resume, as a plan without one)."""
     targets = resolve_targets(zfs, opts.targets)
     pool_name = targets[0].dataset.split("/")[0]
     datasets = sorted({t.dataset for t in targets})
-    # the pool's queries at once: each is a zfs/zpool process of about 0.1 s in the lane's guest, and
-    # one after the other they were a good part of a small run's fixed cost (issue 19). The fast path
-    # has started these very command lines already (zfs/queries.first, rebal.early) where it could.
-    from ..tasks import Pool  # (not concurrent.futures: its import of logging is a start-up cost, tasks.py)
-
-    with Pool(4 + 2 * len(datasets), "rebal-query") as ex:
+    # the pool's queries at once, each a process of its own: one after the other they would be a
+    # good part of a small run's fixed cost
+    with ThreadPoolExecutor(max_workers=4 + 2 * len(datasets), thread_name_prefix="rebal-query") as ex:
         may_rewrite = opts.method in ("auto", "rewrite")
         f_pool = ex.submit(zpool.pools, [pool_name], features(may_rewrite))
         f_feat = ex.submit(_features, zpool, pool_name, f_pool, features(may_rewrite))
@@ -209,8 +207,6 @@ def prepare(opts: Options, zpool, zfs, conn=None, opening=None) -> Prepared:
     filters = opts.filters
     import time
 
-    if opening is not None:
-        opening.check()  # a database that cannot be opened is said before a long scan, where it is known
     t_scan = time.monotonic()
     sc = scan([t.root for t in targets], filters, snapshot_times=[s[1] + 1 for s in snaps], hardlinks_ok=(method == "rewrite"),
               link_groups=(opts.hardlinks and method == "copy"), keep=AHEAD if method == "rewrite" and opts.listing else 0)
@@ -219,8 +215,6 @@ def prepare(opts: Options, zpool, zfs, conn=None, opening=None) -> Prepared:
     # resume: directories finished by an earlier, unfinished run of the same targets
     resume_run, done = None, set()
     key = run_key(pool_name, [t.root for t in targets])
-    if conn is None and opening is not None:
-        conn = opening.result()  # opened (a new one created) while the pool was asked and the scan ran
     if conn is not None:
         row = conn.execute(
             "SELECT id FROM runs WHERE kind = 'rebalance' AND key = ? ORDER BY id DESC LIMIT 1", (key,)
@@ -349,15 +343,28 @@ def _avail(path: bytes) -> int:
 
 
 
-def build_options(rb, targets: list[str], *, target_spread: float | None = None, exclude=(), min_age: float | None = None,
-                  min_size: str | None = None, max_size: str | None = None, max_bytes: str | None = None,
-                  max_growth: str | None = None, **kw) -> Options:
-    """Options from the config's [rebalance] table, with what the command line overrides."""
+METHODS = ("auto", "copy", "rewrite")
+PLACEMENTS = ("auto", "measured", "model")
+VERIFIES = ("hash", "size", "none")
+
+
+def options_from(cfg, targets: list[str], *, target_spread: float | None = None, max_bytes: str | None = None,
+                 until: str | None = None, max_rate: str | None = None, verify: str | None = None,
+                 method: str | None = None, jobs: int | None = None, exclude: list[str] | None = None,
+                 min_age: float | None = None, min_size: str | None = None, max_size: str | None = None,
+                 allow_snapshots: bool = False, max_growth: str | None = None, hardlinks: bool = False,
+                 rewrite_all: bool = False, placement: str = "auto", listing: bool = False) -> Options:
+    """The options of a rebalance or a plan: the config's [rebalance] table, with what the command
+    line overrides (its option names, its text as typed; None or False: the config decides). The one
+    place where either becomes Options, checked, each error naming the option to mend."""
     from ..units import parse_size
 
+    rb = cfg.rebalance
     spread = rb.target_spread if target_spread is None else target_spread
     if not 0 < spread <= 100:
         raise UsageError("--target-spread must be more than 0 and at most 100")
+    if jobs is not None and not 1 <= jobs <= 64:
+        raise UsageError("--jobs must be between 1 and 64")
     filters = Filters(
         exclude=tuple(rb.exclude) + tuple(exclude or ()),
         min_age_days=rb.min_age_days if min_age is None else min_age,
@@ -365,9 +372,34 @@ def build_options(rb, targets: list[str], *, target_spread: float | None = None,
         max_size=parse_size(max_size) if max_size else None,
     )
     growth = max_growth or rb.max_growth
-    return Options(targets=list(targets), target_spread=spread, max_bytes=parse_size(max_bytes) if max_bytes else None,
-                   max_growth=parse_size(growth) if growth else None,
-                   reserve_percent=rb.reserve_percent, filters=filters, **kw)
+    rate = max_rate or rb.max_rate
+    return Options(
+        targets=list(targets), target_spread=spread, max_bytes=parse_size(max_bytes) if max_bytes else None,
+        until=until_epoch(until) if until else None, max_rate=parse_size(rate) if rate else None,
+        verify=_one_of("--verify", verify or rb.verify, VERIFIES),
+        method=_one_of("--method", method or rb.method, METHODS), jobs=jobs or rb.jobs,
+        allow_snapshots=allow_snapshots or rb.allow_snapshots, max_growth=parse_size(growth) if growth else None,
+        rewrite_all=rewrite_all, hardlinks=hardlinks or rb.hardlinks, reserve_percent=rb.reserve_percent,
+        filters=filters, replication_jobs=list(cfg.replicate), placement=_one_of("--placement", placement, PLACEMENTS),
+        listing=listing)
+
+
+def _one_of(opt: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise UsageError(f"{opt} must be one of: {', '.join(allowed)}")
+    return value
+
+
+def until_epoch(hhmm: str, now: datetime | None = None) -> float:
+    """The next time of day HH:MM (local time) as epoch seconds."""
+    m = re.fullmatch(r"([01]?\d|2[0-3]):([0-5]\d)", hhmm.strip())
+    if not m:
+        raise UsageError(f"--until {hhmm!r}: give a time of day as HH:MM")
+    now = now or datetime.now().astimezone()
+    t = now.replace(hour=int(m.group(1)), minute=int(m.group(2)), second=0, microsecond=0)
+    if t <= now:
+        t = t.fromtimestamp(t.timestamp() + 86400, tz=t.tzinfo)
+    return t.timestamp()
 
 
 def check_writable(prep: Prepared) -> None:

@@ -11,8 +11,8 @@ import os
 import stat
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
-from dataclasses import field, dataclass
 from .files import TEMP_PREFIX, FileRef, is_temp_name
 from .planner import DirEntry
 

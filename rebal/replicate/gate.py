@@ -25,10 +25,10 @@ import os
 import re
 import shlex
 import shutil
+from dataclasses import dataclass
 
 from .. import names
 from ..errors import RebalError
-from dataclasses import dataclass
 
 INFO = "rebal-gate-info"  # the probe a job sends to learn it talks to a gate (and what the gate allows)
 # never in a command rebal sends: shell syntax, globbing, control characters

@@ -11,10 +11,10 @@ import json
 import logging
 import logging.handlers
 import os
-import subprocess
 import sys
-import time
 
+from ..process.command import run
+from ..process.pipeline import connect
 from .gate import INFO, Policy, Refused, check
 
 # properties a hostile stream could set on the backup host (mount it over /etc, setuid binaries)
@@ -41,8 +41,7 @@ def _setup_log(path: str | None) -> None:
 
 
 def _mountpoint(root: str) -> str | None:
-    r = subprocess.run(["zfs", "get", "-H", "-o", "value", "mountpoint", root], capture_output=True, text=True,
-                       stdin=subprocess.DEVNULL)
+    r = run(["zfs", "get", "-H", "-o", "value", "mountpoint", root], check=False)
     mp = r.stdout.strip()
     return mp if r.returncode == 0 and mp.startswith("/") else None
 
@@ -54,7 +53,7 @@ def _receive_excludes() -> list[str]:
     canmount and the shares cannot be delegated), and zfs refuses it `-x` of them as well."""
     if os.geteuid() != 0:
         return []
-    r = subprocess.run(["zfs", "receive"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    r = run(["zfs", "receive"], check=False)
     if "-x property" not in r.stdout + r.stderr:
         return []
     return [a for p in _UNSAFE_PROPS for a in ("-x", p)]
@@ -101,7 +100,7 @@ def serve(policy: Policy, line: str | None, log_path: str | None = None, who: st
         sys.stderr.flush()
     if policy.mode == "receive":
         stages = harden(stages)
-    return run_pipeline(stages)
+    return connect(stages)
 
 
 def _check_token(policy: Policy, argv: list[str]) -> None:
@@ -111,37 +110,6 @@ def _check_token(policy: Policy, argv: list[str]) -> None:
     from .policy import parse_token_check
 
     token = argv[argv.index("-t") + 1]
-    r = subprocess.run(["zfs", "send", "-nvP", "-t", token], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    r = run(["zfs", "send", "-nvP", "-t", token], check=False)
     info = parse_token_check(r.stdout + r.stderr) if r.returncode == 0 else None
     token_target(policy, info.toname if info else None)
-
-
-def run_pipeline(stages: list[list[str]]) -> int:
-    """Run the stages connected by pipes (no shell), stdin into the first, the last's output to ours."""
-    sys.stdout.flush()
-    if len(stages) == 1:
-        try:
-            os.execvp(stages[0][0], stages[0])
-        except OSError as e:
-            sys.stderr.write(f"rebal gate: cannot run {stages[0][0]}: {e.strerror}\n")
-            return 127
-    procs: list[subprocess.Popen] = []
-    prev = None
-    for i, argv in enumerate(stages):
-        last = i == len(stages) - 1
-        try:
-            p = subprocess.Popen(argv, stdin=prev if prev is not None else None,
-                                 stdout=None if last else subprocess.PIPE)
-        except OSError as e:
-            sys.stderr.write(f"rebal gate: cannot run {argv[0]}: {e.strerror}\n")
-            for q in procs:
-                q.kill()
-            return 127
-        if prev is not None:
-            prev.close()
-        prev = p.stdout
-        procs.append(p)
-    t0 = time.monotonic()
-    rcs = [p.wait() for p in procs]
-    log.info("pipeline ended after %.1f s: exit %s", time.monotonic() - t0, rcs)
-    return next((rc for rc in reversed(rcs) if rc != 0), 0)

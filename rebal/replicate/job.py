@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import asdict
 
 from .. import state
 from ..config import Config, Replicate
 from ..errors import RebalError, UsageError
 from ..locks import FileLock
-from dataclasses import asdict
 from ..units import parse_size
 from .policy import Buckets
 from .rsync import RsyncJob, RsyncReplicator

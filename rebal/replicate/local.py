@@ -14,7 +14,7 @@ import time
 
 from .. import names
 from ..errors import CommandFailed, RebalError
-from ..runner import Result, run
+from ..process.command import Result, run
 from .policy import Snap, snapshot_name
 
 

@@ -6,9 +6,8 @@ No I/O here: data in, data out, tested without ZFS.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-
-from dataclasses import field, dataclass
 
 PREFIX = "rebal"
 _STAMP = "%Y%m%dT%H%M%SZ"

@@ -5,10 +5,11 @@ dataset always stays (it is the base of the next incremental)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from .. import names
 from ..errors import CommandFailed, RebalError
-from dataclasses import field, dataclass
-from ..runner import run
+from ..process.command import run
 from . import local as L
 from .policy import Buckets, is_ours, parse_snapshot_name, retain
 

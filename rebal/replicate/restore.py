@@ -4,20 +4,18 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import tempfile
 import threading
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from .. import names
 from ..config import Replicate
 from ..errors import RebalError, UsageError
-from dataclasses import field, dataclass
-from ..runner import run
+from ..process.command import run
+from ..process.pipeline import pump
 from .local import parse_guid_txg
 from .policy import parse_snapshot_name
 from .snapview import RemoteView
-from .stream import pump
 from .transport import Ssh, classify_ssh
 
 
@@ -129,7 +127,7 @@ def restore_dataset(job: Replicate, ssh: Ssh, point: RestorePoint, to: str, *, f
     if dry_run:
         rep.planned.append(f"ssh {ssh.ep.host} {' '.join(send)} | {' '.join(recv)}")
         return rep
-    from ..rebalance.files import Throttle
+    from ..throttle import Throttle
     from ..units import parse_size
 
     res = pump([ssh.argv(send)], recv, stop=stop, progress=progress,
@@ -174,18 +172,8 @@ def _rsync_back(ssh: Ssh, remote_path: str, to: str, rep: RestoreReport, dry_run
     if dry_run:
         rep.planned.append(" ".join(argv[:6] + argv[-2:]))
         return rep
-    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-    p = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
-    while True:
-        try:
-            rc = p.wait(timeout=0.5)
-            break
-        except subprocess.TimeoutExpired:
-            if stop is not None and stop.is_set():
-                p.terminate()
-    out.seek(0)
-    err.seek(0)
-    text, etext = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+    res = run(argv, stop=stop or threading.Event(), timeout=None, check=False)
+    rc, text, etext = res.returncode, res.stdout, res.stderr
     if rc == 255:
         raise classify_ssh(ssh.ep, etext)
     if rc == 23 and "No such file or directory" in etext:

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from .. import names
 from ..errors import RebalError
-from dataclasses import field, dataclass
-from ..runner import run
+from ..process.command import run
 from . import local as L
 from .policy import Buckets, is_ours, parse_snapshot_name, retain, snapshot_name
 from .snapview import LocalView, cleanup_views
@@ -191,22 +189,10 @@ class RsyncReplicator:
         for c in children:  # child datasets are synced on their own; never delete their files here
             argv.append(f"--exclude=/{c.strip('/')}/*")
         argv += [src_dir.rstrip("/") + "/", f"{self.ssh.ep.user}@{self.ssh.ep.host}:{dest.rstrip('/')}/"]
-        out_f, err_f = tempfile.TemporaryFile(), tempfile.TemporaryFile()
         t0 = time.monotonic()
-        p = subprocess.Popen(argv, stdout=out_f, stderr=err_f, stdin=subprocess.DEVNULL, start_new_session=True)
-        self.procs.append(p)
-        while True:
-            try:
-                rc = p.wait(timeout=0.5)
-                break
-            except subprocess.TimeoutExpired:
-                if self.stop.is_set():
-                    p.terminate()
+        res = run(argv, stop=self.stop, timeout=None, check=False)
         self.report.rsync_seconds += time.monotonic() - t0
-        out_f.seek(0)
-        err_f.seek(0)
-        out = out_f.read().decode(errors="replace")
-        err = err_f.read().decode(errors="replace")
+        rc, out, err = res.returncode, res.stdout, res.stderr
         stats = parse_stats(out)
         self.report.bytes_sent += stats.get("bytes_sent", 0)
         self.report.bytes_expected += stats.get("bytes_expected", 0)

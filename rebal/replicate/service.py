@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import asdict
 
 from .. import state
 from ..config import Config
 from ..errors import UsageError
-from dataclasses import asdict
 from .job import endpoint, find_job
 from .transport import Ssh
 

@@ -10,7 +10,7 @@ import os
 import tempfile
 import time
 
-from ..runner import run
+from ..process.command import run
 
 VIEW_PREFIX = "rebal-view-"
 _n = itertools.count()

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import shlex
 import shutil
-import subprocess
 import tempfile
+from dataclasses import dataclass
 
 from .. import names
 from ..errors import CommandFailed, RebalError
-from dataclasses import dataclass
-from ..runner import Result, run
+from ..process.command import Result, end, run, spawn
 
 
 class TransportError(RebalError):
@@ -60,13 +59,11 @@ class Ssh:
         self._dir = tempfile.mkdtemp(prefix="rebal-ssh-") if multiplex else None
         self.commands = 0  # remote commands run (each a round trip): reported per run
         self.runs = 0  # of which through run() (the runner counts those as its own too)
-        self._master: subprocess.Popen | None = None
+        self._master = None  # the master connection's process
         self._ready = False
         if self._dir:
-            self._master = subprocess.Popen(
-                ["ssh", *self._base(), "-M", "-N", "-o", "ControlPersist=no", "-o", f"ControlPath={self._sock}",
-                 "--", ep.host], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True)
+            self._master = spawn(["ssh", *self._base(), "-M", "-N", "-o", "ControlPersist=no", "-o",
+                                  f"ControlPath={self._sock}", "--", ep.host])
 
     @property
     def _sock(self) -> str:
@@ -134,13 +131,7 @@ class Ssh:
 
     def close(self) -> None:
         if self._master is not None:
-            if self._master.poll() is None:
-                self._master.terminate()
-                try:
-                    self._master.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    self._master.kill()
-                    self._master.wait()
+            end(self._master)
             self._master = None
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)

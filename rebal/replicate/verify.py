@@ -14,12 +14,11 @@ import hashlib
 import os
 import random
 import re
-import subprocess
+from dataclasses import dataclass, field
 
 from ..config import Replicate
 from ..health import CRITICAL, OK, WARNING, Finding
-from dataclasses import field, dataclass
-from ..runner import run
+from ..process.command import run
 from . import local as L
 from .policy import is_ours
 from .snapview import LocalView, RemoteView
@@ -192,10 +191,10 @@ def verify_rsync(job: Replicate, ssh: Ssh, sample_n: int | None, seed: int, snap
             files = "\0".join(rep.sample) + "\0"
             argv = ["rsync", "-n", "-c", "-a", "--from0", "--files-from=-", "--out-format=%n", "--protect-args",
                     "-e", ssh.shell_for_rsync(), sv.rstrip("/") + "/", f"{ssh.ep.user}@{ssh.ep.host}:{job.target.rstrip('/')}/"]
-            r = subprocess.run(argv, input=files.encode(errors="surrogateescape"), capture_output=True)
+            r = run(argv, input=files, check=False, timeout=None)
             if r.returncode == 255:
-                raise classify_ssh(ssh.ep, r.stderr.decode(errors="replace"))
-            for name in r.stdout.decode(errors="surrogateescape").splitlines():
+                raise classify_ssh(ssh.ep, r.stderr)
+            for name in r.stdout.splitlines():
                 if name and not name.endswith("/"):
                     rep.findings.append(Finding(CRITICAL, subject, f"{name}: rsync --checksum finds it differs"))
     return rep

@@ -16,13 +16,14 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from .. import names
 from ..errors import RebalError
-from ..rebalance.files import Throttle
-from dataclasses import field, dataclass
-from ..runner import run
+from ..process.command import CALLS, run
+from ..process.pipeline import pump
+from ..throttle import Throttle
 from . import local as L
 from .policy import (
     Buckets,
@@ -40,7 +41,6 @@ from .policy import (
 )
 from .remote import Remote, ReplicationError, ssh_runner  # noqa: F401  (Remote: also imported from here)
 from .retention import keep_cursor
-from .stream import pump
 from .transport import Ssh
 
 
@@ -248,13 +248,11 @@ class ZfsReplicator:
     # -- the run ------------------------------------------------------------------------------
 
     def run(self) -> ZfsReport:
-        from .. import runner
-
-        calls0, remote0, via0 = runner.CALLS[0], self.ssh.commands, self.ssh.runs
+        calls0, remote0, via0 = CALLS[0], self.ssh.commands, self.ssh.runs
         try:
             return self._run_all()
         finally:  # ssh commands run through the runner are remote ones, not local
-            self.report.local_commands = runner.CALLS[0] - calls0 - (self.ssh.runs - via0)
+            self.report.local_commands = CALLS[0] - calls0 - (self.ssh.runs - via0)
             self.report.remote_commands = self.ssh.commands - remote0
 
     def _run_all(self) -> ZfsReport:
@@ -470,10 +468,10 @@ class ZfsReplicator:
 
 
 def kill_all(procs: list) -> None:
-    from .stream import _kill
+    from ..process.pipeline import kill
 
     for p in procs:
-        _kill(p)
+        kill(p)
     deadline = time.monotonic() + 5
     for p in procs:
         try:

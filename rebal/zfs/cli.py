@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from .. import names
 from ..errors import CommandFailed, NoSuchPool, UnsupportedOption, UsageError
-from dataclasses import dataclass
-from ..runner import Result, run
+from ..process.command import Result, run
 from . import parse, queries
 from .model import Pool, PoolStatus
 from .queries import mounted_dataset

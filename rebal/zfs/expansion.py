@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 import time
-
 from dataclasses import dataclass
+
 from .model import PoolStatus
 
 _DONE = re.compile(r"expanded (\S+) copied .* on (\w{3} \w{3} +\d+ [\d:]+ \d{4})")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import field, dataclass
+from dataclasses import dataclass, field
 
 # Allocation classes. Only "normal" vdevs take ordinary file data, so only they count toward balance.
 NORMAL = "normal"

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field, replace
 
 from ..errors import RebalError
-from dataclasses import field, dataclass, replace
 from .model import NORMAL, Pool, PoolStatus, StatusVdev, Vdev
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-
 from dataclasses import dataclass
 
 _OBJ_HEAD = re.compile(r"^\s+Object\s+lvl\s+iblk")

@@ -1,12 +1,17 @@
 """One contract for the local ZFS backends (pyzfs where it loads, the zfs command always), run
 against every backend available on this machine."""
 
+from datetime import datetime, timedelta, timezone
+
 import pytest
 from zfsenv import sh
 
-from datetime import datetime, timedelta, timezone
-
-from rebal.replicate.local import LocalError, available_backends, local_snapshots, take_snapshot
+from rebal.replicate.local import (
+    LocalError,
+    available_backends,
+    local_snapshots,
+    take_snapshot,
+)
 from rebal.replicate.policy import snapshot_name
 
 pytestmark = [pytest.mark.zfs, pytest.mark.lane]

@@ -13,7 +13,15 @@ import pytest
 from conftest import rebal, rebal_json
 from fsenv import manifest
 from lanelib import write_random
-from replscenarios import backup_root, cfg_for, fill, make_tree, mountpoint, snaps, tree_scenario
+from replscenarios import (
+    backup_root,
+    cfg_for,
+    fill,
+    make_tree,
+    mountpoint,
+    snaps,
+    tree_scenario,
+)
 from zfsenv import sh
 
 pytestmark = pytest.mark.openzfs

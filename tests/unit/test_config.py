@@ -1,5 +1,6 @@
 import subprocess
 import sys
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 import pytest
@@ -7,7 +8,6 @@ from conftest import rebal
 
 from rebal import config
 from rebal.errors import ConfigError
-from dataclasses import MISSING, fields
 from rebal.schema import default_of, key_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,12 +96,9 @@ def test_unreadable_config(tmp_path):
 def test_every_command_has_help():
     from typer.main import get_command
 
-    from rebal.cli import commands
+    from rebal.cli.app import build
 
-    commands.load()  # registers every command
-    from rebal.cli.app import app
-
-    root = get_command(app)
+    root = get_command(build())
 
     def walk(cmd, path):
         yield path, cmd
@@ -187,22 +184,3 @@ def test_shell_completion_is_offered():
     r = rebal("--show-completion", "bash",
               env={"SHELL": "/bin/bash", "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
     assert "_rebal_completion" in r.stdout and "complete " in r.stdout, r.stdout[:300]
-
-
-def test_each_command_is_owned_by_the_module_that_registers_it():
-    """`rebal CMD` loads only CMD's module (commands.OWNER): hold that table to what each module
-    registers, each imported alone in a fresh interpreter."""
-    from rebal.cli import commands
-
-    code = ("import sys; from rebal.cli import app; from typer.main import get_command; import importlib; "
-            "importlib.import_module('rebal.cli.' + sys.argv[1]); "
-            "print(' '.join(sorted(n for n in get_command(app.app).commands if n != 'config' or sys.argv[1] == 'config_cmd')))")
-    found = {}
-    for m in commands.MODULES:
-        r = subprocess.run([sys.executable, "-c", code, m], capture_output=True, text=True, check=True)
-        for name in r.stdout.split():
-            found[name] = m
-    assert found == commands.OWNER
-    assert commands.command_name(["-c", "x.toml", "--debug", "rebalance", "/d"]) == "rebalance"
-    assert commands.command_name(["--config=x", "status"]) == "status"
-    assert commands.command_name(["--help"]) is None and commands.command_name([]) is None

@@ -3,16 +3,24 @@ changed, deleted and in-use files are never replaced."""
 
 import fcntl
 import os
-import time
 import stat
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
 from fsenv import manifest, temp_leftovers
 
-from rebal.rebalance.copier import F_GETLEASE, Copier, FileRef, Outcome, Throttle, old_name, tmp_name
+from rebal.rebalance.copier import (
+    F_GETLEASE,
+    Copier,
+    FileRef,
+    Outcome,
+    old_name,
+    tmp_name,
+)
+from rebal.throttle import Throttle
 
 
 def ref_of(path: Path) -> FileRef:

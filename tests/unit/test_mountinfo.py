@@ -36,7 +36,7 @@ def test_snapshots_other_devices_and_other_file_systems_are_left_to_zfs_list():
 
 def test_dataset_for_path_falls_back_to_zfs_list_where_mountinfo_does_not_say(tmp_path):
     """zfs-fuse mounts as "fuse": the answer comes from `zfs list` and the mount points' devices."""
-    from rebal.runner import Result
+    from rebal.process.command import Result
 
     calls = []
 

@@ -195,7 +195,7 @@ def test_status_healthy_after_resilver():
     ],
 )
 def test_recorded_failures_become_clear_errors(name, kind, text):
-    from rebal.runner import Result, classify
+    from rebal.process.command import Result, classify
 
     err = classify(Result(("zpool", "list"), 1, "", fixture_text(name)))
     assert type(err).__name__ == kind and text in str(err)
@@ -203,7 +203,7 @@ def test_recorded_failures_become_clear_errors(name, kind, text):
 
 def test_usage_error_means_unsupported_option():
     from rebal.errors import UnsupportedOption
-    from rebal.runner import Result, classify
+    from rebal.process.command import Result, classify
 
     err = classify(Result(("zpool", "list", "-j"), 2, "", "invalid option 'j'\nusage:\n\tlist [-H] ..."))
     assert isinstance(err, UnsupportedOption)

@@ -4,7 +4,15 @@ imbalanced pool (tests/fixtures/openzfs: tank-rewrite-before/after)."""
 import pytest
 from conftest import fixture_text
 
-from rebal.rebalance.planner import DirEntry, VdevFill, bytes_to_target, make_plan, order_dirs, simulate, spread
+from rebal.rebalance.planner import (
+    DirEntry,
+    VdevFill,
+    bytes_to_target,
+    make_plan,
+    order_dirs,
+    simulate,
+    spread,
+)
 from rebal.zfs import parse
 
 M = 2**20

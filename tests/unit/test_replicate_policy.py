@@ -7,7 +7,13 @@ from conftest import FIXTURES, fixture_text
 
 from rebal.replicate import policy as P
 from rebal.replicate.rsync import parse_stats, warning_files
-from rebal.replicate.transport import Endpoint, HostKeyError, Ssh, classify_ssh, remote_command
+from rebal.replicate.transport import (
+    Endpoint,
+    HostKeyError,
+    Ssh,
+    classify_ssh,
+    remote_command,
+)
 
 UTC = timezone.utc
 

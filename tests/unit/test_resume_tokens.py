@@ -4,11 +4,11 @@ runs are recorded."""
 
 from conftest import FIXTURES, fixture_text
 
+from rebal.process.command import Result
+from rebal.process.pipeline import StreamResult
 from rebal.replicate.local import CliLocal
-from rebal.replicate.stream import StreamResult
 from rebal.replicate.transport import Endpoint
 from rebal.replicate.zfs_send import Job, ZfsReplicator
-from rebal.runner import Result
 
 USAGE = (FIXTURES / "openzfs-usage-send-receive.txt").read_text()
 TOKEN = fixture_text("recv-resume_zfs-get-Hp-receive_resume_token.txt").split("\t")[2]

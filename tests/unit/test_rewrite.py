@@ -3,8 +3,8 @@
 import pytest
 from conftest import fixture_text
 
+from rebal.process.command import Result
 from rebal.rebalance import rewrite
-from rebal.runner import Result
 from rebal.zfs.cli import Zfs, parse_rewrite_usage
 
 

@@ -7,8 +7,8 @@ import threading
 
 from conftest import fixture_text
 
+from rebal.process.command import run
 from rebal.rebalance.inplace_pass import procs_for
-from rebal.runner import run
 from rebal.zfs.cli import parse_rewrite_answer
 
 D = b"/var/tmp/fx/mnt/a dir/"
@@ -91,7 +91,7 @@ def test_a_name_that_is_not_utf8_comes_back_as_the_same_bytes():
 
 
 def test_rewrite_hands_the_paths_to_the_command_as_bytes():
-    from rebal.runner import Result
+    from rebal.process.command import Result
     from rebal.zfs.cli import Zfs
 
     seen = []
@@ -108,9 +108,9 @@ def test_rewrite_hands_the_paths_to_the_command_as_bytes():
 
 
 def test_a_command_line_with_bytes_is_quoted_for_the_log_as_text():
-    from rebal.runner import _Line
+    from rebal.process.command import line
 
-    assert str(_Line(("zfs", "rewrite", b"/p/a b", b"/p/\xff"))) == "zfs rewrite '/p/a b' '/p/\udcff'"
+    assert line(("zfs", "rewrite", b"/p/a b", b"/p/\xff")) == "zfs rewrite '/p/a b' '/p/\udcff'"
 
 
 def test_the_output_is_handed_over_while_the_command_runs(tmp_path):

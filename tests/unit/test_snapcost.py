@@ -1,8 +1,8 @@
 from datetime import datetime, timedelta, timezone
 
 from rebal.config import Replicate, Retention
-from rebal.schema import validate
 from rebal.rebalance.snapcost import expiry, owner_of
+from rebal.schema import validate
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
 

@@ -1,19 +1,30 @@
-"""Move a stream from one process to another, counting the bytes: `zfs send` -> rebal -> `ssh ... zfs
-receive`. The bytes go through the kernel with splice(2) (no copy into Python), so counting them
-costs next to nothing; a byte-rate limit and a stop request are honoured between chunks.
+"""A pipeline of commands, with no shell between them.
+
+`pump`: `zfs send | zstd ... ` on one side, `ssh HOST zfs receive` (or a local `zfs receive`) on the
+other, and rebal between the two moving the stream with splice(2): the bytes go through the kernel,
+not through Python, so counting them costs next to nothing; a byte-rate limit and a stop request
+are honoured between chunks.
+
+`connect`: the gate's pipeline on the backup host, the stages joined by pipes, its first reading
+rebal's own stdin and its last writing rebal's own stdout (the ssh channel).
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import signal
 import subprocess
 import tempfile
 import threading
-
-from ..rebalance.files import Throttle
+import time
 from dataclasses import dataclass
+
+from ..throttle import Throttle
+from .command import env, line
+
+log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
 
@@ -38,13 +49,17 @@ def _read(f) -> str:
     return f.read().decode(errors="replace")
 
 
+def _start(argv: list[str], **kw) -> subprocess.Popen:
+    log.debug("start: %s", line(argv))
+    return subprocess.Popen(argv, env=env(), start_new_session=True, **kw)
+
+
 def pump(senders: list[list[str]], receiver: list[str], *, throttle: Throttle | None = None,
          stop: threading.Event | None = None, progress=None, procs: list | None = None) -> StreamResult:
     """Run ``senders`` as a pipeline (send | filter ...) and feed its output to ``receiver``.
 
     ``progress(bytes_so_far)`` is called as data passes. ``procs`` receives the processes started
-    (so that a caller can kill them on a signal).
-    """
+    (so that a caller can end them on a signal: `kill`)."""
     stop = stop or threading.Event()
     throttle = throttle or Throttle(None)
     errs = [tempfile.TemporaryFile() for _ in senders]
@@ -52,12 +67,12 @@ def pump(senders: list[list[str]], receiver: list[str], *, throttle: Throttle | 
     chain: list[subprocess.Popen] = []
     prev = subprocess.DEVNULL
     for argv, err in zip(senders, errs):
-        p = subprocess.Popen(argv, stdin=prev, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
+        p = _start(argv, stdin=prev, stdout=subprocess.PIPE, stderr=err)
         if prev is not subprocess.DEVNULL:
             prev.close()
         prev = p.stdout
         chain.append(p)
-    recv = subprocess.Popen(receiver, stdin=subprocess.PIPE, stdout=rout, stderr=rerr, start_new_session=True)
+    recv = _start(receiver, stdin=subprocess.PIPE, stdout=rout, stderr=rerr)
     if procs is not None:
         procs.extend(chain + [recv])
     src = chain[-1].stdout.fileno()
@@ -86,17 +101,17 @@ def pump(senders: list[list[str]], receiver: list[str], *, throttle: Throttle | 
     finally:
         for p in chain:
             if stopped or recv.poll() is not None:
-                _kill(p)
+                kill(p)
         try:
             recv.stdin.close()
         except OSError:
             pass
         if stopped:
-            _kill(recv)
+            kill(recv)
         rc_recv = recv.wait()
         if rc_recv != 0:
             for p in chain:
-                _kill(p)
+                kill(p)
         rcs = [p.wait() for p in chain]
         chain[-1].stdout.close()
     sender_rc = next((rc for rc in rcs if rc != 0), 0)
@@ -106,9 +121,45 @@ def pump(senders: list[list[str]], receiver: list[str], *, throttle: Throttle | 
     )
 
 
-def _kill(p: subprocess.Popen) -> None:
+def kill(p: subprocess.Popen) -> None:
+    """SIGTERM to a pipeline process's group, if it still runs."""
     if p.poll() is None:
         try:
             os.killpg(p.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
+
+
+def connect(stages: list[list[str]]) -> int:
+    """Run the stages joined by pipes, rebal's stdin into the first and the last's output to rebal's
+    stdout; the exit status of the last stage that failed (0 when none did). One stage replaces
+    rebal's own process (nothing of rebal stays between the ssh channel and the command). A stage
+    that cannot start: exit 127, said on stderr."""
+    import sys
+
+    sys.stdout.flush()
+    if len(stages) == 1:
+        try:
+            os.execvp(stages[0][0], stages[0])
+        except OSError as e:
+            sys.stderr.write(f"rebal gate: cannot run {stages[0][0]}: {e.strerror}\n")
+            return 127
+    procs: list[subprocess.Popen] = []
+    prev = None
+    for i, argv in enumerate(stages):
+        last = i == len(stages) - 1
+        try:
+            p = subprocess.Popen(argv, stdin=prev, stdout=None if last else subprocess.PIPE)
+        except OSError as e:
+            sys.stderr.write(f"rebal gate: cannot run {argv[0]}: {e.strerror}\n")
+            for q in procs:
+                q.kill()
+            return 127
+        if prev is not None:
+            prev.close()
+        prev = p.stdout
+        procs.append(p)
+    t0 = time.monotonic()
+    rcs = [p.wait() for p in procs]
+    log.info("pipeline ended after %.1f s: exit %s", time.monotonic() - t0, rcs)
+    return next((rc for rc in reversed(rcs) if rc != 0), 0)
