@@ -18,7 +18,7 @@ from email.message import EmailMessage
 
 from .config import Notify
 
-log = logging.getLogger("rebal.notify")
+log = logging.getLogger(__name__)
 
 
 @dataclass

@@ -16,7 +16,7 @@ from . import services, state
 from .config import Config, cron_trigger
 from .errors import RebalError, UsageError
 
-log = logging.getLogger("rebal.scheduler")
+log = logging.getLogger(__name__)
 BUILTIN = ("fill", "health", "scrub", "rebalance", "metrics")
 GRACE = 600  # seconds a missed run may still start late
 

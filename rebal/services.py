@@ -14,7 +14,7 @@ from . import state
 from .config import Config
 from .errors import RebalError
 
-log = logging.getLogger("rebal")
+log = logging.getLogger(__name__)
 
 
 def watched_pools(cfg: Config, zpool) -> list:

@@ -24,7 +24,7 @@ app = typer.Typer(
 config_app = typer.Typer(help="Check the configuration file.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(config_app, name="config")
 
-log = logging.getLogger("rebal")
+log = logging.getLogger(__name__)
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]

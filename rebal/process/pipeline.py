@@ -18,7 +18,6 @@ import signal
 import subprocess
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 
 from ..throttle import Throttle
@@ -159,7 +158,5 @@ def connect(stages: list[list[str]]) -> int:
             prev.close()
         prev = p.stdout
         procs.append(p)
-    t0 = time.monotonic()
     rcs = [p.wait() for p in procs]
-    log.info("pipeline ended after %.1f s: exit %s", time.monotonic() - t0, rcs)
     return next((rc for rc in reversed(rcs) if rc != 0), 0)

@@ -173,8 +173,7 @@ class _Run:
 
     @property
     def copier(self):
-        """The copy pass's copier, made on first use: the rewrite path never imports it (its hashing
-        and durability modules are a good part of a small rewrite run's start; issue 19)."""
+        """The copy pass's copier, made on first use: the rewrite path never needs it."""
         if self._copier is None:
             from .copier import Copier
 

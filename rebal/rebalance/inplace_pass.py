@@ -1,9 +1,9 @@
 """The directories of a `zfs rewrite` rebalance (method rewrite): every eligible file rewritten in
 place by `zfs rewrite -v [-P]` processes, each handed thousands of paths from several directories.
 
-Why the command and not rebal's own loop: the kernel does the same work either way, but a loop of
-open/ioctl/close in Python cost 1.25-1.4x the command's loop in C (issue 19, measured on OpenZFS
-2.4.4), and a process per directory or per 256 paths cost more than the rewrite of small files.
+Why the command and not rebal's own loop: the kernel does the same work either way, and a loop of
+open/ioctl/close in Python is dearer per file than the command's loop in C; a process per directory
+or per few hundred paths would cost more than the rewrite of small files.
 In place, same inode: names, times and links do not change and a crash leaves each file either
 rewritten or not with the same content, so nothing needs a journal entry before it; the caller
 records each directory done once every file of it was answered.

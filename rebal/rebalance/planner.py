@@ -61,8 +61,8 @@ def bytes_to_target(
     end up fuller than the old), so the trajectory is walked rather than only its end looked at:
     100 points, the first under the target bracketed with the point before it and bisected. One
     simulation along the whole way finds that point; the bracket is checked with the simulation
-    itself and, where it does not hold, the first point is looked for next to it (``_near_first``;
-    100 simulations were 0.17 s of a run's start in the lane's guest)."""
+    itself and, where it does not hold, the first point is looked for next to it (``_near_first``),
+    not with a simulation per point."""
     if spread(vdevs) <= target:
         return 0
     if available <= 0:
@@ -89,8 +89,7 @@ def _near_first(under, guess: int, n: int, reach: int = 4) -> int | None:
     """The first point under the target, looked for from ``guess`` (the one-pass simulation's, whose
     steps differ from ``simulate``'s: near the target the two can differ by a point): down while the
     point before is under too, or up a few points; only where that finds nothing is every point
-    simulated from nothing (that walk was 69 simulations, 0.3 s of a 4,000-file run's start in the
-    lane's guest, when the guess was one point early)."""
+    simulated from nothing."""
     i = min(guess, n)
     if under(i):
         while i > 1 and under(i - 1):
@@ -105,7 +104,7 @@ def _near_first(under, guess: int, n: int, reach: int = 4) -> int | None:
 def _first_under(vdevs: list[VdevFill], target: float, available: int, pinned_fraction: float, n: int) -> int:
     """The first of the n points at which one simulation, run once along the whole way, is under the
     target (n + 1: none): where bytes_to_target starts its walk, rather than simulating from nothing
-    at each point (100 simulations were 0.17 s of a run's start in the lane's guest)."""
+    at each point."""
     if not vdevs:
         return 1
     total_alloc = sum(v.alloc for v in vdevs) or 1

@@ -12,6 +12,7 @@ import logging
 import logging.handlers
 import os
 import sys
+import time
 
 from ..process.command import run
 from ..process.pipeline import connect
@@ -20,7 +21,7 @@ from .gate import INFO, Policy, Refused, check
 # properties a hostile stream could set on the backup host (mount it over /etc, setuid binaries)
 _UNSAFE_PROPS = ("mountpoint", "canmount", "sharenfs", "sharesmb", "setuid", "exec", "devices")
 
-log = logging.getLogger("rebal.gate")
+log = logging.getLogger(__name__)
 
 
 def _setup_log(path: str | None) -> None:
@@ -100,7 +101,10 @@ def serve(policy: Policy, line: str | None, log_path: str | None = None, who: st
         sys.stderr.flush()
     if policy.mode == "receive":
         stages = harden(stages)
-    return connect(stages)
+    t0 = time.monotonic()
+    rc = connect(stages)  # (one stage: rebal's process becomes the command, and this line is not reached)
+    log.info("pipeline ended after %.1f s: exit %s", time.monotonic() - t0, rc)
+    return rc
 
 
 def _check_token(policy: Policy, argv: list[str]) -> None:

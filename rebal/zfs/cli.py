@@ -65,7 +65,7 @@ class Zpool:
 
     def settled(self, pool: str, timeout: float = 30.0) -> Pool:
         """`settle`, then the pool's figures. On OpenZFS 2.3+ `zpool list` says `freeing` beside
-        them (one process after `zpool sync`, issue 19); they are read again only when frees were
+        them (one process after `zpool sync`); they are read again only when frees were
         still under way. Older OpenZFS: `freeing` asked on its own."""
         if not self._sync(pool):
             return self.pools([pool])[0]
@@ -241,7 +241,7 @@ class Zfs:
 
     def snapshots_and(self, dataset: str, props: Sequence[str]) -> tuple[list[tuple[str, int, int]], dict[str, str]]:
         """`snapshots`, and the values of ``props`` of ``dataset`` itself, read by the same `zfs get`
-        (a zfs process is about 0.1 s of a run's start in the lane's guest; issue 19)."""
+        (one process, not two)."""
         res = self._run(queries.snapshots_and(dataset, props))
         snaps: dict[str, dict[str, int]] = {}
         own: dict[str, str] = {}
@@ -262,8 +262,7 @@ class Zfs:
         for p in paths:
             if not p.startswith(b"/"):
                 raise ValueError("zfs rewrite needs absolute paths")  # so none can be read as an option
-        # the paths go out as the bytes they are (no decoding and encoding again per file: 4,000 paths
-        # were 4,000 fsdecode calls on a run's first lanes; issue 19)
+        # the paths go out as the bytes they are: a name that is not valid UTF-8 is still a name
         argv = ["zfs", "rewrite", "-v", *(["-P"] if physical else []), *paths]
         res = self._run(argv, readonly=False, timeout=None, check=False, stop=stop, on_out=on_out)
         return parse_rewrite_answer(res.stdout, res.stderr, paths, res.returncode)

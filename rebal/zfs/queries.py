@@ -1,11 +1,11 @@
 """The command lines of the read-only queries a rebalance starts with, built in one place, and the
 mount table's answer to "which dataset holds this directory". `Zpool` and `Zfs` (cli.py) run these
-command lines; `rebal rebalance`'s fast path starts the first ones before the rest of rebal is loaded
-(`rebal.early`, issue 19), so this module loads nothing but `names`."""
+command lines; `prepare` runs the first ones at once, each a process of its own."""
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 
 from .. import names
@@ -15,7 +15,7 @@ MOUNTINFO = "/proc/self/mountinfo"
 
 
 # the columns rebal reads, and `freeing`: the figures after a run and whether frees are still under
-# way come in one process (issue 19)
+# way come in one process
 POOL_COLUMNS = "name,size,allocated,free,freeing,health"
 
 
@@ -36,14 +36,13 @@ def pool_features(pool: str, features: Sequence[str]) -> list[str]:
     return ["zpool", "get", "-H", "-o", "property,value", ",".join(f"feature@{f}" for f in features), pool]
 
 
-_LOWER = "abcdefghijklmnopqrstuvwxyz"
-_PROP = frozenset(_LOWER + "0123456789_:.-")
+PROPERTY = re.compile(r"[a-z][a-z0-9_:.-]*")
 
 
 def snapshots_and(dataset: str, props: Sequence[str]) -> list[str]:
     """Creation and used of ``dataset``'s snapshots, and ``props`` of the dataset itself, in one `zfs get`."""
-    for p in props:  # [a-z][a-z0-9_:.-]* (str methods: no `re` before the first queries start)
-        if not (p and p[0] in _LOWER and _PROP.issuperset(p)):
+    for p in props:
+        if not PROPERTY.fullmatch(p):
             raise ValueError(f"not a property name: {p!r}")
     return ["zfs", "get", "-Hp", "-r", "-o", "name,property,value", ",".join(["creation", "used", *props]), dataset]
 
@@ -59,18 +58,6 @@ def features(rewrite: bool) -> tuple[str, ...]:
     """The pool features a rebalance asks about: expansion, and `physical_rewrite` when the method
     may be `zfs rewrite`."""
     return (REWRITE_FEATURE, EXPANSION_FEATURE) if rewrite else (EXPANSION_FEATURE,)
-
-
-def first(pool: str, datasets: Sequence[str], rewrite: bool) -> list[list[str]]:
-    """What `prepare` asks first, all at once (prepare.py's queries; a test holds the two the same):
-    the pool's figures with its features (`features`), and each dataset's snapshots and dedup.
-    `zpool status` is asked only where the expansion feature is active, after these."""
-    names.pool(pool)
-    out = [pool_list_json([pool], features(rewrite))]
-    for ds in sorted(set(datasets)):
-        names.dataset(ds)
-        out.append(snapshots_and(ds, SNAPSHOT_PROPS))
-    return out
 
 
 def dataset_of(path: str) -> tuple[str, str] | None:
@@ -116,6 +103,4 @@ def _unescape(field: str) -> str:
     """mountinfo writes space, tab, newline and backslash as octal escapes (\\040)."""
     if "\\" not in field:
         return field
-    import re
-
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
