@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 
 from .errors import UsageError
 from .state import SampleRow
+from .units import iso
 from .zfs.model import Pool, Vdev
 
 
@@ -95,10 +96,6 @@ def parse_since(text: str, now: float | None = None) -> float:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     return dt.timestamp()
-
-
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def history_json(pool: str, rows: list[SampleRow]) -> dict:

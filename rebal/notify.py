@@ -129,3 +129,12 @@ def maybe_notify(conn, cfg: Notify, subject: str, level: str, summary: str, body
         (subject, level, digest, since, last_sent),
     )
     return sent
+
+
+def notify_outcome(cfg: Notify, conn, subject: str, outcome: str, error: str | None) -> None:
+    """A job's outcome: FAILED is sent on change and as a reminder, a later success once."""
+    if not channels(cfg):
+        return
+    level = "OK" if outcome in ("ok", "warning", "incomplete", "stopped") else "CRITICAL"
+    maybe_notify(conn, cfg, subject, level, f"{level}:{(error or '')[:80]}",
+                 f"{subject}: {outcome}" + (f"\n{error}" if error else ""), {"outcome": outcome, "error": error})

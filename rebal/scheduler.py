@@ -12,9 +12,10 @@ import signal
 import threading
 from datetime import datetime, timedelta, timezone
 
-from . import services, state
+from . import jobs, state
 from .config import Config, cron_trigger
 from .errors import RebalError, UsageError
+from .notify import notify_outcome
 
 log = logging.getLogger(__name__)
 BUILTIN = ("fill", "health", "scrub", "rebalance", "metrics")
@@ -76,7 +77,7 @@ def run_one(cfg: Config, name: str, stop: threading.Event | None = None) -> str:
             from .replicate.job import run_job
 
             outcome, details = run_job(cfg, name, stop=stop, conn=conn, on_wait=jlog.info)
-            services.notify_outcome(cfg, conn, f"job:{name}", outcome, details.get("error"))
+            notify_outcome(cfg.notify, conn, f"job:{name}", outcome, details.get("error"))
             jlog.log(logging.ERROR if outcome == "failed" else logging.INFO, "%s: %s bytes%s", outcome,
                      details.get("bytes"), f" ({details['error']})" if details.get("error") else "")
             if outcome in ("ok", "warning") and cfg.schedule.rebalance_after == name and not stop.is_set():
@@ -86,24 +87,24 @@ def run_one(cfg: Config, name: str, stop: threading.Event | None = None) -> str:
                     return "failed"  # the unit (timer mode) fails: the chained part did not do its job
             return outcome
         if name == "fill":
-            res = services.record(conn, "fill", lambda: services.fill_job(cfg, conn, zpool))
+            res = jobs.record(conn, "fill", lambda: jobs.fill_job(cfg, conn, zpool))
         elif name == "health":
-            res = services.record(conn, "health", lambda: _health(cfg, conn, zpool))
+            res = jobs.record(conn, "health", lambda: _health(cfg, conn, zpool))
         elif name == "scrub":
-            res = services.record(conn, "scrub", lambda: services.scrub_job(cfg, conn, zpool))
+            res = jobs.record(conn, "scrub", lambda: jobs.scrub_job(cfg, conn, zpool))
         elif name == "metrics":
-            res = services.record(conn, "metrics", lambda: services.metrics_job(cfg, conn, zpool))
+            res = jobs.record(conn, "metrics", lambda: jobs.metrics_job(cfg, conn, zpool))
         elif name == "rebalance":
-            res = services.rebalance_job(cfg, conn, zpool, Zfs(), stop)
+            res = jobs.rebalance_job(cfg, conn, zpool, Zfs(), stop)
             outcome = res.get("outcome", "ok")
             if outcome in ("failed", "interrupted"):
                 jlog.error("%s: %s (run %s)", outcome, res.get("reason"), res.get("run_id"))
-                services.notify_outcome(cfg, conn, "job:rebalance", "failed", res.get("reason"))
+                notify_outcome(cfg.notify, conn, "job:rebalance", "failed", res.get("reason"))
                 return "failed"
             jlog.info("%s: %s; %s files, %s bytes rewritten, spread %s -> %s (run %s)", outcome, res.get("reason"),
                       res.get("files"), res.get("bytes"), res.get("spread_before"), res.get("spread_after"),
                       res.get("run_id"))
-            services.notify_outcome(cfg, conn, "job:rebalance", "ok", None)
+            notify_outcome(cfg.notify, conn, "job:rebalance", "ok", None)
             return outcome
         else:
             raise UsageError(f"no job named {name!r} (jobs: {', '.join(all_jobs(cfg))})")
@@ -113,14 +114,14 @@ def run_one(cfg: Config, name: str, stop: threading.Event | None = None) -> str:
         raise
     except RebalError as e:
         jlog.error("failed: %s", e)
-        services.notify_outcome(cfg, conn, f"job:{name}", "failed", str(e))
+        notify_outcome(cfg.notify, conn, f"job:{name}", "failed", str(e))
         return "failed"
     finally:
         conn.close()
 
 
 def _health(cfg, conn, zpool) -> dict:
-    level, findings, sent = services.health_job(cfg, conn, zpool)
+    level, findings, sent = jobs.health_job(cfg, conn, zpool)
     for f in findings:
         logging.getLogger("rebal.job.health").log(
             logging.ERROR if f.level == 2 else logging.WARNING, "%s", f.line())

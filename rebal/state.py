@@ -368,7 +368,7 @@ def list_runs(conn: sqlite3.Connection, *, kind: str | None = None, job: str | N
 
 
 def _iso(ts: float) -> str:
-    from .fill import iso
+    from .units import iso
 
     return iso(ts)
 

@@ -1,8 +1,9 @@
-"""Byte figures for people and from people."""
+"""Byte figures and times for people and from people."""
 
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 
 from .errors import UsageError
 
@@ -29,3 +30,8 @@ def parse_size(text: str) -> int:
         raise UsageError(f"not a size: {text!r} (give a number with an optional K, M, G, T suffix)")
     exp = _SUFFIX.index(m.group(2).upper()) + 1 if m.group(2) else 0
     return int(float(m.group(1)) * 1024**exp)
+
+
+def iso(ts: float) -> str:
+    """Epoch seconds as UTC ISO 8601 to the second: 2026-11-26T06:15:45Z."""
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -42,7 +42,7 @@ def replicate(
 @app.command()
 def backups(job: Annotated[str, typer.Argument(help="Replication job.")], as_json: JsonOpt = False) -> None:
     """The restore points of a job on the backup host: snapshots with times and sizes."""
-    from ..replicate.service import list_points
+    from ..replicate.backups import list_points
     from ..views.replicate import backups_text
 
     j, ds, pts = list_points(load_config(), job)
@@ -63,13 +63,13 @@ def restore(
     as_json: JsonOpt = False,
 ) -> None:
     """Get data back: a whole dataset into a NEW dataset, or one file or directory into a directory."""
-    from ..replicate import service
+    from ..replicate import backups
     from ..views.replicate import restore_text
     from .progress import ByteBar
 
     cfg = load_config()
     with Signals() as sig, ByteBar(f"restore {job}", enabled=not (as_json or dry_run or path)) as bar:
-        rep = service.restore(cfg, job, to=to, at=at, path=path, force=force, dry_run=dry_run, stop=sig.stop,
+        rep = backups.restore(cfg, job, to=to, at=at, path=path, force=force, dry_run=dry_run, stop=sig.stop,
                               progress=bar.update)
     if as_json:
         out_json(asdict(rep) | {"dry_run": dry_run})
@@ -89,11 +89,11 @@ def verify(
     import random
 
     from .. import health as H
-    from ..replicate import service
+    from ..replicate import backups
     from ..views.replicate import verify_text
 
     seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
-    level, rep = service.verify(load_config(), job, sample, seed)
+    level, rep = backups.verify(load_config(), job, sample, seed)
     if as_json:
         out_json(rep.as_dict() | {"level": H.LEVEL_NAMES[level]})
     else:

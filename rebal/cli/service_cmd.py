@@ -15,11 +15,11 @@ from .io import Signals, load_config, open_state, out_json, out_text
 def health(as_json: JsonOpt = False) -> None:
     """Pool, device, error, scrub, fill and replication checks; exit 0 OK, 1 warning, 2 critical."""
     from .. import health as H
-    from .. import services
+    from .. import jobs
     from ..zfs.cli import Zpool
 
     cfg = load_config()
-    level, findings, sent = services.health_job(cfg, open_state(cfg), Zpool())
+    level, findings, sent = jobs.health_job(cfg, open_state(cfg), Zpool())
     if as_json:
         out_json({"level": H.LEVEL_NAMES[level], "findings": [f.as_dict() for f in findings], "notified": sent})
     elif findings:
@@ -56,12 +56,12 @@ def metrics(
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write to this file atomically (textfile collector).")] = None,
 ) -> None:
     """Prometheus metrics: per-vdev size/alloc/CAP, spread, health, replication, rebalance progress."""
-    from .. import services
+    from .. import jobs
     from ..metrics import write_atomic
     from ..zfs.cli import Zpool
 
     cfg = load_config()
-    text = services.metrics_text(cfg, open_state(cfg), Zpool())
+    text = jobs.metrics_text(cfg, open_state(cfg), Zpool())
     if output:
         write_atomic(output, text)
     else:
@@ -83,7 +83,7 @@ def scrub(
 
         out_text(f"{pool}: scrub {Zpool().scrub(pool)}\n")
         return
-    from ..replicate.service import scrub_backup
+    from ..replicate.backups import scrub_backup
 
     host, target_pool, what = scrub_backup(load_config(), job)
     out_text(f"{host}:{target_pool}: scrub {what}\n")

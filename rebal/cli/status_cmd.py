@@ -19,7 +19,7 @@ def status(
     """Fill of every data vdev (size, alloc, free, CAP) and the pool's spread; records a sample."""
     from .. import fill, state
     from ..errors import RebalError
-    from ..services import rebalance_findings
+    from ..jobs import rebalance_findings
     from ..zfs.cli import Zpool
 
     cfg = load_config()

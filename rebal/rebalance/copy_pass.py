@@ -26,6 +26,7 @@ from .files import (
     restore_times,
 )
 from .prepare import _avail
+from .runstate import DirReport
 from .scan import candidates
 
 BATCH_FILES = 64
@@ -37,8 +38,7 @@ RETRIES = 2  # a file that changed while copied is tried again this often in the
 
 
 def copy_dir(r, pool: ThreadPoolExecutor, d, root: bytes, dev: int):
-    """Copy-verify-swap directory ``d`` for run ``r`` (engine._Run); returns its DirReport."""
-    from .engine import DirReport
+    """Copy-verify-swap directory ``d`` for run ``r`` (runstate.Run); returns its DirReport."""
 
     rep = DirReport(d.path)
     try:

@@ -11,7 +11,7 @@ from .files import Outcome, restore_times
 
 
 def copy_groups(r, rep):
-    """Rewrite the hardlink groups of run ``r`` (engine._Run), one at a time, each as one new inode
+    """Rewrite the hardlink groups of run ``r`` (runstate.Run), one at a time, each as one new inode
     under all its names; tallies go to ``rep`` (a DirReport) and the run's report."""
     for group in r.prep.scan.groups:
         if r.limit_hit():

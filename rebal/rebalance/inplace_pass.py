@@ -38,6 +38,7 @@ from concurrent.futures import (
     wait,
 )
 
+from .runstate import DirReport
 from .scan import AHEAD
 
 PROC_FILES = 16384  # paths per `zfs rewrite` process (PROC_ARGV is what usually binds)
@@ -109,7 +110,7 @@ class _StopOrHalt:
 
 
 def batches(r, workers: Executor, scanner: Executor, dirs: list, where) -> "Batches":
-    """Rewrite ``dirs`` for run ``r`` (engine._Run); yields (DirEntry, DirReport) for each directory,
+    """Rewrite ``dirs`` for run ``r`` (runstate.Run); yields (DirEntry, DirReport) for each directory,
     in order, once every file of it was answered. Ends when the directories are done or a limit is
     hit (the directory begun then is yielded with its files left counted as deferred). When the
     caller has what it wanted (the target), `rest()` ends the processes still running and gives
@@ -284,7 +285,7 @@ class _Pipeline:
             if w["closed"]:
                 break
             if w["alloc"] >= cap_alloc or (not r.all and not w["by_model"]
-                                           and r._near(r.opts.target_spread, w["alloc"], tuple(w["dirs"]))):
+                                           and r.near(r.opts.target_spread, w["alloc"], tuple(w["dirs"]))):
                 w["closed"] = True  # measure after this directory (the model says the target is near)
                 break
             if full:
@@ -358,7 +359,6 @@ class _Pipeline:
 
     def _answer(self, part: list, result) -> None:
         """Count a part's answer into its directories' reports."""
-        from .engine import DirReport
 
         r = self.r
         paths, ans = result if result is not None else ([], None)
@@ -460,7 +460,7 @@ def _caps(r) -> tuple[float, float, bool]:
         need = r.bytes_to_go()
         if need is not None:  # what the model, shifted to the last settled measurement, says is left: one
             alloc = max(1.0, float(need))  # window, then the pool is settled and measured (a few windows, not one a directory)
-        elif r._near(r.opts.target_spread):
+        elif r.near(r.opts.target_spread):
             alloc = 1.0  # near the target: one directory, then measure
         else:
             alloc = max(1.0, r.measure_every - (r.moved - r.moved_at_measure))

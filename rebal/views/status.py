@@ -4,7 +4,7 @@ by people and by timers, and its start-up time counts."""
 from __future__ import annotations
 
 from .. import fill
-from ..units import human
+from ..units import human, iso
 from .text import age, lines, table
 
 
@@ -38,7 +38,7 @@ def replication_lines(replication: list[dict]) -> list[str]:
         if r["last_success"] is None:
             out.append(f"replication {r['job']} ({r['mode']}): never succeeded")
         else:
-            out.append(f"replication {r['job']} ({r['mode']}): last success {fill.iso(r['last_success'])}, "
+            out.append(f"replication {r['job']} ({r['mode']}): last success {iso(r['last_success'])}, "
                        f"{age(r['age_seconds'])} ago, snapshot {r['snapshot'] or '-'}")
     return out
 
@@ -48,7 +48,7 @@ def history_text(pool: str, rows) -> str:
         return lines(f"no samples of pool {pool} yet (run 'rebal status {pool}', or the daemon)")
     series = fill.history_series(rows)
     short = fill.short_names(list(series))
-    out = [f"{pool}: {len(rows)} samples, {fill.iso(rows[0].ts)} .. {fill.iso(rows[-1].ts)}"]
+    out = [f"{pool}: {len(rows)} samples, {iso(rows[0].ts)} .. {iso(rows[-1].ts)}"]
     chart = [("VDEV", "CAP over time (0-100%)", "NOW")]
     for name, caps in series.items():
         chart.append((short[name], fill.sparkline(caps), f"{caps[-1]:.1f}%"))
@@ -62,6 +62,6 @@ def history_text(pool: str, rows) -> str:
         for name in series:
             size, alloc = r.vdevs.get(name, (0, 0))
             cells.append(f"{100.0 * alloc / size:.1f}%" if size else "-")
-        body.append((fill.iso(r.ts), f"{r.spread:.1f}", *cells))
+        body.append((iso(r.ts), f"{r.spread:.1f}", *cells))
     out += table(body, right=set(range(1, len(head))))
     return lines(out)

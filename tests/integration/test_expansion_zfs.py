@@ -13,7 +13,7 @@ from zfsenv import sh
 
 from rebal import state
 from rebal.rebalance import engine
-from rebal.rebalance.prepare import RefusedError
+from rebal.rebalance.prepare import Options, RefusedError, prepare
 from rebal.zfs.cli import Zfs, Zpool
 from rebal.zfs.parse import parse_zpool_status
 
@@ -62,8 +62,8 @@ def test_plan_reports_the_reclaim_and_the_rewrite_takes_only_old_files(raidz, tm
     write(data / "d0" / "new-after-expansion", 200_000)  # ... and this one after it
     zpool = ExpandedZpool(pool, "rz-expanded_zpool-status-v.txt", ended)
     conn = state.connect(tmp_path / "s.db")
-    opts = engine.Options(targets=[f"{pool.name}/data"], target_spread=10, method="copy")
-    prep = engine.prepare(opts, zpool, Zfs(), conn)
+    opts = Options(targets=[f"{pool.name}/data"], target_spread=10, method="copy")
+    prep = prepare(opts, zpool, Zfs(), conn)
     rc = prep.reclaim
     assert prep.reclaim_only and rc["goal"] == "reclaim"
     assert rc["vdevs"][0]["vdev"] == "raidz1-0"
@@ -79,7 +79,7 @@ def test_plan_reports_the_reclaim_and_the_rewrite_takes_only_old_files(raidz, tm
     assert manifest(data) == before and temp_leftovers(data) == []
     assert os.lstat(data / "d0" / "new-after-expansion").st_ino == new_ino, "new data is left alone"
     # a second run rewrites nothing again: the directories were rewritten after the expansion
-    prep2 = engine.prepare(opts, zpool, Zfs(), conn)
+    prep2 = prepare(opts, zpool, Zfs(), conn)
     assert prep2.reclaim["old_ratio_files"] == 0
     rep2 = engine.execute(prep2, opts, zpool, Zfs(), conn, str(tmp_path / "s.db"))
     assert rep2.files == 0
@@ -88,7 +88,7 @@ def test_plan_reports_the_reclaim_and_the_rewrite_takes_only_old_files(raidz, tm
 def test_running_expansion_and_plain_single_vdev_are_refused_clearly(raidz, tmp_path):
     pool, _data = raidz
     with pytest.raises(RefusedError, match="still running.*zpool wait -t raidz_expand"):
-        engine.prepare(engine.Options(targets=[f"{pool.name}/data"]),
+        prepare(Options(targets=[f"{pool.name}/data"]),
                        ExpandedZpool(pool, "rz-expanding_zpool-status-v.txt"), Zfs())
     with pytest.raises(RefusedError, match="1 data vdev and no expanded RAIDZ vdev"):
-        engine.prepare(engine.Options(targets=[f"{pool.name}/data"]), Zpool(), Zfs())
+        prepare(Options(targets=[f"{pool.name}/data"]), Zpool(), Zfs())

@@ -288,6 +288,7 @@ def test_time_window_end_stops_cleanly(make_pool, tmp_path):
     """--until: the window's end stops the run at a safe point; nothing half-done is left."""
     from rebal import state
     from rebal.rebalance import engine
+    from rebal.rebalance.prepare import Options, prepare
     from rebal.zfs.cli import Zfs, Zpool
 
     pool, data = grown_pool(make_pool, tmp_path, size="128M",
@@ -296,8 +297,8 @@ def test_time_window_end_stops_cleanly(make_pool, tmp_path):
     conn = state.connect(tmp_path / "s.db")
     from dataclasses import replace
 
-    opts = engine.Options(targets=[f"{pool.name}/data"], target_spread=0.01, max_rate=10 * 2**20)
-    prep = engine.prepare(opts, Zpool(), Zfs(), conn)
+    opts = Options(targets=[f"{pool.name}/data"], target_spread=0.01, max_rate=10 * 2**20)
+    prep = prepare(opts, Zpool(), Zfs(), conn)
     opts = replace(opts, until=time.time() + 1.0)  # the window opens once the plan is made
     rep = engine.execute(prep, opts, Zpool(), Zfs(), conn, str(tmp_path / "s.db"))
     assert rep.outcome == "stopped" and "time window" in rep.reason, rep

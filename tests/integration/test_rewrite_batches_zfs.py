@@ -14,6 +14,8 @@ from zfsenv import sh
 
 from rebal import state
 from rebal.rebalance import engine
+from rebal.rebalance.prepare import Options, prepare
+from rebal.rebalance.runstate import Run
 from rebal.zfs.cli import Zfs, Zpool, parse_rewrite_answer
 
 pytestmark = pytest.mark.zfs
@@ -81,8 +83,8 @@ def grown(make_pool, small=120, seed=9):
 def run(pool, tmp_path, zfs, stop=None, **kw):
     conn = state.connect(tmp_path / "s.db")
     kw.setdefault("jobs", 1)
-    opts = engine.Options(targets=[f"{pool.name}/data"], target_spread=0.01, rewrite_all=True, listing=True, **kw)
-    prep = engine.prepare(opts, FeatureZpool(), zfs, conn)
+    opts = Options(targets=[f"{pool.name}/data"], target_spread=0.01, rewrite_all=True, listing=True, **kw)
+    prep = prepare(opts, FeatureZpool(), zfs, conn)
     assert prep.method == "rewrite" and prep.physical
     rep = engine.execute(prep, opts, FeatureZpool(), zfs, conn, str(tmp_path / "s.db"), stop=stop)
     return prep, rep, conn
@@ -232,11 +234,11 @@ def test_the_directories_answered_when_the_target_is_reached_are_recorded_done(m
     the journal and the report (else the next run would rewrite them again)."""
     pool, data = grown(make_pool, small=200, seed=6)
     calls = []
-    monkeypatch.setattr(engine._Run, "target_reached", lambda self: calls.append(1) or True)
+    monkeypatch.setattr(Run, "target_reached", lambda self: calls.append(1) or True)
     zfs = ReplayZfs()
     conn = state.connect(tmp_path / "s.db")
-    opts = engine.Options(targets=[f"{pool.name}/data"], target_spread=0.01, jobs=1)
-    prep = engine.prepare(opts, FeatureZpool(), zfs, conn)
+    opts = Options(targets=[f"{pool.name}/data"], target_spread=0.01, jobs=1)
+    prep = prepare(opts, FeatureZpool(), zfs, conn)
     rep = engine.execute(prep, opts, FeatureZpool(), zfs, conn, str(tmp_path / "s.db"))
     assert rep.outcome == "ok" and len(calls) == 1, rep
     assert len(zfs.handed) == 1 and rep.files == len(zfs.answered) == len(zfs.handed[0])
@@ -257,10 +259,10 @@ def test_the_pre_scan_listing_is_rewritten_without_listing_it_again(make_pool, t
     monkeypatch.setattr(prepare_mod, "AHEAD", keep)
     pool, data = grown(make_pool, small=200, seed=6)
     conn = state.connect(tmp_path / "s.db")
-    opts = engine.Options(targets=[f"{pool.name}/data"], target_spread=0.01, rewrite_all=True, jobs=2, listing=True)
+    opts = Options(targets=[f"{pool.name}/data"], target_spread=0.01, rewrite_all=True, jobs=2, listing=True)
     zfs = ReplayZfs()
-    assert engine.prepare(engine.Options(targets=opts.targets), FeatureZpool(), zfs, conn).scan.listings == {}  # a plan
-    prep = engine.prepare(opts, FeatureZpool(), zfs, conn)
+    assert prepare(Options(targets=opts.targets), FeatureZpool(), zfs, conn).scan.listings == {}  # a plan
+    prep = prepare(opts, FeatureZpool(), zfs, conn)
     listed = {d: len(v) for d, v in prep.scan.listings.items()}
     assert listed and sum(listed.values()) <= keep
     if keep < prep.scan.files:
@@ -344,8 +346,8 @@ def test_progress_is_told_while_a_part_runs_and_adds_up_at_the_end(make_pool, tm
 
     zfs = Halfway()
     conn = state.connect(tmp_path / "s.db")
-    opts = engine.Options(targets=[f"{pool.name}/data"], target_spread=0.01, rewrite_all=True, jobs=1)
-    prep = engine.prepare(opts, FeatureZpool(), zfs, conn)
+    opts = Options(targets=[f"{pool.name}/data"], target_spread=0.01, rewrite_all=True, jobs=1)
+    prep = prepare(opts, FeatureZpool(), zfs, conn)
     rep = engine.execute(prep, opts, FeatureZpool(), zfs, conn, str(tmp_path / "s.db"), events=Events())
     assert rep.outcome == "ok" and zfs.waited, "progress was only told once the process had ended"
     mid = [t for t in told if 0 < t[0] < rep.files]

@@ -86,7 +86,7 @@ def test_replication_age():
 
 
 def test_digest_ignores_moving_numbers():
-    from rebal.services import digest
+    from rebal.jobs import digest
 
     a = [H.Finding(1, "tank", "pool is 81% full (warning at 80%)")]
     b = [H.Finding(1, "tank", "pool is 82% full (warning at 80%)")]

@@ -7,7 +7,7 @@ from datetime import datetime
 import pytest
 
 from rebal.errors import UsageError
-from rebal.rebalance.engine import default_jobs, until_epoch
+from rebal.rebalance.prepare import default_jobs, until_epoch
 from rebal.rebalance.scan import Filters, scan
 
 
@@ -53,7 +53,7 @@ def test_max_size_and_pinned_by_snapshot_time(richfs):
 
 
 def test_nested_targets_are_walked_once(richfs):
-    from rebal.rebalance.engine import resolve_targets
+    from rebal.rebalance.prepare import resolve_targets
 
     make(richfs, "a/b/c.bin", 100)
 

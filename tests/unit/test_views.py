@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from conftest import fixture_text
 
-from rebal.rebalance.engine import Report
 from rebal.rebalance.planner import DirEntry, VdevFill, make_plan
 from rebal.rebalance.prepare import Prepared, Target
+from rebal.rebalance.runstate import Report
 from rebal.rebalance.scan import ScanResult, Skips
 from rebal.state import SampleRow
 from rebal.views import rebalance as RV

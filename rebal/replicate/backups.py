@@ -62,7 +62,7 @@ def restore(cfg: Config, job: str, *, to: str, at: str, path: str | None, force:
 def verify(cfg: Config, job: str, sample: str, seed: int):
     """Check a job's backup against the source; record, notify; returns (level, report)."""
     from .. import health as H
-    from .. import services
+    from ..notify import notify_outcome
     from .verify import verify_rsync, verify_zfs
 
     j = find_job(cfg, job)
@@ -86,7 +86,7 @@ def verify(cfg: Config, job: str, sample: str, seed: int):
     level = rep.level
     outcome = {H.OK: "ok", H.WARNING: "warning", H.CRITICAL: "failed"}[level]
     state.end_run(conn, rid, outcome, details=rep.as_dict())
-    services.notify_outcome(cfg, conn, f"verify:{job}", outcome, "; ".join(f.message for f in rep.findings) or None)
+    notify_outcome(cfg.notify, conn, f"verify:{job}", outcome, "; ".join(f.message for f in rep.findings) or None)
     return level, rep
 
 

@@ -142,17 +142,6 @@ def health_job(cfg: Config, conn, zpool, now: float | None = None) -> tuple[int,
     return level, findings, sent
 
 
-def notify_outcome(cfg: Config, conn, subject: str, outcome: str, error: str | None) -> None:
-    """A job's outcome: FAILED is sent on change and as a reminder, a later success once."""
-    from .notify import channels, maybe_notify
-
-    if not channels(cfg.notify):
-        return
-    level = "OK" if outcome in ("ok", "warning", "incomplete", "stopped") else "CRITICAL"
-    maybe_notify(conn, cfg.notify, subject, level, f"{level}:{(error or '')[:80]}",
-                 f"{subject}: {outcome}" + (f"\n{error}" if error else ""), {"outcome": outcome, "error": error})
-
-
 def scrub_job(cfg: Config, conn, zpool) -> dict:
     out = {}
     for p in watched_pools(cfg, zpool):
@@ -162,23 +151,17 @@ def scrub_job(cfg: Config, conn, zpool) -> dict:
 
 def rebalance_job(cfg: Config, conn, zpool, zfs, stop: threading.Event) -> dict:
     from .rebalance import engine
-    from .units import parse_size
+    from .rebalance.prepare import check_pinned, check_writable, options_from, prepare
 
     rb = cfg.rebalance
     if not rb.targets:
         return {"skipped": "no [rebalance] targets configured"}
-    until = engine.until_epoch(cfg.schedule.rebalance_end) if cfg.schedule.rebalance_end else None
-    opts = engine.build_options(
-        rb, list(rb.targets), until=until, verify=rb.verify, method=rb.method,
-        max_rate=parse_size(rb.max_rate) if rb.max_rate else None,
-        jobs=rb.jobs, allow_snapshots=rb.allow_snapshots, hardlinks=rb.hardlinks, replication_jobs=list(cfg.replicate),
-        listing=True,
-    )
+    opts = options_from(cfg, list(rb.targets), until=cfg.schedule.rebalance_end, listing=True)
     prep = None
     try:
-        prep = engine.prepare(opts, zpool, zfs, conn)
-        engine.check_writable(prep)
-        engine.check_pinned(prep, opts)
+        prep = prepare(opts, zpool, zfs, conn)
+        check_writable(prep)
+        check_pinned(prep, opts)
     except RebalError as e:  # a refusal is a run that could not do its job: recorded as failed
         spec = rb.targets[0]
         pool = prep.pool.name if prep else (None if spec.startswith("/") else spec.split("/")[0])

@@ -1,0 +1,239 @@
+"""A rebalance run's state and what it reports, shared by the engine's loop and its two passes
+(`copy_pass`: copy-verify-rename, `inplace_pass`: `zfs rewrite`): the run's figures, limits and
+budgets (`Run`), a directory's and the run's reports, and the events the CLI renders."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from ..throttle import Throttle
+from ..units import human
+from . import journal
+from .files import FileRef, Result
+from .planner import bytes_to_target, simulate, simulate_dirs, spread
+from .prepare import Prepared, fills
+
+SETTLE_EVERY = 10.0  # seconds: settle at least this often between directories
+MEASURE_BYTES = 64 << 20  # re-measure the pool after at least this much was rewritten (or SETTLE_EVERY)
+
+
+@dataclass
+class DirReport:
+    path: bytes
+    files: int = 0
+    bytes: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    spread: float | None = None
+    deferred: int = 0  # files left for a later run by this run's limits: the directory is not done
+
+
+@dataclass
+class Report:
+    run_id: int
+    outcome: str  # ok, incomplete, stopped, interrupted, failed
+    reason: str
+    files: int = 0
+    bytes: int = 0
+    dirs: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    spread_before: float = 0.0
+    spread_after: float = 0.0
+    predicted_after: float = 0.0
+    seconds: float = 0.0
+    recovered: journal.Recovery | None = None
+    reclaim: dict | None = None  # after a RAIDZ expansion: available before/after, reclaimed, predicted
+    growth: int = 0  # bytes rewritten that snapshots still hold: the pool's growth until they go
+    waiting_on: list[str] = field(default_factory=list)  # those snapshots
+    spread_when_freed: float | None = None  # predicted, once they go
+    placement: dict | None = None  # measured: where the rewritten directories' data was, and is now
+    done_dirs: list[bytes] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return ({"reclaim": self.reclaim} if self.reclaim else {}) | (
+            {"placement": self.placement} if self.placement else {}) | (
+            {"growth": self.growth, "waiting_on": self.waiting_on, "spread_when_freed": self.spread_when_freed}
+            if self.growth else {}) | {
+            "run_id": self.run_id,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "files": self.files,
+            "bytes": self.bytes,
+            "dirs": self.dirs,
+            "skipped": self.skipped,
+            "spread_before": round(self.spread_before, 2),
+            "spread_after": round(self.spread_after, 2),
+            "predicted_after": round(self.predicted_after, 2),
+            "seconds": round(self.seconds, 2),
+        }
+
+
+class Events:
+    """Hooks for progress; the CLI renders them. Here (a scheduled run) notes go to the log."""
+
+    def start(self, prep: Prepared, total_files: int, total_bytes: int) -> None: ...
+    def file_done(self, ref: FileRef, result: Result) -> None: ...
+    def dir_done(self, report: DirReport) -> None: ...
+    def measured(self, spread: float) -> None: ...
+    def progress(self, files: int, nbytes: int) -> None: ...  # rewrite: so far, while parts run
+
+    def note(self, text: str) -> None:
+        logging.getLogger("rebal.job.rebalance").info("%s", text)
+
+
+class Run:
+    """A rebalance under way: its options, its pool's figures as they were last measured, its limits
+    and budgets; what both passes (copy_pass, inplace_pass) and the engine's loop share."""
+
+
+    def __init__(self, prep, opts, zpool, zfs, conn, events, stop):
+        self.prep, self.opts, self.zpool, self.zfs, self.conn = prep, opts, zpool, zfs, conn
+        self.events, self.stop = events, stop
+        self.pool_name = prep.pool.name
+        self.reserve = prep.pool.size * opts.reserve_percent / 100
+        self.throttle = Throttle(opts.max_rate)
+        self._copier = None
+        self.swap_pool = None  # the copy pass's second pool of threads (barriers and swaps), while it runs
+        self.report: Report
+        self.stop_reason = ""
+        self.last_settle = time.monotonic()
+        self.spread_now = prep.pool.spread
+        self.linked_seen: set[int] = set()  # hardlinked inodes already rewritten in place
+        self.filters = prep.filters or opts.filters
+        self.all = opts.rewrite_all or prep.reclaim_only  # every eligible file, whatever the spread
+        # data last written before the newest snapshot is referenced by it: rewriting it grows the pool
+        self.pinned_ns = int((prep.snapshots[-1][1] + 1) * 1e9) if prep.snapshots else None  # whole seconds
+        self.growth = 0
+        self.pending_size = 0  # bytes of the batches in flight (copies being made)
+        self.pending_grow = 0  # of which pinned by a snapshot: growth not yet counted
+        self.moved = 0  # bytes allocated to what was rewritten: what the model moves (sparse files are small)
+        self.moved_at_measure = 0
+        self.last_measure = time.monotonic()  # the plan's figures are a measurement
+        self.settled_at: tuple[int, float] | None = None  # (bytes moved, spread) at the last settled measurement
+        # measure the pool per batch of bytes, not per directory (a `zpool list` per small directory
+        # was a good part of the per-file cost of a tree of small directories)
+        self.measure_every = max(MEASURE_BYTES, prep.pool.size // 200)
+        self.movable = sum(d.moves for d in prep.scan.dirs if d.path not in prep.done_dirs) if prep.scan else 0
+        self.pending_done: list[tuple[bytes, int, int, bool]] = []  # rewrite: done markers not yet written
+
+    def pinned(self, mtime_ns: int) -> bool:
+        return self.pinned_ns is not None and mtime_ns < self.pinned_ns
+
+    def over_budget(self, more: int) -> bool:
+        """Would ``more`` bytes of pinned data take the pool's growth past --max-growth?"""
+        if self.opts.max_growth is None or self.growth + more <= self.opts.max_growth:
+            return False
+        self.stop_reason = (f"--max-growth reached: the pool grew by about {human(self.growth)} "
+                            "(rewritten data that snapshots still hold)")
+        self.stop.set()
+        return True
+
+    @property
+    def copier(self):
+        """The copy pass's copier, made on first use: the rewrite path never needs it."""
+        if self._copier is None:
+            from .copier import Copier
+
+            self._copier = Copier(self.opts.verify, self.stop, self.throttle)
+        return self._copier
+
+    # measuring
+
+    def flush_done(self) -> None:
+        if self.pending_done:
+            journal.dirs_ended(self.conn, self.report.run_id, self.pending_done)
+            self.pending_done = []
+
+    def measure(self, settle: bool) -> float:
+        self.flush_done()
+        self.moved_at_measure, self.last_measure = self.moved, time.monotonic()
+        if settle:
+            pool = self.zpool.settled(self.pool_name)
+            self.last_settle = time.monotonic()
+            self.settled_at = (self.moved, pool.spread)
+        else:
+            [pool] = self.zpool.pools([self.pool_name])
+        self.spread_now = pool.spread
+        self.events.measured(pool.spread)
+        return pool.spread
+
+    def target_reached(self) -> bool:
+        """Measure after a directory. Frees show late (ZFS frees blocks asynchronously), so the
+        figures right after a directory make the spread look worse than it is: the pool is settled
+        first whenever the raw figures, or the model given the bytes rewritten so far, say the
+        target may be reached, and otherwise at most every SETTLE_EVERY seconds."""
+        target = self.opts.target_spread
+        if self.all:
+            return False  # every file goes, whatever the spread: measured at the end
+        if self.moved == self.moved_at_measure:
+            return False  # nothing rewritten since the pool was last measured (the rest of a window's directories)
+        if (self.moved - self.moved_at_measure < self.measure_every and not self.growth
+                and time.monotonic() - self.last_measure < SETTLE_EVERY and not self.near(target)):
+            return False
+        if self.growth:  # old copies stay until their snapshots go: the model says when the goal holds then
+            self.measure(settle=False)
+            self.report.spread_when_freed = spread(simulate(fills(self.prep.pool), self.moved))
+            return self.report.spread_when_freed <= target - max(0.3, 0.05 * target)
+        plan = self.prep.plan
+        if plan.measured:  # where the rewritten directories' data was, measured
+            done = set(self.report.done_dirs)
+            predicted = spread(simulate_dirs(fills(self.prep.pool), [d for d in plan.ranked if d.path in done],
+                                             plan.pinned_fraction))
+        else:
+            predicted = spread(simulate(fills(self.prep.pool), self.moved, plan.pinned_fraction)) + self._offset()
+        # stop a little under the target: figures rounded to 3 digits (old ZFS) and the last frees
+        # landing must not put the spread back over it right after the run
+        line = target - max(0.3, 0.05 * target)
+        if predicted <= target or time.monotonic() - self.last_settle >= SETTLE_EVERY:
+            return self.measure(settle=True) <= line  # (the raw figures first were a `zpool list` for nothing)
+        if self.measure(settle=False) <= target:  # the model may be wrong: the raw figures say it is there
+            return self.measure(settle=True) <= line
+        return False
+
+    def near(self, target: float, more: int = 0, dirs: tuple = ()) -> bool:
+        """Is the model's spread, given what was rewritten so far (and ``more`` bytes in ``dirs``
+        about to be), near the target? Then measure."""
+        plan = self.prep.plan
+        if plan.measured:
+            done = set(self.report.done_dirs).union(dirs)
+            predicted = spread(simulate_dirs(fills(self.prep.pool), [d for d in plan.ranked if d.path in done],
+                                             plan.pinned_fraction))
+        else:
+            predicted = spread(simulate(fills(self.prep.pool), self.moved + more, plan.pinned_fraction)) + self._offset()
+        return predicted <= target + 1.0
+
+    def _offset(self) -> float:
+        """How far the pool's last settled spread lay above the model's (by bytes moved): the model
+        is shifted by it from then on (the next settled measurement corrects it again)."""
+        if self.settled_at is None:
+            return 0.0
+        at, measured = self.settled_at
+        return measured - spread(simulate(fills(self.prep.pool), at, self.prep.plan.pinned_fraction))
+
+    def bytes_to_go(self) -> int | None:
+        """Bytes still to rewrite for the spread to reach the stop line (a little under the target),
+        by the model shifted to the last settled measurement; None where it cannot say (placement
+        measured per directory, snapshots holding old copies, or the line out of reach)."""
+        plan = self.prep.plan
+        if self.all or self.growth or plan.measured:
+            return None
+        target = self.opts.target_spread
+        line = target - max(0.3, 0.05 * target) - self._offset()
+        if line <= 0:
+            return None
+        need = bytes_to_target(fills(self.prep.pool), line, self.movable, plan.pinned_fraction)
+        return None if need is None else max(0, need - self.moved)
+
+    # limits
+
+    def limit_hit(self) -> str:
+        if self.stop.is_set():
+            return self.stop_reason or "interrupted"
+        if self.opts.max_bytes is not None and self.report.bytes >= self.opts.max_bytes:
+            return f"--max-bytes reached ({human(self.report.bytes)} rewritten)"
+        if self.opts.until is not None and time.time() >= self.opts.until:
+            return "the end of the time window (--until) was reached"
+        return ""
+
+    # one directory, zfs rewrite
