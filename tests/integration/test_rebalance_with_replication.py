@@ -110,7 +110,7 @@ def test_rebalance_and_replication_take_turns_and_chain(make_pool, backup_host, 
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while (run_state(cfg, "rebalance") or {}).get("outcome") != "running":
-        assert time.monotonic() < deadline and reb.poll() is None, "the scheduled rebalance did not start"
+        assert time.monotonic() < deadline and reb.poll() is None, ("the scheduled rebalance did not start", reb.poll() is not None and reb.communicate())
         time.sleep(0.2)  # polling the recorded state of another process, bounded
     rep = subprocess.run([sys.executable, "-m", "rebal", "--config", str(cfg), "replicate", "nightly", "--json"],
                          capture_output=True, text=True, timeout=300)
