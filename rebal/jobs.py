@@ -77,10 +77,7 @@ def rebalance_findings(conn, runner=None) -> list[H.Finding]:
     from .process.command import run
 
     out = []
-    rows = conn.execute("SELECT id, pool, outcome, error, details FROM runs WHERE kind = 'rebalance' AND id IN "
-                        "(SELECT max(id) FROM runs WHERE kind = 'rebalance' AND outcome IS NOT NULL GROUP BY pool)"
-                        ).fetchall()
-    for rid, pool, outcome, error, details in rows:
+    for rid, pool, outcome, error, details in state.last_finished(conn, "rebalance"):
         if outcome == "failed":
             out.append(H.Finding(H.WARNING, pool or "rebalance",
                                  f"the last rebalance (run {rid}) failed: {(error or '').splitlines()[0][:300]}"))
@@ -107,10 +104,8 @@ def verify_findings(cfg: Config, conn, now: float | None = None) -> list[H.Findi
     now = time.time() if now is None else now
     out = []
     for j in cfg.replicate:
-        last = conn.execute("SELECT outcome, ended, details FROM runs WHERE kind = 'verify' AND job = ? "
-                            "AND outcome IS NOT NULL ORDER BY id DESC LIMIT 1", (j.name,)).fetchone()
-        good = conn.execute("SELECT max(ended) FROM runs WHERE kind = 'verify' AND job = ? AND outcome = 'ok'",
-                            (j.name,)).fetchone()[0]
+        last = state.last_of_job(conn, "verify", j.name)
+        good = state.last_ended(conn, "verify", j.name, "ok")
         subject = f"job:{j.name}"
         if last is not None and last["outcome"] == "failed":
             d = json.loads(last["details"] or "{}")
@@ -176,7 +171,7 @@ def rebalance_summary(conn) -> list[dict]:
     import json
 
     out = []
-    for row in conn.execute("SELECT pool, outcome, details, progress, max(id) FROM runs WHERE kind = 'rebalance' GROUP BY pool"):
+    for row in state.newest_per_pool(conn, "rebalance"):
         d = json.loads(row["details"] or "{}")
         out.append({"pool": row["pool"], "running": row["outcome"] is None, "bytes": d.get("bytes", 0),
                     "files": d.get("files", 0)})

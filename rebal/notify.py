@@ -16,6 +16,7 @@ import urllib.request
 from dataclasses import dataclass
 from email.message import EmailMessage
 
+from . import state
 from .config import Notify
 
 log = logging.getLogger(__name__)
@@ -86,20 +87,11 @@ def _command(cfg: Notify, msg: Message) -> None:
 # -- on change, and reminders ----------------------------------------------------------------------
 
 
-def ensure_table(conn) -> None:
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS notify_state (subject TEXT PRIMARY KEY, level TEXT NOT NULL, "
-        "digest TEXT NOT NULL, since REAL NOT NULL, last_sent REAL)"
-    )
-
-
 def maybe_notify(conn, cfg: Notify, subject: str, level: str, summary: str, body: str, data: dict,
                  now: float | None = None) -> dict[str, str] | None:
     """Send if ``subject``'s level or findings changed, or as a reminder. Returns what was sent."""
     now = time.time() if now is None else now
-    ensure_table(conn)
-    row = conn.execute("SELECT level, digest, since, last_sent FROM notify_state WHERE subject = ?",
-                       (subject,)).fetchone()
+    row = state.notice(conn, subject)
     digest = summary
     host = socket.gethostname()
     if row is None:
@@ -124,10 +116,7 @@ def maybe_notify(conn, cfg: Notify, subject: str, level: str, summary: str, body
             sent = send(cfg, Message(subj, body, label, data | {"subject": subject, "previous": prev_level}))
     last_sent = now if sent is not None else (row[3] if row else None)
     since = now if changed or row is None else row[2]
-    conn.execute(
-        "INSERT OR REPLACE INTO notify_state (subject, level, digest, since, last_sent) VALUES (?, ?, ?, ?, ?)",
-        (subject, level, digest, since, last_sent),
-    )
+    state.set_notice(conn, subject, level, digest, since, last_sent)
     return sent
 
 

@@ -43,10 +43,8 @@ def all_jobs(cfg: Config) -> list[str]:
 
 def last_start(conn, job: str, cfg: Config) -> float | None:
     if cfg.job(job) is not None:
-        row = conn.execute("SELECT max(started) FROM runs WHERE kind = 'replicate' AND job = ?", (job,)).fetchone()
-    else:
-        row = conn.execute("SELECT max(started) FROM runs WHERE kind = ?", (job,)).fetchone()
-    return row[0] if row and row[0] is not None else None
+        return state.last_started(conn, "replicate", job)
+    return state.last_started(conn, job)
 
 
 def due(cfg: Config, conn, now: datetime | None = None) -> list[str]:

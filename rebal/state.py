@@ -99,6 +99,12 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE runs ADD COLUMN progress INTEGER;
     """,
+    # 5: what was last said of each subject (notifications on change, reminders); made on first
+    # use before this migration, hence IF NOT EXISTS
+    """
+    CREATE TABLE IF NOT EXISTS notify_state (subject TEXT PRIMARY KEY, level TEXT NOT NULL,
+        digest TEXT NOT NULL, since REAL NOT NULL, last_sent REAL);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -287,6 +293,68 @@ def end_run(conn: sqlite3.Connection, run_id: int, outcome: str, *, error: str |
 def set_outcome(conn: sqlite3.Connection, run_id: int, outcome: str) -> None:
     with atomic(conn):
         conn.execute("UPDATE runs SET outcome = ? WHERE id = ?", (outcome, run_id))
+
+
+def reopen_run(conn: sqlite3.Connection, run_id: int) -> None:
+    """A run continued by a later process: running again."""
+    with atomic(conn):
+        conn.execute("UPDATE runs SET outcome = NULL, ended = NULL WHERE id = ?", (run_id,))
+
+
+def resumable_run(conn: sqlite3.Connection, kind: str, key: str) -> int | None:
+    """The newest run of ``kind`` on ``key`` if it did not finish (running when it died, interrupted,
+    stopped or failed): its done parts need not be done again."""
+    row = conn.execute("SELECT id, outcome FROM runs WHERE kind = ? AND key = ? ORDER BY id DESC LIMIT 1",
+                       (kind, key)).fetchone()
+    return row["id"] if row is not None and row["outcome"] in (None, "interrupted", "stopped", "failed") else None
+
+
+def last_finished(conn: sqlite3.Connection, kind: str) -> list[sqlite3.Row]:
+    """The newest finished run of ``kind`` on each pool: id, pool, outcome, error, details."""
+    return conn.execute("SELECT id, pool, outcome, error, details FROM runs WHERE id IN (SELECT max(id) FROM runs "
+                        "WHERE kind = ? AND outcome IS NOT NULL GROUP BY pool)", (kind,)).fetchall()
+
+
+def newest_per_pool(conn: sqlite3.Connection, kind: str) -> list[sqlite3.Row]:
+    """The newest run of ``kind`` on each pool, finished or not: pool, outcome, details."""
+    return conn.execute("SELECT pool, outcome, details FROM runs WHERE id IN (SELECT max(id) FROM runs "
+                        "WHERE kind = ? GROUP BY pool)", (kind,)).fetchall()
+
+
+def last_of_job(conn: sqlite3.Connection, kind: str, job: str, outcomes: tuple[str, ...] | None = None):
+    """The newest finished run of ``kind`` for ``job`` (of one of ``outcomes``, when given), or None."""
+    sql = "SELECT id, outcome, started, ended, error, details FROM runs WHERE kind = ? AND job = ? AND outcome IS NOT NULL"
+    args: list = [kind, job]
+    if outcomes:
+        sql += f" AND outcome IN ({', '.join('?' * len(outcomes))})"
+        args += outcomes
+    return conn.execute(sql + " ORDER BY id DESC LIMIT 1", args).fetchone()
+
+
+def last_ended(conn: sqlite3.Connection, kind: str, job: str, outcome: str) -> float | None:
+    """When the newest run of ``kind`` for ``job`` with ``outcome`` ended."""
+    return conn.execute("SELECT max(ended) FROM runs WHERE kind = ? AND job = ? AND outcome = ?",
+                        (kind, job, outcome)).fetchone()[0]
+
+
+def last_started(conn: sqlite3.Connection, kind: str, job: str | None = None) -> float | None:
+    """When the newest run of ``kind`` (for ``job``, when given) started."""
+    if job is None:
+        return conn.execute("SELECT max(started) FROM runs WHERE kind = ?", (kind,)).fetchone()[0]
+    return conn.execute("SELECT max(started) FROM runs WHERE kind = ? AND job = ?", (kind, job)).fetchone()[0]
+
+
+def notice(conn: sqlite3.Connection, subject: str) -> sqlite3.Row | None:
+    """What was last said of ``subject``: level, digest, since, last_sent (None: nothing yet)."""
+    return conn.execute("SELECT level, digest, since, last_sent FROM notify_state WHERE subject = ?",
+                        (subject,)).fetchone()
+
+
+def set_notice(conn: sqlite3.Connection, subject: str, level: str, digest: str, since: float,
+               last_sent: float | None) -> None:
+    with atomic(conn):
+        conn.execute("INSERT OR REPLACE INTO notify_state (subject, level, digest, since, last_sent) "
+                     "VALUES (?, ?, ?, ?, ?)", (subject, level, digest, since, last_sent))
 
 
 def last_successes(conn: sqlite3.Connection, cfg) -> list[dict]:

@@ -65,7 +65,7 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
         state.mark_dead_runs(conn, "rebalance", pool=prep.pool.name, keep=prep.resume_run)
         if prep.resume_run is not None:
             run_id = prep.resume_run
-            conn.execute("UPDATE runs SET outcome = NULL, ended = NULL WHERE id = ?", (run_id,))
+            state.reopen_run(conn, run_id)
             events.note(f"continuing run {run_id}: {len(prep.done_dirs)} directories already done")
         else:
             run_id = state.start_run(conn, "rebalance", pool=prep.pool.name, key=prep.key)

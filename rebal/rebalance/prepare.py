@@ -216,14 +216,11 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
     resume_run, done = None, set()
     key = run_key(pool_name, [t.root for t in targets])
     if conn is not None:
-        row = conn.execute(
-            "SELECT id FROM runs WHERE kind = 'rebalance' AND key = ? ORDER BY id DESC LIMIT 1", (key,)
-        ).fetchone()
-        if row is not None:
-            last = conn.execute("SELECT outcome FROM runs WHERE id = ?", (row[0],)).fetchone()[0]
-            if last in (None, "interrupted", "stopped", "failed"):
-                resume_run = row[0]
-                done = journal.done_dirs(conn, resume_run)
+        from .. import state
+
+        resume_run = state.resumable_run(conn, "rebalance", key)
+        if resume_run is not None:
+            done = journal.done_dirs(conn, resume_run)
         if expanded and reclaim_only:  # rewritten since the expansion: at the new ratio already
             done = done | journal.dirs_done_since(conn, pool_name, opts.filters.expanded_at)
 

@@ -76,8 +76,7 @@ def verify(cfg: Config, job: str, sample: str, seed: int):
             if j.mode == "zfs":
                 rep = verify_zfs(j, ssh, n, seed)
             else:
-                row = conn.execute("SELECT details FROM runs WHERE kind = 'replicate' AND job = ? AND outcome IN "
-                                   "('ok', 'warning') ORDER BY id DESC LIMIT 1", (job,)).fetchone()
+                row = state.last_of_job(conn, "replicate", job, ("ok", "warning"))
                 snap = json.loads(row["details"]).get("snapshot") if row else None
                 rep = verify_rsync(j, ssh, n, seed, snap)
     except BaseException as e:
