@@ -13,6 +13,7 @@ from typing import Literal
 from . import names
 from .errors import ConfigError
 from .schema import Model, spec, validate
+from .units import size_problem
 
 DEFAULT_PATH = "/etc/rebal/config.toml"
 DEFAULT_STATE_DB = "/var/lib/rebal/state.db"
@@ -72,11 +73,11 @@ class Rebalance(Model):
     method: Literal["auto", "copy", "rewrite"] = "auto"
     jobs: int = spec(0, ge=0, le=64)  # 0: chosen from the number of data vdevs and cores
     allow_snapshots: bool = False
-    max_growth: str | None = spec(None, pattern=r"^\d+(\.\d+)?[KMGTkmgt]?$", hint="give a size like 500G")  # with allow_snapshots: the pool may grow this much
+    max_growth: str | None = spec(None, check=size_problem)  # with allow_snapshots: the pool may grow this much
     hardlinks: bool = False
     exclude: list[str] = spec(factory=list)
     min_age_days: float = spec(0, ge=0)
-    max_rate: str | None = None  # e.g. "200M" per second
+    max_rate: str | None = spec(None, check=size_problem)  # bytes per second, e.g. "200M"
 
 
 @dataclass(kw_only=True)
@@ -161,7 +162,7 @@ class Replicate(Model):
     compressed: bool = True
     large_blocks: bool = True
     embedded: bool = True
-    bwlimit: str | None = spec(None, pattern=r"^\d+[KMGkmg]?$", hint="give a rate per second like 50M")
+    bwlimit: str | None = spec(None, check=size_problem)  # bytes per second, e.g. "50M"
     stream_compress: Literal["none", "zstd"] = "none"
     mbuffer: bool = False
     snapshot_target: bool = False

@@ -31,6 +31,24 @@ class UsageError(RebalError):
     exit_code = 2
 
 
+class CannotWrite(RebalError):
+    """A file rebal must write cannot be written (a read-only file system, a missing directory, a
+    full disk): the message names the path and what to do."""
+
+    @classmethod
+    def of(cls, what: str, path: str, e: OSError) -> CannotWrite:
+        import errno
+
+        hint = {
+            errno.EROFS: "it is read-only to rebal: under the shipped systemd units (ProtectSystem=strict) "
+                         "run `rebal units` so the directory is in ReadWritePaths, then `systemctl daemon-reload`",
+            errno.ENOENT: "its directory does not exist: create it, or name another place in the config",
+            errno.EACCES: "permission denied: run rebal as root, or name a place it may write",
+            errno.ENOSPC: "the file system is full",
+        }.get(e.errno, "")
+        return cls(f"cannot write {what} {path}: {e.strerror}" + (f" ({hint})" if hint else ""))
+
+
 class ToolMissing(RebalError):
     """A required external program (zpool, zfs, rsync, ssh) is not installed."""
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import tempfile
 
+from .errors import CannotWrite
+
 from .zfs.model import Pool
 
 
@@ -73,6 +75,8 @@ def render(pools: list[Pool], health_level: dict[str, int], replication: list[di
             d.add("rebal_vdev_alloc_bytes", "Data vdev allocated bytes.", v.alloc, pool=p.name, vdev=v.name)
             d.add("rebal_vdev_capacity_percent", "Data vdev CAP.", v.cap, pool=p.name, vdev=v.name)
     for r in replication:
+        d.add("rebal_replication_succeeded_ever", "1 once the job has succeeded at least once, 0 before.",
+              0 if r["last_success"] is None else 1, replication_job=r["job"])
         if "replication_max_age_hours" in limits:
             d.add("rebal_replication_max_age_seconds", "A job's last success is too old after this long "
                   "(health.replication_max_age_hours).", limits["replication_max_age_hours"] * 3600, replication_job=r["job"])
@@ -91,7 +95,10 @@ def render(pools: list[Pool], health_level: dict[str, int], replication: list[di
 def write_atomic(path: str, text: str) -> None:
     """Write beside the target and rename over it: the collector never reads half a file."""
     d = os.path.dirname(os.path.abspath(path)) or "."
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".rebal-metrics-", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".rebal-metrics-", suffix=".tmp")
+    except OSError as e:
+        raise CannotWrite.of("the metrics file", path, e) from None
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
@@ -99,9 +106,11 @@ def write_atomic(path: str, text: str) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError):
+            raise CannotWrite.of("the metrics file", path, e) from None
         raise

@@ -23,10 +23,15 @@ class DropIn:
 
 
 def writable_paths(cfg, zfs) -> list[str]:
-    """The state directory and every rebalance target's directory (a dataset's mount point)."""
+    """The state directory, every rebalance target's directory (a dataset's mount point) and, where
+    the metrics schedule writes, the metrics file's directory ("-" before it: a unit still starts
+    while it does not exist, e.g. before node_exporter is installed)."""
     from . import names
 
     paths = [os.path.dirname(os.path.abspath(cfg.state_db))]
+    optional = []
+    if cfg.schedule.metrics:
+        optional.append(os.path.dirname(os.path.abspath(cfg.metrics_file)))
     for spec in cfg.rebalance.targets:
         if spec.startswith("/"):
             paths.append(os.path.normpath(spec))
@@ -34,9 +39,9 @@ def writable_paths(cfg, zfs) -> list[str]:
             names.dataset(spec)
             paths.append(zfs.mountpoint(spec))
     out: list[str] = []
-    for p in sorted(set(paths), key=len):  # a path under another listed one adds nothing
-        if not any(p == q or p.startswith(q.rstrip("/") + "/") for q in out):
-            out.append(p)
+    for p in sorted(set(paths) | set(optional), key=len):  # a path under another listed one adds nothing
+        if not any(p == q.lstrip("-") or p.startswith(q.lstrip("-").rstrip("/") + "/") for q in out):
+            out.append(p if p in paths else f"-{p}")
     return out
 
 
@@ -48,8 +53,9 @@ def drop_ins(cfg, zfs, unit_dir: str, source: str) -> list[DropIn]:
 
             raise UsageError(f"{p}: a path with spaces or quotes cannot go into ReadWritePaths as it is; "
                              "give the rebalance a target without them")
-    text = (f"# Written by `rebal units` from {source}: the paths rebal writes (its state and the\n"
-            "# [rebalance] targets). The unit's ProtectSystem=strict makes everything else read-only.\n"
+    text = (f"# Written by `rebal units` from {source}: the paths rebal writes (its state, the\n"
+            "# [rebalance] targets, the metrics file's directory). The unit's ProtectSystem=strict makes\n"
+            "# everything else read-only.\n"
             "# Run `rebal units` again after changing the targets.\n"
             "[Service]\n"
             f"ReadWritePaths={' '.join(paths)}\n")

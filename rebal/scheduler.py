@@ -114,6 +114,10 @@ def run_one(cfg: Config, name: str, stop: threading.Event | None = None) -> str:
         jlog.error("failed: %s", e)
         notify_outcome(cfg.notify, conn, f"job:{name}", "failed", str(e))
         return "failed"
+    except Exception as e:  # a bug: this job failed, the others still run; its traceback with --debug
+        jlog.error("failed: internal error: %s: %s", type(e).__name__, e, exc_info=jlog.isEnabledFor(logging.DEBUG))
+        notify_outcome(cfg.notify, conn, f"job:{name}", "failed", f"internal error: {type(e).__name__}: {e}")
+        return "failed"
     finally:
         conn.close()
 
@@ -161,6 +165,7 @@ def _safe_run(cfg: Config, name: str, stop: threading.Event) -> None:
         return
     try:
         run_one(cfg, name, stop)
-    except Exception as e:  # the daemon outlives any one job's failure; it is logged and recorded
-        logging.getLogger(f"rebal.job.{name}").exception("crashed: %s", e)
+    except Exception as e:  # the daemon outlives any one job's failure: one line (its traceback with --debug)
+        jlog = logging.getLogger(f"rebal.job.{name}")
+        jlog.error("failed: %s", e, exc_info=jlog.isEnabledFor(logging.DEBUG))
 

@@ -23,11 +23,20 @@ def human(n: int | float) -> str:
     raise AssertionError("unreachable")
 
 
+SIZE_HINT = "give a number with an optional K, M, G or T suffix, like 500G or 1.5M"
+
+
+def size_problem(text: str) -> str | None:
+    """None when ``text`` is a size `parse_size` reads (the one grammar of the command line and the
+    config file), else what to give."""
+    return None if _SIZE.match(text) else SIZE_HINT
+
+
 def parse_size(text: str) -> int:
-    """'10G', '512M', '1.5T', '4096' -> bytes (powers of 1024)."""
+    """'10G', '512M', '1.5T', '200MiB', '4096' -> bytes (powers of 1024)."""
     m = _SIZE.match(text)
     if not m:
-        raise UsageError(f"not a size: {text!r} (give a number with an optional K, M, G, T suffix)")
+        raise UsageError(f"not a size: {text!r} ({SIZE_HINT})")
     exp = _SUFFIX.index(m.group(2).upper()) + 1 if m.group(2) else 0
     return int(float(m.group(1)) * 1024**exp)
 

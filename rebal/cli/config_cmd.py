@@ -19,7 +19,16 @@ def config_check(
     from .. import config
     from ..errors import ConfigError
 
-    path = file or config.config_path(OPTS.config)[0]
+    import os
+
+    path, named = (file, True) if file else config.config_path(OPTS.config)
+    if not named and not os.path.exists(path):  # as every other command reads it: all defaults
+        cfg = config.Config()
+        if as_json:
+            out_json({"file": None, "ok": True, "problems": [], "jobs": [], "state_db": cfg.state_db})
+        else:
+            out_text(f"no config file at {path}: every key has its default (state database {cfg.state_db})\n")
+        return
     try:
         cfg = config.load(path, check_cron=True)
     except ConfigError as e:

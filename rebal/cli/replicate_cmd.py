@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict
 from typing import Annotated, Optional
 
@@ -29,12 +30,13 @@ def replicate(
                                    progress=bar.update if bar.enabled else None, on_wait=warn)
     if as_json:
         out_json(details | {"outcome": outcome})
-        if outcome == "failed":  # stdout is for the script; its log still says why
-            say_error(f"replicate {job} failed: {details.get('error') or 'see the JSON on stdout'}")
-    else:
+    elif outcome != "failed":
         out_text(replication_text(outcome, details))
-    if outcome == "failed":
-        raise typer.Exit(1)
+    if outcome == "failed":  # the report of what got done, then why it failed, on stderr
+        if not as_json:
+            sys.stderr.write(replication_text(outcome, details))
+        say_error(f"replicate {job} failed: {details.get('error') or 'see the JSON on stdout'}")
+        raise typer.Exit(details.get("exit_code", 1))
     if outcome == "interrupted":
         raise typer.Exit(sig.exit_code())
 

@@ -368,6 +368,8 @@ def options_from(cfg, targets: list[str], *, target_spread: float | None = None,
         min_size=parse_size(min_size) if min_size else 0,
         max_size=parse_size(max_size) if max_size else None,
     )
+    if filters.max_size is not None and filters.min_size > filters.max_size:
+        raise UsageError(f"--min-size {min_size} is more than --max-size {max_size}: no file could be rewritten")
     growth = max_growth or rb.max_growth
     rate = max_rate or rb.max_rate
     return Options(

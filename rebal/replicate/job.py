@@ -45,7 +45,7 @@ def replicator(j: Replicate, ssh: Ssh, **kw):
                   buckets(j.retention_source), buckets(j.retention_target), pull=j.direction == "pull")
         return ZfsReplicator(job, ssh, **kw)
     kw.pop("force_rollback", None)
-    job = RsyncJob(j.name, j.source, j.target, j.recursive, j.bwlimit.upper() if j.bwlimit else None,
+    job = RsyncJob(j.name, j.source, j.target, j.recursive, f"{max(1, parse_size(j.bwlimit) // 1024)}K" if j.bwlimit else None,
                    j.snapshot_target, buckets(j.retention_source), buckets(j.retention_target))
     return RsyncReplicator(job, ssh, **kw)
 
@@ -102,6 +102,7 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
                 outcome = "ok"
         except (TransportError, ReplicationError, RebalError) as e:
             error = str(e)
+            details["exit_code"] = e.exit_code  # the command's exit code: 6 for an unreachable host
             if r is not None:
                 details |= asdict(r.report)
                 details["bytes"] = r.report.bytes

@@ -23,6 +23,12 @@ class RestoreError(RebalError):
     pass
 
 
+class RestoreRefused(RestoreError):
+    """A restore that would overwrite data without --force: refused, like every refusal (exit 2)."""
+
+    exit_code = 2
+
+
 @dataclass
 class RestorePoint:
     name: str  # snapshot name (after @), or "current" for an rsync target without versions
@@ -112,10 +118,10 @@ def restore_dataset(job: Replicate, ssh: Ssh, point: RestorePoint, to: str, *, f
         token = tok if tok not in ("", "-") else None
     if exists and token is None:
         if to == job.source and not force:
-            raise RestoreError(f"{to} is the live source of job {job.name}: restoring onto it destroys what is there. "
+            raise RestoreRefused(f"{to} is the live source of job {job.name}: restoring onto it destroys what is there. "
                                "Restore into a new dataset, or pass --force to overwrite it")
         if not force:
-            raise RestoreError(f"{to} exists; restore into a new dataset name (or --force to overwrite it)")
+            raise RestoreRefused(f"{to} exists; restore into a new dataset name (or --force to overwrite it)")
     usage = runner(["zfs", "receive"], check=False)
     from .policy import receive_resumable
 
@@ -149,7 +155,7 @@ def restore_path(job: Replicate, ssh: Ssh, point: RestorePoint, path: str, to: s
         raise UsageError(f"--path {path!r}: give a path inside the backup, like home/alice/report.odt")
     dest = os.path.join(to, os.path.basename(rel))
     if os.path.lexists(dest) and not force:
-        raise RestoreError(f"{dest} exists: not overwritten (--force to overwrite, or restore --to elsewhere)")
+        raise RestoreRefused(f"{dest} exists: not overwritten (--force to overwrite, or restore --to elsewhere)")
     rep = RestoreReport("path", point.name, dest)
     remote_ds = job.target if job.mode == "zfs" else _remote_dataset_of(ssh, job.target)
     if point.name == "current":

@@ -169,11 +169,23 @@ def report_text(rep) -> str:
 def runs_text(runs: list[dict]) -> str:
     if not runs:
         return lines("no runs recorded yet")
-    rows = [("ID", "KIND", "POOL/JOB", "STARTED UTC", "FILES", "BYTES", "SPREAD", "OUTCOME")]
+    rows: list[tuple[str, ...]] = [("ID", "KIND", "POOL/JOB", "STARTED UTC", "FILES", "BYTES", "SPREAD", "OUTCOME")]
     for r in runs:
         d = r["details"]
         spread = f"{d['spread_before']:.1f}->{d['spread_after']:.1f}" if "spread_before" in d else ""
         outcome = r["outcome"] + (f" ({r['error']})" if r.get("error") and r["outcome"] != "ok" else "")
         rows.append((str(r["id"]), r["kind"], r["job"] or r["pool"] or "", r["started"][5:16].replace("T", " "),
-                     str(d.get("files", "")), human(d["bytes"]) if "bytes" in d else "", spread, outcome))
+                     _figure(d.get("files"), str), _figure(d.get("bytes"), human), spread, outcome))
     return lines(table(rows, right={0, 4, 5}))
+
+
+def _figure(v, fmt) -> str:
+    """A run's count as its kind records it: a number, a pair (verify: the source's and the
+    backup's), or nothing."""
+    if isinstance(v, bool) or v is None:
+        return ""
+    if isinstance(v, (int, float)):
+        return fmt(v)
+    if isinstance(v, (list, tuple)) and v and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+        return "/".join(fmt(x) for x in v)
+    return ""

@@ -109,6 +109,8 @@ class Zpool:
         except CommandFailed as e:
             if "currently scrubbing" in e.stderr or "scrub in progress" in e.stderr or "already" in e.stderr:
                 return "running"
+            if "no such pool" in e.stderr:
+                raise NoSuchPool(f"no such pool: {pool} (imported pools: {', '.join(self._safe_names()) or 'none'})") from None
             raise
         return "started"
 

@@ -120,9 +120,23 @@ def test_unknown_host_key_is_refused(pools, backup_host, tmp_path):
     cfg.write_text(cfg.read_text().replace(str(backup_host.known_hosts), str(empty)))
     r = rebal("replicate", "j", "--json", config=cfg, check=False)
     out = json.loads(r.stdout)
-    assert r.returncode == 1 and out["outcome"] == "failed"
+    assert r.returncode == 6 and out["outcome"] == "failed"  # README: 6, the host's key is unknown
     assert "host key is unknown or has changed" in out["error"] and "never accepts" in out["error"]
     assert empty.read_text() == "", "the key must not be added"
+
+
+def test_an_unreachable_host_exits_6_and_says_why_on_stderr(pools, backup_host, tmp_path):
+    """README's exit code 6 for a backup host that cannot be reached, as the job's --dry-run gives;
+    the failure goes to stderr, not stdout (issue 36: a real run exited 1 and said it on stdout)."""
+    src, dst = pools
+    cfg = cfg_for(tmp_path, backup_host, name="j", source=f"{src.name}/data", target=f"{dst.name}/copy")
+    cfg.write_text(cfg.read_text().replace(f"target_port = {backup_host.port}", "target_port = 1"))
+    for argv in (["replicate", "j"], ["replicate", "j", "--dry-run"]):
+        r = rebal(*argv, config=cfg, check=False)
+        assert r.returncode == 6, (argv, r.returncode, r.stderr)
+        assert r.stdout == "" and "rebal: error:" in r.stderr and "cannot reach the backup host" in r.stderr, (argv, r)
+    [run] = rebal_json("runs", "--job", "j", config=cfg)["runs"]
+    assert run["outcome"] == "failed" and "cannot reach" in run["error"]
     assert sh("zfs", "list", f"{dst.name}/copy", check=False).returncode != 0
 
 

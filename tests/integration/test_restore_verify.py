@@ -57,7 +57,7 @@ def test_restore_older_snapshot_into_a_new_dataset(replicated):
 def test_restore_refuses_existing_and_live_source(replicated):
     src, dst, cfg, s1, s2 = replicated
     r = rebal("restore", "j", "--to", f"{src.name}/data", config=cfg, check=False)
-    assert r.returncode == 1 and "live source" in r.stderr and "--force" in r.stderr
+    assert r.returncode == 2 and "live source" in r.stderr and "--force" in r.stderr  # a refusal (README)
     r = rebal("restore", "j", "--at", "rebal-j-20200101T000000Z", "--to", f"{src.name}/x", config=cfg, check=False)
     assert "no restore point @rebal-j-20200101T000000Z" in r.stderr and s1 in r.stderr
 
@@ -76,7 +76,7 @@ def test_restore_a_file_and_a_directory_by_path(replicated, tmp_path):
     one = manifest(dest, exclude=("2",))
     assert one[b"small00013"] == want[b"top/1/small00013"]  # content, mode, owner, mtime
     r = rebal("restore", "j", "--path", "top/1/small00013", "--to", str(dest), config=cfg, check=False)
-    assert r.returncode == 1 and "exists: not overwritten" in r.stderr
+    assert r.returncode == 2 and "exists: not overwritten" in r.stderr
     rebal("restore", "j", "--path", "top/1/small00013", "--to", str(dest), "--force", config=cfg)
 
 
@@ -162,6 +162,8 @@ def test_scrub_and_its_findings(make_pool, backup_host, tmp_path):
     old.write_text(cfg.read_text() + "[health]\nscrub_max_age_days = 0.000001\n")
     r = rebal("health", config=old, check=False)
     assert r.returncode == 1 and f"WARNING {pool.name}: never scrubbed" in r.stdout
+    r = rebal("scrub", "rbtnosuchpool", config=cfg, check=False)
+    assert r.returncode == 5 and r.stderr.startswith("rebal: error: no such pool: rbtnosuchpool"), r  # README: 5
     assert rebal("scrub", pool.name, config=cfg).stdout.strip() in (f"{pool.name}: scrub started",)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and "in progress" in sh("zpool", "status", pool.name).stdout:

@@ -63,3 +63,29 @@ def test_refusal_is_a_failed_run(make_pool, tmp_path):
     assert r.returncode == 1 and "ERROR" in r.stderr and "held by snapshots" in r.stderr, r.stderr
     [last] = rebal_json("runs", "--kind", "rebalance", "--limit", "1", config=cfg)["runs"]
     assert last["outcome"] == "failed" and "Ways out" in last["error"], last
+
+
+def test_a_failing_job_of_run_due_stands_alone(make_pool, tmp_path):
+    """`rebal run --due` with a metrics file it cannot write (a read-only file system, as the shipped
+    units gave it, issue 36): the metrics job fails in one line naming the path and the fix, and is
+    recorded failed; the other jobs due in the same minute still run; the exit code is 1."""
+    pool = make_pool([[], []])
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], check=True)
+    try:
+        cfg = tmp_path / "config.toml"
+        cfg.write_text(f'state_db = "{tmp_path / "state.db"}"\npools = ["{pool.name}"]\n'
+                       f'metrics_file = "{ro / "rebal.prom"}"\n'
+                       '[schedule]\nfill = "* * * * *"\nmetrics = "* * * * *"\nhealth = "* * * * *"\n')
+        r = subprocess.run([sys.executable, "-m", "rebal", "--config", str(cfg), "run", "--due"],
+                           capture_output=True, text=True, timeout=300)
+    finally:
+        subprocess.run(["umount", str(ro)], check=True)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
+    [line] = [ln for ln in r.stderr.splitlines() if "rebal.job.metrics" in ln and "ERROR" in ln]
+    assert f"cannot write the metrics file {ro / 'rebal.prom'}: Read-only file system" in line and "rebal units" in line
+    runs = {x["kind"]: x for x in rebal_json("runs", config=cfg)["runs"]}
+    assert runs["metrics"]["outcome"] == "failed" and "Read-only file system" in runs["metrics"]["error"]
+    assert runs["fill"]["outcome"] == "ok" and runs["health"]["outcome"] == "ok", runs

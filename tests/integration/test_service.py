@@ -250,3 +250,15 @@ def test_run_due_uses_the_records(tmp_path):
     conn.execute("UPDATE runs SET started = ? WHERE id = ?", ((now - timedelta(minutes=2)).timestamp(), rid))
     assert scheduler.due(cfg, conn, now) == ["health"]  # fill ran after its 10:00 firing
     assert sorted(scheduler.due(cfg, conn, now + timedelta(hours=1))) == ["fill", "health"]
+
+
+def test_metrics_to_a_place_it_cannot_write_is_one_clear_line(tmp_path):
+    """`rebal metrics --output` into a missing directory was an internal error, exit 70 (issue 36):
+    now exit 1 (README: a command failed) with the path and what to do."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'state_db = "{tmp_path / "s.db"}"\n')
+    r = rebal("metrics", "--output", str(tmp_path / "no" / "such" / "x.prom"), config=cfg, check=False)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert r.stderr.strip() == (f"rebal: error: cannot write the metrics file {tmp_path / 'no' / 'such' / 'x.prom'}: "
+                                "No such file or directory (its directory does not exist: create it, or name "
+                                "another place in the config)")

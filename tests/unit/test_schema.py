@@ -25,7 +25,10 @@ def problems(data: dict) -> list[str]:
     ({"rebalance": {"verify": "md5"}}, "rebalance.verify: Input should be 'hash' or 'size' or 'none'"),
     ({"rebalance": {"exclude": "*.tmp"}}, "rebalance.exclude: Input should be a valid list"),
     ({"rebalance": {"exclude": ["a", 3]}}, "rebalance.exclude[1]: Input should be a valid string"),
-    ({"rebalance": {"max_growth": "lots"}}, "rebalance.max_growth: give a size like 500G"),
+    ({"rebalance": {"max_growth": "lots"}}, "rebalance.max_growth: give a number with an optional K, M, G or T suffix"),
+    ({"rebalance": {"max_rate": "fast please"}}, "rebalance.max_rate: give a number with an optional K, M, G or T suffix"),
+    ({"replicate": [{"name": "n", "source": "t/x", "target_host": "h", "target": "b/c", "bwlimit": "50 per second"}]},
+     "replicate[0].bwlimit: give a number"),
     ({"rebalance": "fast"}, "rebalance: Input should be a table of keys"),
     ({"schedule": {"rebalance_end": "25:00"}}, "schedule.rebalance_end: give a time of day as HH:MM"),
     ({"notify": {"email": {"host": "mail", "to": ["a@b"]}}}, "notify.email.from: required key is missing"),
@@ -82,3 +85,35 @@ def test_commands_start_without_pydantic(tmp_path):
     p.write_text('[rebalance]\ntarget_spread = 5\n')
     r = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "[]", r.stdout
+
+
+def test_one_size_grammar_for_the_command_line_and_the_file():
+    """What `--max-rate 1.5M` takes, `max_rate = "1.5M"` and `bwlimit = "1.5M"` take too, and what
+    one refuses the other refuses (issue 36: two grammars, and "fast please" passed the check)."""
+    from rebal.errors import UsageError
+    from rebal.units import parse_size
+
+    for text in ("1.5M", "200MiB", "4096", "10G", "1t", "512k", "fast please", "1,5M", "-1M", "M", ""):
+        try:
+            parse_size(text)
+            cli_ok = True
+        except UsageError:
+            cli_ok = False
+        job = {"name": "n", "source": "t/x", "target_host": "h", "target": "b/c", "bwlimit": text}
+        try:
+            config.parse({"rebalance": {"max_rate": text, "max_growth": text}, "replicate": [job]}, "c.toml")
+            file_ok = True
+        except ConfigError:
+            file_ok = False
+        assert cli_ok == file_ok, text
+
+
+def test_min_size_over_max_size_is_refused():
+    import pytest
+
+    from rebal.errors import UsageError
+    from rebal.rebalance.prepare import options_from
+
+    with pytest.raises(UsageError, match="--min-size 10M is more than --max-size 1M"):
+        options_from(config.parse({}, "c.toml"), ["tank/a"], min_size="10M", max_size="1M")
+    assert options_from(config.parse({}, "c.toml"), ["tank/a"], min_size="1M", max_size="10M").filters.max_size == 10 << 20

@@ -32,3 +32,22 @@ def test_units_cannot_write_is_a_clear_error(tmp_path):
     blocker.write_text("x")
     r = rebal("units", "--dir", str(blocker / "units"), config=cfg(tmp_path, target), check=False)
     assert r.returncode != 0 and "cannot write the drop-ins" in r.stderr and "internal error" not in r.stderr, r.stderr
+
+
+def test_units_let_the_metrics_schedule_write_its_file(tmp_path):
+    """With a metrics schedule the metrics file's directory is writable to both units too (under
+    ProtectSystem=strict the metrics job died on a read-only file system, issue 36), marked optional
+    ("-"): a unit still starts before node_exporter made that directory."""
+    target = tmp_path / "data"
+    target.mkdir()
+    c = tmp_path / "config.toml"
+    c.write_text(f'state_db = "{tmp_path / "state" / "state.db"}"\nmetrics_file = "/srv/prom/rebal.prom"\n'
+                 f'[rebalance]\ntargets = ["{target}"]\n[schedule]\nmetrics = "*/5 * * * *"\n')
+    out = json.loads(rebal("units", "--dir", str(tmp_path / "units"), "--json", config=c).stdout)
+    text = (tmp_path / "units" / "rebal-due.service.d" / "50-rebal-paths.conf").read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("ReadWritePaths="))
+    assert sorted(line.split("=", 1)[1].split()) == sorted([str(tmp_path / "state"), str(target), "-/srv/prom"]), line
+    assert len(out["drop_ins"]) == 2
+    c.write_text(c.read_text().replace('metrics = "*/5 * * * *"', ""))
+    rebal("units", "--dir", str(tmp_path / "units"), config=c)
+    assert "/srv/prom" not in (tmp_path / "units" / "rebal-due.service.d" / "50-rebal-paths.conf").read_text()

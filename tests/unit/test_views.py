@@ -97,6 +97,23 @@ def test_report_and_runs_text():
     assert RV.runs_text([]) == "no runs recorded yet\n"
 
 
+def test_runs_text_shows_every_kind_of_run_as_recorded():
+    """A verify run records its files and bytes as pairs (source, backup), or none where it compared
+    nothing: `rebal runs` showed a traceback after any verify (issue 36)."""
+    runs = [
+        {"id": 9, "kind": "verify", "job": "nightly", "pool": None, "started": "2026-11-26T02:30:00Z", "outcome": "ok",
+         "error": None, "details": {"files": [120, 120], "bytes": [3 << 20, 3 << 20], "findings": []}},
+        {"id": 8, "kind": "verify", "job": "nightly", "pool": None, "started": "2026-11-26T02:00:00Z",
+         "outcome": "warning", "error": None, "details": {"files": None, "bytes": None, "findings": []}},
+        {"id": 7, "kind": "metrics", "job": None, "pool": None, "started": "2026-11-26T01:00:00Z", "outcome": "ok",
+         "error": None, "details": {"file": "/x.prom", "bytes": "many"}},
+    ]
+    lines = RV.runs_text(runs).splitlines()
+    assert "120/120" in lines[1] and "3.00M/3.00M" in lines[1]
+    assert lines[2].split()[:2] == ["8", "verify"] and "warning" in lines[2]
+    assert lines[3].split()[:2] == ["7", "metrics"]
+
+
 def test_replication_text():
     d = {"job": "n", "mode": "zfs", "snapshot": "rebal-n-1", "bytes": 2048, "seconds": 1.5, "run_id": 3,
          "datasets": [{"source": "tank/d", "target": "b/d", "kind": "incremental", "base": "rebal-n-0", "bytes": 2048}],
