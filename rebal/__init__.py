@@ -1,3 +1,3 @@
 """rebal: keep a ZFS pool's data evenly spread over its vdevs."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -9,7 +9,6 @@ import os
 import tempfile
 
 from .errors import CannotWrite
-
 from .zfs.model import Pool
 
 

@@ -130,41 +130,80 @@ def _health(cfg, conn, zpool) -> dict:
     return {"level": level, "findings": [f.as_dict() for f in findings], "sent": sent}
 
 
-def daemon(cfg: Config, stop: threading.Event | None = None) -> int:
-    """Run the scheduler until SIGTERM/SIGINT; a running job ends at a safe point; exit 0."""
+RESTART = "restart"
+
+
+def daemon(cfg: Config, stop: threading.Event | None = None) -> int | str:
+    """Run the scheduler until SIGTERM/SIGINT (a running job ends at a safe point; 0), or until a
+    SIGHUP finds no job running (RESTART: the caller starts the daemon afresh, with the installed
+    version and the config as they are now; a running job is never cut for it)."""
     from apscheduler.schedulers.background import BackgroundScheduler
 
     stop = stop or threading.Event()
+    restart = threading.Event()
+    running = _Running()
     sched = BackgroundScheduler(timezone=datetime.now().astimezone().tzinfo,
                                 job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": GRACE})
     jobs = schedules(cfg)
     for name, expr in jobs.items():
-        sched.add_job(_safe_run, cron_trigger(expr, timezone=sched.timezone), args=(cfg, name, stop), id=name,
-                      name=name)
+        sched.add_job(_safe_run, cron_trigger(expr, timezone=sched.timezone), args=(cfg, name, stop, running),
+                      id=name, name=name)
 
     def on_signal(signum, _frame):
         log.info("%s: stopping after the running steps reach a safe point", signal.Signals(signum).name)
         stop.set()
 
+    def on_hup(_signum, _frame):
+        log.info("SIGHUP: restarting once no job is running (the jobs due meanwhile wait)")
+        restart.set()
+
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    old[signal.SIGHUP] = signal.signal(signal.SIGHUP, on_hup)
     try:
         sched.start()
         log.info("started with %d scheduled jobs: %s", len(jobs), ", ".join(f"{k} [{v}]" for k, v in jobs.items()))
         while not stop.wait(1.0):
-            pass
+            if restart.is_set():
+                sched.pause()  # no job starts from now on; the running ones end as they would
+                if running.idle():
+                    break
         sched.shutdown(wait=True)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+    if restart.is_set() and not stop.is_set():
+        log.info("restarting")
+        return RESTART
     log.info("stopped")
     return 0
 
 
-def _safe_run(cfg: Config, name: str, stop: threading.Event) -> None:
+class _Running:
+    """How many jobs run now (the daemon restarts only when none does)."""
+
+    def __init__(self) -> None:
+        self._n = 0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self._n += 1
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self._n -= 1
+
+    def idle(self) -> bool:
+        with self._lock:
+            return self._n == 0
+
+
+def _safe_run(cfg: Config, name: str, stop: threading.Event, running: _Running) -> None:
     if stop.is_set():
         return
     try:
-        run_one(cfg, name, stop)
+        with running:
+            run_one(cfg, name, stop)
     except Exception as e:  # the daemon outlives any one job's failure: one line (its traceback with --debug)
         jlog = logging.getLogger(f"rebal.job.{name}")
         jlog.error("failed: %s", e, exc_info=jlog.isEnabledFor(logging.DEBUG))

@@ -16,10 +16,10 @@ def config_check(
     as_json: JsonOpt = False,
 ) -> None:
     """Validate a config file: one line per problem, naming the key and the file; exit 2 if any."""
+    import os
+
     from .. import config
     from ..errors import ConfigError
-
-    import os
 
     path, named = (file, True) if file else config.config_path(OPTS.config)
     if not named and not os.path.exists(path):  # as every other command reads it: all defaults

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from . import complete
 from .app import JsonOpt, app
 from .io import load_config, out_json, out_text
 
@@ -46,7 +47,7 @@ def gate(
 
 @app.command()
 def prune(
-    dataset: Annotated[str, typer.Argument(help="The backup dataset (on this host) holding the job's snapshots.")],
+    dataset: Annotated[str, typer.Argument(help="The backup dataset (on this host) holding the job's snapshots.", autocompletion=complete.datasets)],
     job: Annotated[str, typer.Option("--job", help="The replication job whose snapshots (rebal-JOB-*) are pruned.")],
     recursive: Annotated[bool, typer.Option("--recursive", "-r", help="Its child datasets too.")] = False,
     last: Annotated[Optional[int], typer.Option(min=0, help="Keep the newest N.")] = None,

@@ -11,19 +11,21 @@ from typing import Annotated, Optional
 
 import typer
 
+from . import complete
 from .app import JsonOpt, app
 from .io import Signals, load_config, open_state, out_json, out_text, state_or_none
 
-TargetsArg = Annotated[list[str], typer.Argument(help="Datasets (tank/data) or directories inside mounted datasets.")]
-SpreadOpt = Annotated[Optional[float], typer.Option("--target-spread", help="Stop under this spread, in points [default: config].")]
-ExcludeOpt = Annotated[Optional[list[str]], typer.Option("--exclude", help="Glob of files or directories to leave alone (repeatable).")]
-MinAgeOpt = Annotated[Optional[float], typer.Option("--min-age", help="Only files not modified for this many days.")]
-MinSizeOpt = Annotated[Optional[str], typer.Option("--min-size", help="Only files at least this big (e.g. 1M).")]
-MaxSizeOpt = Annotated[Optional[str], typer.Option("--max-size", help="Only files at most this big (e.g. 10G).")]
-MaxBytesOpt = Annotated[Optional[str], typer.Option("--max-bytes", help="Rewrite at most this much (e.g. 500G).")]
-MethodOpt = Annotated[Optional[str], typer.Option("--method", help="auto, copy or rewrite [default: config].")]
+TargetsArg = Annotated[list[str], typer.Argument(help="Datasets (tank/data) or directories inside mounted datasets.",
+                                                 autocompletion=complete.datasets)]
+SpreadOpt = Annotated[Optional[float], typer.Option("--target-spread", metavar="POINTS", help="Stop under this spread, in points [default: config].")]
+ExcludeOpt = Annotated[Optional[list[str]], typer.Option("--exclude", metavar="GLOB", help="Glob of files or directories to leave alone (repeatable).")]
+MinAgeOpt = Annotated[Optional[float], typer.Option("--min-age", metavar="DAYS", help="Only files not modified for this many days.")]
+MinSizeOpt = Annotated[Optional[str], typer.Option("--min-size", metavar="SIZE", help="Only files at least this big (e.g. 1M).")]
+MaxSizeOpt = Annotated[Optional[str], typer.Option("--max-size", metavar="SIZE", help="Only files at most this big (e.g. 10G).")]
+MaxBytesOpt = Annotated[Optional[str], typer.Option("--max-bytes", metavar="SIZE", help="Rewrite at most this much (e.g. 500G).")]
+MethodOpt = Annotated[Optional[str], typer.Option("--method", metavar="auto|copy|rewrite", help="auto, copy or rewrite [default: config].")]
 HardlinksOpt = Annotated[bool, typer.Option("--hardlinks", help="Re-create hardlink groups that lie wholly in the targets [default: config].")]
-PlacementOpt = Annotated[str, typer.Option("--placement", help="Where old data lies: measured (zdb reads the block pointers), model (a guess from the fill), or auto (measured where zdb can).")]
+PlacementOpt = Annotated[str, typer.Option("--placement", metavar="auto|measured|model", help="Where old data lies: measured (zdb reads the block pointers), model (a guess from the fill), or auto (measured where zdb can).")]
 
 _NOT_OPTIONS = ("targets", "dry_run", "as_json")
 
@@ -69,17 +71,17 @@ def rebalance(
     targets: TargetsArg,
     target_spread: SpreadOpt = None,
     max_bytes: MaxBytesOpt = None,
-    until: Annotated[Optional[str], typer.Option(help="Stop cleanly at this time of day (HH:MM).")] = None,
-    max_rate: Annotated[Optional[str], typer.Option(help="Rewrite at most this many bytes per second (e.g. 200M).")] = None,
-    verify: Annotated[Optional[str], typer.Option(help="hash, size or none [default: config].")] = None,
+    until: Annotated[Optional[str], typer.Option(metavar="HH:MM", help="Stop cleanly at this time of day.")] = None,
+    max_rate: Annotated[Optional[str], typer.Option(metavar="RATE", help="Rewrite at most this many bytes per second (e.g. 200M).")] = None,
+    verify: Annotated[Optional[str], typer.Option(metavar="hash|size|none", help="How a copy is checked [default: config].")] = None,
     method: MethodOpt = None,
-    jobs: Annotated[Optional[int], typer.Option(help="Files rewritten at once [default: from vdevs and cores].")] = None,
+    jobs: Annotated[Optional[int], typer.Option(metavar="N", help="Files rewritten at once [default: from vdevs and cores].")] = None,
     exclude: ExcludeOpt = None,
     min_age: MinAgeOpt = None,
     min_size: MinSizeOpt = None,
     max_size: MaxSizeOpt = None,
     allow_snapshots: Annotated[bool, typer.Option("--allow-snapshots", help="Rewrite data that snapshots pin (grows the pool until they go).")] = False,
-    max_growth: Annotated[Optional[str], typer.Option(help="With --allow-snapshots: stop before the pool grows by more than this (e.g. 50G) [default: config, else the reserve decides].")] = None,
+    max_growth: Annotated[Optional[str], typer.Option(metavar="SIZE", help="With --allow-snapshots: stop before the pool grows by more than this (e.g. 50G) [default: config, else the reserve decides].")] = None,
     hardlinks: HardlinksOpt = False,
     rewrite_all: Annotated[bool, typer.Option("--all", help="Rewrite every eligible file, whatever the spread (e.g. after a RAIDZ expansion).")] = False,
     placement: PlacementOpt = "auto",

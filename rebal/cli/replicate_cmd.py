@@ -8,13 +8,14 @@ from typing import Annotated, Optional
 
 import typer
 
+from . import complete
 from .app import JsonOpt, app
 from .io import Signals, load_config, out_json, out_text, say_error, warn
 
 
 @app.command()
 def replicate(
-    job: Annotated[str, typer.Argument(help="Name of a [[replicate]] job in the config.")],
+    job: Annotated[str, typer.Argument(help="Name of a [[replicate]] job in the config.", autocompletion=complete.replication_jobs)],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be sent and pruned; change nothing.")] = False,
     force_rollback: Annotated[bool, typer.Option("--force-rollback", help="Let zfs receive -F roll back a target that changed or diverged.")] = False,
     as_json: JsonOpt = False,
@@ -42,7 +43,7 @@ def replicate(
 
 
 @app.command()
-def backups(job: Annotated[str, typer.Argument(help="Replication job.")], as_json: JsonOpt = False) -> None:
+def backups(job: Annotated[str, typer.Argument(help="Replication job.", autocompletion=complete.replication_jobs)], as_json: JsonOpt = False) -> None:
     """The restore points of a job on the backup host: snapshots with times and sizes."""
     from ..replicate.backups import list_points
     from ..views.replicate import backups_text
@@ -56,7 +57,7 @@ def backups(job: Annotated[str, typer.Argument(help="Replication job.")], as_jso
 
 @app.command()
 def restore(
-    job: Annotated[str, typer.Argument(help="Replication job.")],
+    job: Annotated[str, typer.Argument(help="Replication job.", autocompletion=complete.replication_jobs)],
     to: Annotated[str, typer.Option("--to", help="New dataset (whole restore), or a directory (with --path).")],
     at: Annotated[str, typer.Option("--at", help="Snapshot name, or latest.")] = "latest",
     path: Annotated[Optional[str], typer.Option("--path", help="A file or directory inside the backup, relative to its root.")] = None,
@@ -81,7 +82,7 @@ def restore(
 
 @app.command()
 def verify(
-    job: Annotated[str, typer.Argument(help="Replication job.")],
+    job: Annotated[str, typer.Argument(help="Replication job.", autocompletion=complete.replication_jobs)],
     sample: Annotated[str, typer.Option(help="How many files to hash on both sides, or all.")] = "20",
     seed: Annotated[Optional[int], typer.Option(help="Seed of the random sample (reported, to repeat a check).")] = None,
     as_json: JsonOpt = False,

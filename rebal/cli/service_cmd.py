@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from . import complete
 from .app import JsonOpt, app, log, log_for_service
 from .io import Signals, load_config, open_state, out_json, out_text
 
@@ -70,8 +71,8 @@ def metrics(
 
 @app.command()
 def scrub(
-    pool: Annotated[Optional[str], typer.Argument(help="Pool to scrub.")] = None,
-    job: Annotated[Optional[str], typer.Option("--job", help="Scrub the backup host's pool of this job instead.")] = None,
+    pool: Annotated[Optional[str], typer.Argument(help="Pool to scrub.", autocompletion=complete.pools)] = None,
+    job: Annotated[Optional[str], typer.Option("--job", help="Scrub the backup host's pool of this job instead.", autocompletion=complete.replication_jobs)] = None,
 ) -> None:
     """Start a scrub of POOL, or of a job's target pool on the backup host (or say one is running)."""
     from ..errors import UsageError
@@ -91,7 +92,7 @@ def scrub(
 
 @app.command("run")
 def run_cmd(
-    job: Annotated[Optional[str], typer.Argument(help="fill, health, scrub, rebalance, metrics, or a replication job.")] = None,
+    job: Annotated[Optional[str], typer.Argument(help="fill, health, scrub, rebalance, metrics, or a replication job.", autocompletion=complete.jobs)] = None,
     due: Annotated[bool, typer.Option("--due", help="Run every job whose schedule says it is due.")] = False,
 ) -> None:
     """Run scheduled jobs once (for systemd timers): one by name, or all that are due."""
@@ -122,4 +123,11 @@ def daemon() -> None:
 
     cfg = load_config(check_cron=True)
     log_for_service()
-    raise typer.Exit(scheduler.daemon(cfg))
+    code = scheduler.daemon(cfg)
+    if code == scheduler.RESTART:  # (SIGHUP, e.g. a package upgrade: no job was running) the same command, anew
+        import os
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "rebal", *sys.argv[1:]])
+    raise typer.Exit(code)

@@ -7,13 +7,14 @@ from typing import Annotated, Optional
 
 import typer
 
+from . import complete
 from .app import JsonOpt, app
 from .io import load_config, open_state, out_json, out_text, warn
 
 
 @app.command()
 def status(
-    pools: Annotated[Optional[list[str]], typer.Argument(help="Pools to show [default: config 'pools', else all].")] = None,
+    pools: Annotated[Optional[list[str]], typer.Argument(help="Pools to show [default: config 'pools', else all].", autocompletion=complete.pools)] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Fill of every data vdev (size, alloc, free, CAP) and the pool's spread; records a sample."""
@@ -47,7 +48,7 @@ def status(
 
 @app.command()
 def history(
-    pool: Annotated[str, typer.Argument(help="Pool name.")],
+    pool: Annotated[str, typer.Argument(help="Pool name.", autocompletion=complete.pools)],
     since: Annotated[Optional[str], typer.Option(help="Only samples newer than this: 7d, 12h, or a date.")] = None,
     as_json: JsonOpt = False,
 ) -> None:

@@ -75,6 +75,8 @@ def verify(cfg: Config, job: str, sample: str, seed: int):
         with Ssh(endpoint(j)) as ssh:
             if j.mode == "zfs":
                 rep = verify_zfs(j, ssh, n, seed)
+                if rep.only_bookmark is not None and not _differs_already(rep):
+                    rep = _verify_at_a_fresh_snapshot(cfg, j, ssh, n, seed, conn) or rep
             else:
                 row = state.last_of_job(conn, "replicate", job, ("ok", "warning"))
                 snap = json.loads(row["details"]).get("snapshot") if row else None
@@ -87,6 +89,42 @@ def verify(cfg: Config, job: str, sample: str, seed: int):
     state.end_run(conn, rid, outcome, details=rep.as_dict())
     notify_outcome(cfg.notify, conn, f"verify:{job}", outcome, "; ".join(f.message for f in rep.findings) or None)
     return level, rep
+
+
+def _differs_already(rep) -> bool:
+    """A report with a critical finding already (the backup differs by guid, ...) is not helped by a new run."""
+    from ..health import CRITICAL
+
+    return rep.level >= CRITICAL
+
+
+def _verify_at_a_fresh_snapshot(cfg: Config, j, ssh: Ssh, n, seed: int, conn):
+    """The source keeps its last replicated point only as a bookmark (the default: nothing pins what
+    a rebalance rewrites), so there is no source content of that time to compare the backup with.
+    Replicate once more, keeping that run's snapshot on the source, compare both sides at it, then
+    destroy it on the source again (its bookmark stays the cursor, as the job's own retention would
+    have left it). None when that run did not land (the report of the bookmark check stands)."""
+    from dataclasses import replace
+
+    from . import local as L
+    from .job import run_job
+    from .verify import verify_zfs
+
+    rs = j.retention_source
+    keep = replace(j, retention_source=replace(rs, last=max(1, rs.last)))
+    outcome, details = run_job(replace(cfg, replicate=[keep if x.name == j.name else x for x in cfg.replicate]),
+                               j.name, conn=conn)
+    snap = details.get("snapshot")
+    if outcome not in ("ok", "warning") or not snap:
+        return None
+    try:
+        rep = verify_zfs(j, ssh, n, seed)
+    finally:
+        if rs.last == 0 and not (rs.hourly or rs.daily or rs.weekly or rs.monthly):
+            L.CliLocal().destroy_snapshots(j.source, [snap], recursive=j.recursive)
+    rep.notes.append(f"replicated first (run {details.get('run_id')}) so that the source and the backup share "
+                     f"@{snap} to compare; the source keeps it only as a bookmark again, as its retention says")
+    return rep
 
 
 def scrub_backup(cfg: Config, job: str) -> tuple[str, str, str]:

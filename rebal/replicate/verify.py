@@ -35,6 +35,7 @@ class VerifyReport:
     bytes: tuple[int, int] | None = None
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    only_bookmark: str | None = None  # the common point, kept on the source as a bookmark only
 
     @property
     def level(self) -> int:
@@ -137,6 +138,8 @@ def verify_zfs(job: Replicate, ssh: Ssh, sample_n: int | None, seed: int, runner
     if base.bookmark:
         # the source keeps the point as a bookmark only (retention_source keeps no snapshot): the
         # backup is the same point by guid, but there is no source content of that time to compare
+        # (`backups.verify` then replicates once more and compares at that run's snapshot)
+        rep.only_bookmark = base.name
         rep.findings.append(Finding(WARNING, subject, (
             f"contents not compared: the source keeps @{base.name} only as a bookmark (the job's retention_source "
             "keeps no snapshot), so there is nothing of that time to compare the backup with; the backup's "

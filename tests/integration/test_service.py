@@ -262,3 +262,59 @@ def test_metrics_to_a_place_it_cannot_write_is_one_clear_line(tmp_path):
     assert r.stderr.strip() == (f"rebal: error: cannot write the metrics file {tmp_path / 'no' / 'such' / 'x.prom'}: "
                                 "No such file or directory (its directory does not exist: create it, or name "
                                 "another place in the config)")
+
+
+def test_a_reload_restarts_the_daemon_between_jobs_never_inside_one(make_pool, tmp_path):
+    """`systemctl reload rebal` (SIGHUP; what the package's upgrade does): the running rebalance goes
+    on to its end, then the daemon starts afresh in the same process (the new version, the config as
+    it is now), and a SIGTERM still stops it cleanly (issue 36)."""
+    import threading
+
+    pool = make_pool([[], []], size="256M")
+    sh("zfs", "create", f"{pool.name}/data")
+    data = Path(sh("zfs", "get", "-H", "-o", "value", "mountpoint", f"{pool.name}/data").stdout.strip())
+    mixed_tree(data, small=60, large=4, large_mib=(6, 8), seed=5, xattrs=False)
+    pool.add(str(pool.disk("256M")))
+    before = manifest(data)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'state_db = "{tmp_path / "s.db"}"\npools = ["{pool.name}"]\n'
+                   f'[rebalance]\ntargets = ["{pool.name}/data"]\ntarget_spread = 0.01\nmax_rate = "8M"\n'
+                   '[schedule]\nrebalance = "*/1 * * * * *"\n')
+    d = subprocess.Popen([sys.executable, "-m", "rebal", "--config", str(cfg), "daemon"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    started = threading.Semaphore(0)
+
+    def read() -> None:
+        for ln in d.stderr:
+            lines.append(ln)
+            if "started with" in ln:
+                started.release()
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    try:
+        assert started.acquire(timeout=60), lines
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not any(r["outcome"] == "running" for r in
+                                                      rebal_json("runs", "--kind", "rebalance", config=cfg)["runs"]):
+            time.sleep(0.2)
+        pid = d.pid
+        d.send_signal(signal.SIGHUP)
+        assert started.acquire(timeout=300), "the daemon did not start again: " + "".join(lines[-20:])
+        assert d.poll() is None and d.pid == pid
+        first = rebal_json("runs", "--kind", "rebalance", config=cfg)["runs"][-1]
+        assert first["outcome"] in ("ok", "incomplete"), first  # run to its end, not cut
+        text = "".join(lines)
+        assert "SIGHUP: restarting once no job is running" in text and "restarting" in text
+        assert text.index("SIGHUP") < text.rindex("started with")
+        hup = next(i for i, ln in enumerate(lines) if "SIGHUP" in ln)
+        ended = next(i for i, ln in enumerate(lines) if i > hup and "rebal.job.rebalance" in ln and "rewritten" in ln)
+        again = next(i for i, ln in enumerate(lines) if i > hup and ln.rstrip().endswith("rebal.scheduler: restarting"))
+        assert ended < again, lines[hup:again + 1]  # the rebalance running at the SIGHUP ended first
+    finally:
+        d.send_signal(signal.SIGTERM)
+        d.wait(timeout=120)
+    assert d.returncode == 0, "".join(lines[-20:])
+    assert "Traceback" not in "".join(lines)
+    assert manifest(data) == before

@@ -132,9 +132,18 @@ def test_full_then_incremental_from_a_bookmark_and_receive_u(pools, backup_host,
     assert f"{src.name}/data#{r1['snapshot']}" in r2["pruned_bookmarks"]
     assert manifest(mountpoint(f"{src.name}/data"), exclude=("child", "sibling")) == \
         manifest(backup_root(f"{dst.name}/copy"), exclude=("child", "sibling"))
-    # verify: the common point is a bookmark only, so contents cannot be compared: said, not passed
-    v = json.loads(rebal("verify", "night", "--json", config=cfg, check=False).stdout)
-    assert v["level"] == "WARNING" and any("only as a bookmark" in f["message"] for f in v["findings"]), v
+    # verify: the common point is a bookmark only, so verify replicates once more, compares at that
+    # run's snapshot, and leaves the source as it found it: bookmarks only (issue 36: it compared nothing)
+    v = json.loads(rebal("verify", "night", "--sample", "all", "--json", config=cfg).stdout)
+    assert v["level"] == "OK" and any("replicated first" in n for n in v["notes"]), v
+    assert v["snapshot"] not in (r1["snapshot"], r2["snapshot"]) and v["files"][0] == v["files"][1] > 0, v
+    for ds in ("data", "data/child", "data/child/grandchild", "data/sibling"):
+        assert not [s for s in snaps(f"{src.name}/{ds}") if s.startswith("rebal-night-")], ds  # none pins data
+        assert bookmarks(f"{src.name}/{ds}") == [v["snapshot"]], ds  # the cursor moved to verify's point
+    health = json.loads(rebal("health", "--json", config=cfg, check=False).stdout)
+    assert not [f for f in health["findings"] if "never verified" in f["message"]], health
+    r3 = rebal_json("replicate", "night", config=cfg)  # and the next run goes on from that bookmark
+    assert r3["outcome"] == "ok" and {(d["base"], d["base_bookmark"]) for d in r3["datasets"]} == {(v["snapshot"], True)}
 
 
 def test_a_job_that_keeps_snapshots_holds_nothing_and_moves_to_bookmarks(pools, backup_host, tmp_path):
