@@ -35,24 +35,41 @@ def counts(text: str) -> dict[str, int]:
     return out
 
 
-def install(g: Guest, work: Path) -> None:
+def build_deb() -> Path:
+    """The Debian package of this checkout (scripts/build-deb.sh: a trixie chroot, cached)."""
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "build-deb.sh"), str(ROOT / "dist")], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=1800)
+    if r.returncode != 0:
+        raise GuestError(f"the .deb did not build: {r.stderr.strip()[-2000:]}")
+    return Path(r.stdout.strip().splitlines()[-1])
+
+
+def install(g: Guest, work: Path, deb: Path | None = None) -> None:
     """This checkout's rebal, installed in the guest by its own pip from the source (its dependencies
-    are Debian's, baked into the image: the guest has no network), and the tests beside it."""
+    are Debian's, baked into the image: the guest has no network), and the tests beside it; the
+    .deb beside them for the day-in-the-life test (which installs it with apt instead, and puts the
+    pip install back after: /root/lane/pip-src), and the host's promtool where it has one."""
     g.ssh("rm -rf /root/lane && mkdir -p /root/lane/src")
-    for part in ("rebal", "tests", "systemd", "bench", "pyproject.toml", "README.md"):
+    for part in ("rebal", "tests", "systemd", "bench", "scripts", "pyproject.toml", "README.md", "config.example.toml"):
         g.put(ROOT / part, "/root/lane/src")
-    g.ssh("pip install -q --no-deps --no-index --no-build-isolation --break-system-packages --force-reinstall "
+    if deb is not None:
+        g.put(deb, "/root/lane")
+    if Path("/usr/bin/promtool").exists():
+        g.put(Path("/usr/bin/promtool"), "/usr/local/bin")
+    g.ssh("cp -a /root/lane/src /root/lane/pip-src && "
+          "pip install -q --no-deps --no-index --no-build-isolation --break-system-packages --force-reinstall "
           "/root/lane/src 2>&1 | grep -v -e WARNING -e 'as the .root. user' ; rm -rf /root/lane/src/build "
           "/root/lane/src/rebal.egg-info; mv /root/lane/src/rebal /root/lane/rebal-source", timeout=300)
 
 
 def run_guest_tests(args, work: Path) -> tuple[int, dict]:
+    deb = None if args.bench_only else build_deb()
     g = Guest(work / "guest", disks=8, disk_size="2G")
     t0 = time.monotonic()
     try:
         took = g.boot()
         print(f"lane: guest up in {took:.0f} s ({g.ssh('zfs version | head -1').stdout.strip()})", flush=True)
-        install(g, work)
+        install(g, work, deb)
         if args.bench_only:
             return run_bench(args, g), {}
         marks = "(openzfs or lane) and not lane_long" if args.quick else "openzfs or lane"
