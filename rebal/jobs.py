@@ -179,15 +179,19 @@ def rebalance_summary(conn) -> list[dict]:
 
 
 def metrics_text(cfg: Config, conn, zpool) -> str:
-    from .metrics import render
+    return "\n".join(metrics_doc(cfg, conn, zpool).lines) + "\n"
+
+
+def metrics_doc(cfg: Config, conn, zpool):
+    from .metrics import document
 
     extra: dict = {}
     findings, pools, repl = check_health(cfg, conn, zpool, extra=extra)
     levels = {p.name: max((f.level for f in findings if f.subject == p.name), default=0) for p in pools}
     limits = {"target_spread": cfg.rebalance.target_spread, "scrub_max_age_days": cfg.health.scrub_max_age_days,
               "replication_max_age_hours": cfg.health.replication_max_age_hours}
-    return render(pools, levels, repl, rebalance_summary(conn), scrubs=extra.get("scrub", {}),
-                  created=extra.get("created", {}), limits=limits)
+    return document(pools, levels, repl, rebalance_summary(conn), scrubs=extra.get("scrub", {}),
+                    created=extra.get("created", {}), limits=limits)
 
 
 def metrics_job(cfg: Config, conn, zpool) -> dict:

@@ -21,8 +21,10 @@ class _Doc:
 
     def __init__(self) -> None:
         self.families: dict[str, tuple[str, list[str]]] = {}
+        self.samples: list[dict] = []  # the same, for --json
 
     def add(self, name: str, help_: str, value: float, **labels: str) -> None:
+        self.samples.append({"name": name, "labels": {k: str(v) for k, v in labels.items()}, "value": value})
         lab = ",".join(f'{k}="{_esc(str(v))}"' for k, v in labels.items())
         line = f"{name}{{{lab}}} {value:.10g}" if lab else f"{name} {value:.10g}"
         self.families.setdefault(name, (help_, []))[1].append(line)
@@ -41,6 +43,14 @@ HEALTH = {"ONLINE": 0, "DEGRADED": 1, "FAULTED": 2, "OFFLINE": 2, "UNAVAIL": 2, 
 def render(pools: list[Pool], health_level: dict[str, int], replication: list[dict], rebalance: list[dict], *,
            scrubs: dict[str, float] | None = None, created: dict[str, float] | None = None,
            limits: dict | None = None, now: float | None = None) -> str:
+    """The Prometheus text of `document`."""
+    return "\n".join(document(pools, health_level, replication, rebalance, scrubs=scrubs, created=created,
+                               limits=limits, now=now).lines) + "\n"
+
+
+def document(pools: list[Pool], health_level: dict[str, int], replication: list[dict], rebalance: list[dict], *,
+             scrubs: dict[str, float] | None = None, created: dict[str, float] | None = None,
+             limits: dict | None = None, now: float | None = None) -> _Doc:
     """Every family a dashboard or an alert rule needs (contrib/): the figures, and the limits they
     are judged against (target spread, scrub and replication ages), so rules need no constants."""
     import time
@@ -88,7 +98,7 @@ def render(pools: list[Pool], health_level: dict[str, int], replication: list[di
         d.add("rebal_rebalance_running", "1 while a rebalance run is going.", 1 if rb["running"] else 0, pool=rb["pool"])
         d.add("rebal_rebalance_bytes", "Bytes rewritten by the latest rebalance run.", rb["bytes"], pool=rb["pool"])
         d.add("rebal_rebalance_files", "Files rewritten by the latest rebalance run.", rb["files"], pool=rb["pool"])
-    return "\n".join(d.lines) + "\n"
+    return d
 
 
 def write_atomic(path: str, text: str) -> None:

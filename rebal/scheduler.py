@@ -7,6 +7,7 @@ daemon, a lock per run otherwise); missed runs are coalesced into one within a g
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -106,7 +107,7 @@ def run_one(cfg: Config, name: str, stop: threading.Event | None = None) -> str:
             return outcome
         else:
             raise UsageError(f"no job named {name!r} (jobs: {', '.join(all_jobs(cfg))})")
-        jlog.info("ok: %s", res)
+        jlog.info("ok: %s", json.dumps(res, default=str))
         return "ok"
     except UsageError:
         raise

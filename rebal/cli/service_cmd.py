@@ -33,6 +33,7 @@ def health(as_json: JsonOpt = False) -> None:
 @app.command()
 def notify(
     test: Annotated[bool, typer.Option("--test", help="Send a test message to every configured channel.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Send a test notification (email, webhook, command) to check the settings."""
     import socket
@@ -47,7 +48,10 @@ def notify(
         raise UsageError("no notification channel configured ([notify.email], [notify.webhook] or notify.command)")
     res = send(cfg.notify, Message(f"[rebal {socket.gethostname()}] test message",
                                    "This is a test of rebal's notifications. Nothing is wrong.", "TEST", {}))
-    out_text("".join(f"{ch}: {r}\n" for ch, r in res.items()))
+    if as_json:
+        out_json({"channels": res, "ok": all(r == "ok" for r in res.values())})
+    else:
+        out_text("".join(f"{ch}: {r}\n" for ch, r in res.items()))
     if any(r != "ok" for r in res.values()):
         raise typer.Exit(1)
 
@@ -55,6 +59,7 @@ def notify(
 @app.command()
 def metrics(
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write to this file atomically (textfile collector).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="The samples as JSON (name, labels, value) instead of Prometheus text.")] = False,
 ) -> None:
     """Prometheus metrics: per-vdev size/alloc/CAP, spread, health, replication, rebalance progress."""
     from .. import jobs
@@ -62,10 +67,13 @@ def metrics(
     from ..zfs.cli import Zpool
 
     cfg = load_config()
-    text = jobs.metrics_text(cfg, open_state(cfg), Zpool())
+    doc = jobs.metrics_doc(cfg, open_state(cfg), Zpool())
+    text = "\n".join(doc.lines) + "\n"
     if output:
         write_atomic(output, text)
-    else:
+    if as_json:
+        out_json({"file": output, "samples": doc.samples})
+    elif not output:
         sys.stdout.write(text)
 
 
@@ -73,6 +81,7 @@ def metrics(
 def scrub(
     pool: Annotated[Optional[str], typer.Argument(help="Pool to scrub.", autocompletion=complete.pools)] = None,
     job: Annotated[Optional[str], typer.Option("--job", help="Scrub the backup host's pool of this job instead.", autocompletion=complete.replication_jobs)] = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Start a scrub of POOL, or of a job's target pool on the backup host (or say one is running)."""
     from ..errors import UsageError
@@ -82,18 +91,24 @@ def scrub(
     if pool:
         from ..zfs.cli import Zpool
 
-        out_text(f"{pool}: scrub {Zpool().scrub(pool)}\n")
+        what = Zpool().scrub(pool)
+        out_json({"pool": pool, "host": None, "scrub": what}) if as_json else out_text(f"{pool}: scrub {what}\n")
         return
     from ..replicate.backups import scrub_backup
 
     host, target_pool, what = scrub_backup(load_config(), job)
-    out_text(f"{host}:{target_pool}: scrub {what}\n")
+    if as_json:
+        out_json({"pool": target_pool, "host": host, "scrub": what})
+    else:
+        out_text(f"{host}:{target_pool}: scrub {what}\n")
 
 
 @app.command("run")
 def run_cmd(
     job: Annotated[Optional[str], typer.Argument(help="fill, health, scrub, rebalance, metrics, or a replication job.", autocompletion=complete.jobs)] = None,
     due: Annotated[bool, typer.Option("--due", help="Run every job whose schedule says it is due.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say which jobs would run; run none.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="The jobs and their outcomes as JSON on stdout (the log stays on stderr).")] = False,
 ) -> None:
     """Run scheduled jobs once (for systemd timers): one by name, or all that are due."""
     from .. import scheduler, state
@@ -103,15 +118,26 @@ def run_cmd(
     log_for_service()
     if bool(job) == due:
         raise UsageError("give a job name or --due (not both)")
+    if job and job not in scheduler.all_jobs(cfg):
+        raise UsageError(f"no job named {job!r} (jobs: {', '.join(scheduler.all_jobs(cfg))})")
     names_ = scheduler.due(cfg, state.connect(cfg.state_db)) if due else [job]
+    if dry_run:
+        if as_json:
+            out_json({"due" if due else "jobs": names_, "dry_run": True})
+        else:
+            out_text("".join(f"would run: {n}\n" for n in names_) or "nothing is due\n")
+        return
     if due and not names_:
         log.info("nothing is due")
-    failed = 0
+    outcomes: dict[str, str] = {}
     with Signals() as sig:
         for n in names_:
             if sig.stop.is_set():
                 break
-            failed += scheduler.run_one(cfg, n, sig.stop) == "failed"
+            outcomes[n] = scheduler.run_one(cfg, n, sig.stop)
+    failed = sum(o == "failed" for o in outcomes.values())
+    if as_json:
+        out_json({"jobs": [{"job": n, "outcome": o} for n, o in outcomes.items()], "failed": failed})
     if failed:
         raise typer.Exit(1)
 

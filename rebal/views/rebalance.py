@@ -52,13 +52,12 @@ def plan_json(prep) -> dict:
 
 def plan_text(prep, max_dirs: int = 30) -> str:
     plan = prep.plan
-    short = fill.short_names([v.name for v in plan.before])
     out = [f"{prep.pool.name}: spread now {plan.spread_before:.1f} points, target {plan.target:g}; "
            f"method: {prep.method}{' -P' if prep.physical else ''}, {prep.jobs} files at once"]
     after = {v.name: v for v in plan.after}
     rows = [("VDEV", "SIZE", "ALLOC", "CAP NOW", "CAP AFTER (predicted)")]
     for v in plan.before:
-        rows.append((short[v.name], human(v.size), human(v.alloc), f"{v.cap:.1f}%", f"{after[v.name].cap:.1f}%"))
+        rows.append((v.name, human(v.size), human(v.alloc), f"{v.cap:.1f}%", f"{after[v.name].cap:.1f}%"))
     out += table(rows, right={1, 2, 3, 4})
     rc = prep.reclaim
     if rc:

@@ -17,13 +17,12 @@ def status_text(pools, target: float, replication: list[dict]) -> str:
         out.append(f"{p.name}  {p.health}  size {human(p.size)}  alloc {human(p.alloc)}  free {human(p.free)}  "
                    f"CAP {p.cap:.0f}%")
         out.append(f"spread {p.spread:.1f} points ({verdict})")
-        short = fill.short_names([v.name for v in p.vdevs])
-        rows = [("VDEV", "TYPE", "SIZE", "ALLOC", "FREE", "CAP", "")]
+        rows = [("VDEV", "TYPE", "SIZE", "ALLOC", "FREE", "CAP", "")]  # vdevs named as ZFS and --json name them
         for v in p.data_vdevs:
-            rows.append((short[v.name], v.type, human(v.size), human(v.alloc), human(v.free), f"{v.cap:.1f}%",
+            rows.append((v.name, v.type, human(v.size), human(v.alloc), human(v.free), f"{v.cap:.1f}%",
                          fill.bar(v.cap)))
         for v in p.other_vdevs:
-            rows.append((short[v.name], v.vclass, "", "", "", "", "(not counted)"))
+            rows.append((v.name, v.vclass, "", "", "", "", "(not counted)"))
         out += table(rows, right={2, 3, 4, 5})
         if any(not v.exact for v in p.data_vdevs):
             out.append("(figures from 'zpool iostat -v' are rounded to 3 digits)")

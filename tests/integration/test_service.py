@@ -318,3 +318,25 @@ def test_a_reload_restarts_the_daemon_between_jobs_never_inside_one(make_pool, t
     assert d.returncode == 0, "".join(lines[-20:])
     assert "Traceback" not in "".join(lines)
     assert manifest(data) == before
+
+
+def test_the_unattended_commands_speak_json_and_run_has_a_dry_run(make_pool, tmp_path):
+    """A script reads notify --test, run, scrub and metrics as JSON; `run --due --dry-run` says what
+    the timer would run and runs nothing (issue 36)."""
+    pool = make_pool([[]])
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'state_db = "{tmp_path / "s.db"}"\npools = ["{pool.name}"]\n'
+                   f'[schedule]\nfill = "* * * * *"\nhealth = "0 0 1 1 *"\n'
+                   f'[notify]\ncommand = ["/bin/sh", "-c", "cat > {tmp_path / "sent"}"]\n')
+    dry = rebal_json("run", "--due", "--dry-run", config=cfg)
+    assert dry == {"due": ["fill"], "dry_run": True}, dry  # (health fires on 1 January only)
+    assert rebal_json("runs", config=cfg)["runs"] == [], "a dry run runs nothing"
+    ran = rebal_json("run", "fill", config=cfg)
+    assert ran == {"jobs": [{"job": "fill", "outcome": "ok"}], "failed": 0}
+    assert rebal_json("scrub", pool.name, config=cfg) == {"pool": pool.name, "host": None, "scrub": "started"}
+    samples = rebal_json("metrics", config=cfg)["samples"]
+    assert any(s["name"] == "rebal_pool_spread_points" and s["labels"] == {"pool": pool.name} for s in samples)
+    assert rebal_json("notify", "--test", config=cfg) == {"channels": {"command": "ok"}, "ok": True}
+    assert "test message" in (tmp_path / "sent").read_text()
+    r = rebal("run", "nosuch", config=cfg, check=False)
+    assert r.returncode == 2 and "no job named 'nosuch'" in r.stderr
