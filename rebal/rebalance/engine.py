@@ -121,6 +121,9 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
                     r.report.spread_after = r.measure(settle=True)
                 if opts.rewrite_all and r.report.outcome == "ok" and not prep.reclaim_only:
                     r.report.reason += f"; the spread is now {r.report.spread_after:.1f}"
+                elif r.report.outcome == "ok" and r.report.reason == _goal(r):  # said with the settled figure
+                    r.spread_now = r.report.spread_after
+                    r.report.reason = _goal(r)
             except RebalError:
                 r.report.spread_after = r.spread_now
             if prep.plan.measured and r.report.files:
@@ -224,4 +227,7 @@ def _goal(r: Run) -> str:
     if r.report.spread_when_freed is not None:
         return (f"the spread will be about {r.report.spread_when_freed:.1f} (under the target {r.opts.target_spread:g}) "
                 f"once the snapshots holding the old copies go; {r.spread_now:.1f} until then")
-    return f"spread {r.spread_now:.1f} is under the target {r.opts.target_spread:g}"
+    if r.spread_now <= r.opts.target_spread:
+        return f"spread {r.spread_now:.1f} is under the target {r.opts.target_spread:g}"
+    return (f"spread {r.spread_now:.1f}: the target {r.opts.target_spread:g} was reached before the last frees "
+            "settled; the next run goes on from here")

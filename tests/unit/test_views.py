@@ -156,3 +156,19 @@ def test_a_plan_of_everything_says_what_all_of_it_predicts():
     text = RV.plan_text(prep)
     assert f"rewriting everything eligible (--all): {prep.plan.spread_after:.1f} points" in text
     assert "13 files" in text and "after rewriting about" not in text
+
+
+def test_the_reason_of_a_run_says_the_settled_spread():
+    """The reason line is made again from the settled measurement at the end of a run, so it never
+    contradicts the figures under it (issue 36: '24.2 until then' above 'spread 29.2 -> 23.2')."""
+    from types import SimpleNamespace
+
+    from rebal.rebalance.engine import _goal
+
+    def run(now, freed=None):
+        return SimpleNamespace(spread_now=now, opts=SimpleNamespace(target_spread=10),
+                               report=SimpleNamespace(spread_when_freed=freed))
+
+    assert _goal(run(8.04)) == "spread 8.0 is under the target 10"
+    assert _goal(run(10.6)).startswith("spread 10.6: the target 10 was reached before the last frees settled")
+    assert _goal(run(23.2, freed=8.5)).endswith("once the snapshots holding the old copies go; 23.2 until then")
