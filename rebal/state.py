@@ -301,6 +301,10 @@ def reopen_run(conn: sqlite3.Connection, run_id: int) -> None:
         conn.execute("UPDATE runs SET outcome = NULL, ended = NULL WHERE id = ?", (run_id,))
 
 
+def run_row(conn: sqlite3.Connection, run_id: int) -> sqlite3.Row | None:
+    return conn.execute("SELECT id, kind, outcome, error, details FROM runs WHERE id = ?", (run_id,)).fetchone()
+
+
 def resumable_run(conn: sqlite3.Connection, kind: str, key: str) -> int | None:
     """The newest run of ``kind`` on ``key`` if it did not finish (running when it died, interrupted,
     stopped or failed): its done parts need not be done again."""

@@ -126,7 +126,10 @@ class ProgressEvents:
 
 class ByteBar:
     """A bytes/rate bar on a terminal's stderr for replicate and restore; nothing elsewhere.
-    Use as a context manager; `update(n)` sets the bytes done."""
+    Use as a context manager; `update(n, total)` sets the bytes done and, where known, the total
+    (zfs send -nP's estimate: an estimate, it overstates after `zfs rewrite -P`, so the bar says so).
+    Sizes as everywhere in rebal (1.5G, 120M); the rate from the second second on, so a first
+    update of bytes sent before the bar saw them does not read as 170 GB/s."""
 
     def __init__(self, label: str, enabled: bool = True) -> None:
         self.label = label
@@ -135,24 +138,47 @@ class ByteBar:
 
     def __enter__(self) -> "ByteBar":
         if self.enabled:
-            from rich.progress import (
-                DownloadColumn,
-                Progress,
-                TextColumn,
-                TransferSpeedColumn,
-            )
+            from rich.progress import Progress, TextColumn
 
-            self.bar = Progress(TextColumn(f"[bold]{self.label}"), DownloadColumn(binary_units=True),
-                                TransferSpeedColumn(), console=console(stderr=True), transient=True)
+            self.bar = Progress(TextColumn(f"[bold]{self.label}"), *_byte_columns(), console=console(stderr=True),
+                                transient=True)
             self.bar.__enter__()
             self.task = self.bar.add_task(self.label, total=None)
         return self
 
-    def update(self, nbytes: int) -> None:
+    def update(self, nbytes: int, total: int | None = None) -> None:
         if self.bar:
-            self.bar.update(self.task, completed=nbytes)
+            self.bar.update(self.task, completed=nbytes, total=max(total, nbytes) if total else None)
 
     def __exit__(self, *exc) -> bool:
         if self.bar:
             self.bar.__exit__(*exc)
         return False
+
+
+def _byte_columns():
+    """Bytes done of the total (estimate), the mean rate, the time left: in rebal's own units."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    from ..units import human
+
+    class Bytes(ProgressColumn):
+        def render(self, task) -> Text:
+            total = f"{human(task.total)} (estimate)" if task.total else "?"
+            return Text(f"{human(task.completed)} of {total}")
+
+    class Rate(ProgressColumn):
+        def render(self, task) -> Text:
+            t = task.elapsed or 0
+            return Text(f"{human(task.completed / t)}/s" if t >= 1 else "-/s")
+
+    class Left(ProgressColumn):
+        def render(self, task) -> Text:
+            t = task.elapsed or 0
+            if not task.total or t < 1 or not task.completed:
+                return Text("")
+            left = max(0.0, (task.total - task.completed) / (task.completed / t))
+            return Text(f"about {int(left // 60)}:{int(left % 60):02d} left")
+
+    return Bytes(), Rate(), Left()

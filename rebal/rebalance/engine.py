@@ -7,6 +7,7 @@ act on are `RebalError`s.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -63,8 +64,15 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
             for path, why in cleaned.left:
                 events.note(f"left alone: {path} ({why}); remove it by hand once you know what it is")
         state.mark_dead_runs(conn, "rebalance", pool=prep.pool.name, keep=prep.resume_run)
+        earlier = None  # a run continued: what its earlier parts did, and how they ended
         if prep.resume_run is not None:
             run_id = prep.resume_run
+            row = state.run_row(conn, run_id)
+            files, nbytes = journal.done_totals(conn, run_id)
+            old = json.loads(row["details"] or "{}") if row else {}
+            died = row is None or row["outcome"] is None
+            earlier = {"parts": old.get("parts", 1), "files": files, "bytes": nbytes,
+                       "ended": "interrupted" if died else row["outcome"], "why": state.DIED if died else row["error"]}
             state.reopen_run(conn, run_id)
             events.note(f"continuing run {run_id}: {len(prep.done_dirs)} directories already done")
         else:
@@ -134,8 +142,15 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
                 after = _available(zfs, avail_ds)
                 r.report.reclaim |= {"available_after": after,
                                      "reclaimed": after - r.report.reclaim["available_before"]}
+            details = r.report.as_dict() | {"method": prep.method, "jobs": prep.jobs}
+            if earlier is not None:  # the whole run: every part's files and bytes, and that it was continued
+                details |= {"files": r.report.files + earlier["files"], "bytes": r.report.bytes + earlier["bytes"],
+                            "parts": earlier["parts"] + 1,
+                            "continued": f"continued after the part before ended {earlier['ended']}"
+                                         + (f": {earlier['why']}" if earlier["why"] else ""),
+                            "this_part": {"files": r.report.files, "bytes": r.report.bytes}}
             state.end_run(conn, run_id, r.report.outcome, error=r.report.reason if r.report.outcome == "failed" else None,
-                          details=r.report.as_dict() | {"method": prep.method, "jobs": prep.jobs})
+                          details=details)
         return r.report
 
 

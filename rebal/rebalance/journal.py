@@ -117,6 +117,13 @@ def done_dirs(conn: sqlite3.Connection, run_id: int) -> set[bytes]:
     return {bytes(r[0]) for r in rows}
 
 
+def done_totals(conn: sqlite3.Connection, run_id: int) -> tuple[int, int]:
+    """(files, bytes) of the directories a run finished."""
+    row = conn.execute("SELECT coalesce(sum(files), 0), coalesce(sum(bytes), 0) FROM rebalance_dirs "
+                       "WHERE run_id = ? AND state = 'done'", (run_id,)).fetchone()
+    return int(row[0]), int(row[1])
+
+
 def dirs_done_since(conn: sqlite3.Connection, pool: str, since: float) -> set[bytes]:
     """Directories that any rebalance of ``pool`` started after ``since`` finished (after a RAIDZ
     expansion: their files were rewritten at the new ratio, whatever their ctime says)."""

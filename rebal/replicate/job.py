@@ -76,9 +76,9 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
         r = None
         last = [0.0]
 
-        def progress_and_record(n: int) -> None:
+        def progress_and_record(n: int, total: int | None = None) -> None:
             if progress:
-                progress(n)
+                progress(n, total)
             now = time.monotonic()
             if now - last[0] >= 0.5:  # at most twice a second
                 last[0] = now

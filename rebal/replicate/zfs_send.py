@@ -447,8 +447,11 @@ class ZfsReplicator:
         def progress(n: int, rep=rep) -> None:
             rep.bytes = n
             if self.progress:
-                with self._lock:
-                    self.progress(sum(d.bytes for d in self.report.datasets) + n)
+                with self._lock:  # the total: zfs send -nP's estimate of each stream known so far
+                    done = sum(d.bytes for d in self.report.datasets)
+                    known = all(d.expected for d in self.report.datasets)
+                    total = sum(max(d.expected or 0, d.bytes) for d in self.report.datasets) if known else None
+                    self.progress(done, total)
 
         if self.job.pull:  # the send (and its filters) runs there, in one ssh; the receive here
             [send] = senders

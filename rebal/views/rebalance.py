@@ -173,6 +173,8 @@ def runs_text(runs: list[dict]) -> str:
         d = r["details"]
         spread = f"{d['spread_before']:.1f}->{d['spread_after']:.1f}" if "spread_before" in d else ""
         outcome = r["outcome"] + (f" ({r['error']})" if r.get("error") and r["outcome"] != "ok" else "")
+        if d.get("parts", 1) > 1:
+            outcome += f" (in {d['parts']} parts: {d.get('continued', 'continued')})"
         rows.append((str(r["id"]), r["kind"], r["job"] or r["pool"] or "", r["started"][5:16].replace("T", " "),
                      _figure(d.get("files"), str), _figure(d.get("bytes"), human), spread, outcome))
     return lines(table(rows, right={0, 4, 5}))

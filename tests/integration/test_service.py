@@ -233,6 +233,11 @@ rebalance = "*/1 * * * * *"
     assert last["id"] == runs[0]["id"], "the interrupted run is continued, not started afresh"
     assert last["outcome"] in ("incomplete", "ok")
     assert manifest(data) == before and temp_leftovers(data) == []
+    # listed once, and said to be in two parts, counting both (issue 36: only the second part's files)
+    d = last["details"]
+    assert d["parts"] == 2 and d["continued"].startswith("continued after the part before ended interrupted"), d
+    assert d["files"] > d["this_part"]["files"] and d["bytes"] > d["this_part"]["bytes"], d
+    assert "in 2 parts" in rebal("runs", "--kind", "rebalance", config=cfg).stdout
 
 
 def test_run_due_uses_the_records(tmp_path):

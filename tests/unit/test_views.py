@@ -172,3 +172,17 @@ def test_the_reason_of_a_run_says_the_settled_spread():
     assert _goal(run(8.04)) == "spread 8.0 is under the target 10"
     assert _goal(run(10.6)).startswith("spread 10.6: the target 10 was reached before the last frees settled")
     assert _goal(run(23.2, freed=8.5)).endswith("once the snapshots holding the old copies go; 23.2 until then")
+
+
+def test_the_replication_bar_says_sizes_as_rebal_does_with_a_total_and_time_left():
+    """issue 36: '120.5/? MiB', a first rate of '170.1 GB/s', units mixed."""
+    from types import SimpleNamespace
+
+    from rebal.cli.progress import _byte_columns
+
+    size, rate, left = _byte_columns()
+    first = SimpleNamespace(completed=300 << 20, total=None, elapsed=0.01)
+    assert str(size.render(first)) == "300M of ?" and str(rate.render(first)) == "-/s" and str(left.render(first)) == ""
+    later = SimpleNamespace(completed=600 << 20, total=1800 << 20, elapsed=60.0)
+    assert str(size.render(later)) == "600M of 1.76G (estimate)"
+    assert str(rate.render(later)) == "10.0M/s" and str(left.render(later)) == "about 2:00 left"
