@@ -72,6 +72,16 @@ def steps(pool: str, target: str, tmp) -> list[tuple[str, list[str], set[int]]]:
     ]
 
 
+def backup_manifest(ds: str) -> dict:
+    """The backup's tree. zfs-fuse remounts a dataset after each receive and FUSE may still hold an
+    entry of the mount before (seen: a name listed, then not found): read it again on a fresh mount."""
+    try:
+        return manifest(backup_root(ds))
+    except FileNotFoundError:
+        sh("zfs", "umount", ds)
+        return manifest(backup_root(ds))
+
+
 def test_random_sequences_of_commands(make_pool, backup_host, tmp_path):
     pool = make_pool([[], []], size="192M")
     dst = make_pool([[]], size="192M")
@@ -107,5 +117,5 @@ def test_random_sequences_of_commands(make_pool, backup_host, tmp_path):
         if name == "replicate" and r.returncode == 0:
             replicated = True
         if replicated and name in ("replicate", "verify", "restore onto the source", "prune dry run"):
-            assert manifest(backup_root(f"{dst.name}/copy")) == before, where
+            assert backup_manifest(f"{dst.name}/copy") == before, where
     print(f"sequence seed {SEED}: {len(done)} steps, {len(set(done))} kinds of step")
