@@ -173,14 +173,20 @@ def test_systemd_units_verify():
             assert opt in t, (u, opt)
 
 
-@pytest.mark.zfs
-def test_daemon_runs_schedules_and_sigterm_leaves_the_rebalance_resumable(make_pool, tmp_path):
+def grown_pool_with_data(make_pool, **tree):
+    """A pool of two 256M vdevs with a tree in its dataset `data`, grown by a third: (pool, the
+    data's directory, its manifest)."""
     pool = make_pool([[], []], size="256M")
     sh("zfs", "create", f"{pool.name}/data")
     data = Path(sh("zfs", "get", "-H", "-o", "value", "mountpoint", f"{pool.name}/data").stdout.strip())
-    mixed_tree(data, small=200, large=8, large_mib=(8, 10), seed=21, xattrs=False)
+    mixed_tree(data, xattrs=False, **tree)
     pool.add(str(pool.disk("256M")))
-    before = manifest(data)
+    return pool, data, manifest(data)
+
+
+@pytest.mark.zfs
+def test_daemon_runs_schedules_and_sigterm_leaves_the_rebalance_resumable(make_pool, tmp_path):
+    pool, data, before = grown_pool_with_data(make_pool, small=200, large=8, large_mib=(8, 10), seed=21)
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'''state_db = "{tmp_path / 's.db'}"
 pools = ["{pool.name}"]
@@ -257,6 +263,7 @@ def test_run_due_uses_the_records(tmp_path):
     assert sorted(scheduler.due(cfg, conn, now + timedelta(hours=1))) == ["fill", "health"]
 
 
+@pytest.mark.zfs
 def test_metrics_to_a_place_it_cannot_write_is_one_clear_line(tmp_path):
     """`rebal metrics --output` into a missing directory was an internal error, exit 70 (issue 36):
     now exit 1 (README: a command failed) with the path and what to do."""
@@ -269,18 +276,14 @@ def test_metrics_to_a_place_it_cannot_write_is_one_clear_line(tmp_path):
                                 "another place in the config)")
 
 
+@pytest.mark.zfs
 def test_a_reload_restarts_the_daemon_between_jobs_never_inside_one(make_pool, tmp_path):
     """`systemctl reload rebal` (SIGHUP; what the package's upgrade does): the running rebalance goes
     on to its end, then the daemon starts afresh in the same process (the new version, the config as
     it is now), and a SIGTERM still stops it cleanly (issue 36)."""
     import threading
 
-    pool = make_pool([[], []], size="256M")
-    sh("zfs", "create", f"{pool.name}/data")
-    data = Path(sh("zfs", "get", "-H", "-o", "value", "mountpoint", f"{pool.name}/data").stdout.strip())
-    mixed_tree(data, small=60, large=4, large_mib=(6, 8), seed=5, xattrs=False)
-    pool.add(str(pool.disk("256M")))
-    before = manifest(data)
+    pool, data, before = grown_pool_with_data(make_pool, small=60, large=4, large_mib=(6, 8), seed=5)
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'state_db = "{tmp_path / "s.db"}"\npools = ["{pool.name}"]\n'
                    f'[rebalance]\ntargets = ["{pool.name}/data"]\ntarget_spread = 0.01\nmax_rate = "8M"\n'
@@ -325,6 +328,7 @@ def test_a_reload_restarts_the_daemon_between_jobs_never_inside_one(make_pool, t
     assert manifest(data) == before
 
 
+@pytest.mark.zfs
 def test_the_unattended_commands_speak_json_and_run_has_a_dry_run(make_pool, tmp_path):
     """A script reads notify --test, run, scrub and metrics as JSON; `run --due --dry-run` says what
     the timer would run and runs nothing (issue 36)."""
