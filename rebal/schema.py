@@ -81,7 +81,7 @@ def _model(cls, data: Any, loc: str, problems: list, ctx: dict):
     if isinstance(data, cls):
         return data
     if not isinstance(data, dict):
-        problems.append((loc, "Input should be a table of keys"))
+        problems.append((loc, "give a table of keys ([section] or {key = value})"))
         return _BAD
     hints = _hints(cls)
     by_key = {key_of(f): f for f in fields(cls)}
@@ -119,11 +119,11 @@ def _value(tp: Any, v: Any, loc: str, problems: list, ctx: dict):
     if origin is Literal:
         if any(v == a and type(v) is type(a) for a in args):
             return v
-        problems.append((loc, "Input should be " + " or ".join(repr(a) for a in args)))
+        problems.append((loc, "give one of " + ", ".join(f'"{a}"' if isinstance(a, str) else repr(a) for a in args)))
         return _BAD
     if origin is list:
         if not isinstance(v, list):
-            problems.append((loc, "Input should be a valid list"))
+            problems.append((loc, "give a list, like [\"a\", \"b\"]"))
             return _BAD
         out = [_value(args[0], x, f"{loc}[{i}]", problems, ctx) for i, x in enumerate(v)]
         return _BAD if any(x is _BAD for x in out) else out
@@ -134,8 +134,9 @@ def _value(tp: Any, v: Any, loc: str, problems: list, ctx: dict):
           float: lambda: isinstance(v, (int, float)) and not isinstance(v, bool),
           str: lambda: isinstance(v, str)}[tp]()
     if not ok:
-        what = {bool: "a valid boolean", int: "a valid integer", float: "a valid number", str: "a valid string"}[tp]
-        problems.append((loc, f"Input should be {what}"))
+        what = {bool: "true or false (no quotes)", int: "a whole number (no quotes)", float: "a number (no quotes)",
+                str: "text in quotes"}[tp]
+        problems.append((loc, f"give {what}"))
         return _BAD
     return float(v) if tp is float else v
 
@@ -145,12 +146,12 @@ def _constrain(md: dict, v: Any, loc: str, problems: list, ctx: dict):
     for op, word, fails in (("gt", "greater than", lambda b: not v > b), ("ge", "greater than or equal to", lambda b: not v >= b),
                             ("lt", "less than", lambda b: not v < b), ("le", "less than or equal to", lambda b: not v <= b)):
         if op in md and fails(md[op]):
-            problem = f"Input should be {word} {md[op]}"
+            problem = f"give a number {word} {md[op]:g}"
             break
     if problem is None and "pattern" in md and not re.search(md["pattern"], v):
         problem = md["hint"]
     if problem is None and "min_items" in md and len(v) < md["min_items"]:
-        problem = f"List should have at least {md['min_items']} item(s), not {len(v)}"
+        problem = f"give at least {md['min_items']} item(s), not {len(v)}"
     if problem is None and "check" in md:
         problem = md["check"](v)
     if problem is None and "check_ctx" in md:

@@ -43,7 +43,7 @@ def test_only_state_db_is_valid(tmp_path):
     "text, expected",
     [
         ("bogus = 1\n", "bogus: unknown key"),
-        ("[rebalance]\ntarget_spread = \"ten\"\n", "rebalance.target_spread: Input should be a valid number"),
+        ("[rebalance]\ntarget_spread = \"ten\"\n", "rebalance.target_spread: give a number (no quotes)"),
         ("pools = [\"tank\", \"-o\"]\n", "pools[1]: a pool name starts with a letter"),
         ("[schedule]\nfill = \"61 * * * *\"\n", "schedule.fill: '61 * * * *' is not a valid cron expression"),
         ("[schedule]\nhealth = \"every day\"\n", "schedule.health: 'every day' is not a cron expression of 5 fields"),
