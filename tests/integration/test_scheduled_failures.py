@@ -86,6 +86,8 @@ def test_a_failing_job_of_run_due_stands_alone(make_pool, tmp_path):
     assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
     [line] = [ln for ln in r.stderr.splitlines() if "rebal.job.metrics" in ln and "ERROR" in ln]
     assert f"cannot write the metrics file {ro / 'rebal.prom'}: Read-only file system" in line and "rebal units" in line
+    [ok] = [ln for ln in r.stderr.splitlines() if "rebal.job.fill: ok: " in ln]  # a result as JSON, not a dict's repr
+    assert json.loads(ok.split("ok: ", 1)[1])
     runs = {x["kind"]: x for x in rebal_json("runs", config=cfg)["runs"]}
     assert runs["metrics"]["outcome"] == "failed" and "Read-only file system" in runs["metrics"]["error"]
     assert runs["fill"]["outcome"] == "ok" and runs["health"]["outcome"] == "ok", runs

@@ -187,3 +187,17 @@ def test_shell_completion_is_offered():
     r = rebal("--show-completion", "bash",
               env={"SHELL": "/bin/bash", "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
     assert "_rebal_completion" in r.stdout and "complete " in r.stdout, r.stdout[:300]
+
+
+def test_config_check_without_a_file_reads_the_defaults_as_every_command_does(tmp_path, monkeypatch):
+    """No --config, no $REBAL_CONFIG and no /etc/rebal/config.toml: every command runs on the
+    defaults, so `config check` says so and exits 0 (issue 36: it failed)."""
+    from typer.testing import CliRunner
+
+    from rebal.cli.app import build
+
+    monkeypatch.delenv("REBAL_CONFIG", raising=False)
+    monkeypatch.setattr(config, "DEFAULT_PATH", str(tmp_path / "nope" / "config.toml"))
+    r = CliRunner().invoke(build(), ["config", "check"])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith(f"no config file at {tmp_path / 'nope' / 'config.toml'}: every key has its default")
