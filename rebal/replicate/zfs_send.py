@@ -447,10 +447,12 @@ class ZfsReplicator:
         def progress(n: int, rep=rep) -> None:
             rep.bytes = n
             if self.progress:
-                with self._lock:  # the total: zfs send -nP's estimate of each stream known so far
-                    done = sum(d.bytes for d in self.report.datasets)
-                    known = all(d.expected for d in self.report.datasets)
-                    total = sum(max(d.expected or 0, d.bytes) for d in self.report.datasets) if known else None
+                with self._lock:  # the datasets done, and this one's stream so far (it is not among them yet)
+                    others = [d for d in self.report.datasets if d is not rep]
+                    done = sum(d.bytes for d in others) + n
+                    # the total: zfs send -nP's estimate of each stream, where every one so far has one
+                    known = rep.expected and all(d.expected for d in others)
+                    total = sum(max(d.expected or 0, d.bytes) for d in others) + max(rep.expected or 0, n) if known else None
                     self.progress(done, total)
 
         if self.job.pull:  # the send (and its filters) runs there, in one ssh; the receive here
