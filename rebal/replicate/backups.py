@@ -108,6 +108,7 @@ def _verify_at_a_fresh_snapshot(cfg: Config, j, ssh: Ssh, n, seed: int, conn):
 
     from . import local as L
     from .job import run_job
+    from .policy import is_ours
     from .verify import verify_zfs
 
     rs = j.retention_source
@@ -120,7 +121,7 @@ def _verify_at_a_fresh_snapshot(cfg: Config, j, ssh: Ssh, n, seed: int, conn):
     try:
         rep = verify_zfs(j, ssh, n, seed)
     finally:
-        if rs.last == 0 and not (rs.hourly or rs.daily or rs.weekly or rs.monthly):
+        if rs.last == 0 and not (rs.hourly or rs.daily or rs.weekly or rs.monthly) and is_ours(snap, j.name):
             L.CliLocal().destroy_snapshots(j.source, [snap], recursive=j.recursive)
     rep.notes.append(f"replicated first (run {details.get('run_id')}) so that the source and the backup share "
                      f"@{snap} to compare; the source keeps it only as a bookmark again, as its retention says")

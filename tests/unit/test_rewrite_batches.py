@@ -161,3 +161,22 @@ def test_a_failed_command_with_bytes_arguments_says_them_as_text():
 
     e = CommandFailed(("zfs", "rewrite", b"/p/\xff", b"/p/b"), 1, "failed\n")
     assert str(e) == "zfs rewrite /p/\udcff: failed"
+
+
+def test_a_command_killed_by_a_signal_nobody_asked_for_is_a_failure():
+    """A negative exit status (killed by a signal) is returned only when the caller set its stop;
+    otherwise it raises, whether the command was watched or not."""
+    import threading
+
+    import pytest
+
+    from rebal.errors import CommandFailed
+    from rebal.process.command import run
+
+    with pytest.raises(CommandFailed):
+        run(["sh", "-c", "kill -9 $$"])
+    with pytest.raises(CommandFailed):
+        run(["sh", "-c", "kill -9 $$"], stop=threading.Event())
+    stop = threading.Event()
+    stop.set()
+    assert run(["sleep", "30"], stop=stop).returncode < 0
