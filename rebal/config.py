@@ -164,7 +164,21 @@ class Replicate(Model):
     embedded: bool = True
     bwlimit: str | None = spec(None, check=size_problem)  # bytes per second, e.g. "50M"
     stream_compress: Literal["none", "zstd"] = "none"
+    stream_compress_level: int = spec(3, ge=1, le=19)  # zstd's level (1 fastest, 19 smallest)
     mbuffer: bool = False
+    mbuffer_size: str = spec("128M", check=size_problem)  # each end's buffer
+    ssh_options: list[str] = spec(factory=list, each=names.ssh_option_problem)  # "Ciphers=aes128-gcm@openssh.com"
+    # which datasets of a recursive job (replicate/select.py): shell patterns on dataset names
+    exclude: list[str] = spec(factory=list, each=names.pattern_problem)
+    include: list[str] = spec(factory=list, each=names.pattern_problem)  # back in, under an excluded one
+    by_property: bool = False  # the ZFS user property rebal:backup names the job (zfs_autobackup's way)
+    # hooks: argument lists run without a shell (REBAL_JOB, REBAL_SNAPSHOT, REBAL_OUTCOME, ... set)
+    pre_command: list[str] | None = spec(None, min_items=1)
+    post_command: list[str] | None = spec(None, min_items=1)
+    hook_timeout: int = spec(600, ge=1, le=86400)  # seconds
+    # rebal health: a dataset whose newest snapshot on the target is older than this (default
+    # health.replication_max_age_hours), or that was never replicated, is a finding
+    snapshot_max_age_hours: float | None = spec(None, gt=0)
     snapshot_target: bool = False
     schedule: str | None = spec(None, check_ctx=_cron_problem)
     keepalive: int = spec(10, ge=1, le=600)  # seconds between ssh keepalives; 3 missed = link down
@@ -179,9 +193,11 @@ class Replicate(Model):
                 "an rsync target is an absolute directory"
         if problem:
             return [("target", problem)]
+        if (self.exclude or self.include or self.by_property) and not self.recursive:
+            return [("", "exclude, include and by_property choose among a recursive job's datasets: "
+                         "set recursive = true")]
         if self.direction == "push":
-            if self.target_host is None:
-                return [("", "a push job needs target_host (the backup host)")]
+            # no target_host: the target is on this host (a second pool, an external disk)
             if self.source_host is not None:
                 return [("", "source_host is for direction = \"pull\"; a push job sends from this host")]
         else:
@@ -194,8 +210,13 @@ class Replicate(Model):
         return []
 
     @property
-    def remote_host(self) -> str:
+    def remote_host(self) -> str | None:
+        """The other end's host; None for a local target."""
         return self.target_host if self.direction == "push" else self.source_host
+
+    @property
+    def local_target(self) -> bool:
+        return self.direction == "push" and self.target_host is None
 
 
 @dataclass(kw_only=True)

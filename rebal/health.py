@@ -117,5 +117,25 @@ def replication_findings(last: list[dict], max_age_hours: float) -> list[Finding
     return out
 
 
+def snapshot_age_findings(jobs: list[dict], now: float) -> list[Finding]:
+    """Per job (dicts with job, max_age_hours, datasets: dataset -> (snapshot, taken) or None for one
+    never replicated), as sanoid's --monitor-snapshots: every dataset whose newest snapshot on the
+    target is too old, and every dataset never replicated, named (the first ten, then a count)."""
+    out = []
+    for j in jobs:
+        limit = j["max_age_hours"] * 3600
+        never = sorted(d for d, p in j["datasets"].items() if p is None)
+        old = sorted((d, p) for d, p in j["datasets"].items() if p is not None and now - p[1] > limit)
+        subject = f"job:{j['job']}"
+        if never:
+            out.append(Finding(WARNING, subject, f"{len(never)} dataset(s) never replicated: {', '.join(never[:10])}"
+                               + (f" and {len(never) - 10} more" if len(never) > 10 else "")))
+        if old:
+            named = ", ".join(f"{d} (@{p[0]}, {(now - p[1]) / 3600:.0f} h)" for d, p in old[:10])
+            out.append(Finding(WARNING, subject, f"{len(old)} dataset(s) whose newest snapshot on the target is older "
+                               f"than {j['max_age_hours']:g} h: {named}" + (f" and {len(old) - 10} more" if len(old) > 10 else "")))
+    return out
+
+
 def overall(findings: list[Finding]) -> int:
     return max((f.level for f in findings), default=OK)

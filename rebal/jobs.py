@@ -64,9 +64,34 @@ def check_health(cfg: Config, conn, zpool, now: float | None = None,
         extra["scrub"] = {n: t for n, st in statuses.items() if (t := H.scrub_time(st.scan)) is not None}
     repl = state.last_successes(conn, cfg) if cfg.replicate else []
     findings += H.replication_findings(repl, cfg.health.replication_max_age_hours)
+    ages = snapshot_ages(cfg, conn)
+    for r in repl:
+        r["points"] = next((a for a in ages if a["job"] == r["job"]), None)
+    findings += H.snapshot_age_findings(ages, time.time() if now is None else now)
     findings += verify_findings(cfg, conn, now)
     findings += rebalance_findings(conn)
     return findings, pools, repl
+
+
+def snapshot_ages(cfg: Config, conn, runner=None) -> list[dict]:
+    """Per job: the newest snapshot each of its datasets has on the target (from the runs' records),
+    and the datasets it chooses now that were never replicated (a push job lists its source here;
+    a pull job's source is the other host: only what was recorded)."""
+    from .process.command import run
+    from .replicate.select import select
+
+    out = []
+    for j in cfg.replicate:
+        have: dict = dict(state.replica_points(conn, j.name))
+        if j.direction == "push":
+            try:
+                for ds in select(j, runner or run).included:
+                    have.setdefault(ds, None)
+            except RebalError:  # the source is gone or ZFS does not answer: the pool findings say so
+                pass
+        out.append({"job": j.name, "max_age_hours": j.snapshot_max_age_hours or cfg.health.replication_max_age_hours,
+                    "datasets": have})
+    return out
 
 
 def rebalance_findings(conn, runner=None) -> list[H.Finding]:

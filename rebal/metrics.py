@@ -94,6 +94,17 @@ def document(pools: list[Pool], health_level: dict[str, int], replication: list[
                   r["last_success"], replication_job=r["job"])
             d.add("rebal_replication_last_bytes", "Bytes sent by the last successful run.", r.get("bytes") or 0,
                   replication_job=r["job"])
+        pts = r.get("points")
+        if pts is not None:
+            d.add("rebal_replication_snapshot_max_age_seconds", "A dataset's newest snapshot on the target is too "
+                  "old after this long (the job's snapshot_max_age_hours).", pts["max_age_hours"] * 3600,
+                  replication_job=r["job"])
+            d.add("rebal_replication_datasets_never_replicated", "Datasets the job chooses that have no snapshot "
+                  "on the target yet.", sum(1 for p in pts["datasets"].values() if p is None), replication_job=r["job"])
+            for ds, p in sorted(pts["datasets"].items()):
+                if p is not None:
+                    d.add("rebal_replication_dataset_snapshot_timestamp_seconds", "When the newest snapshot a "
+                          "dataset has on the target was taken.", p[1], replication_job=r["job"], dataset=ds)
     for rb in rebalance:
         d.add("rebal_rebalance_running", "1 while a rebalance run is going.", 1 if rb["running"] else 0, pool=rb["pool"])
         d.add("rebal_rebalance_bytes", "Bytes rewritten by the latest rebalance run.", rb["bytes"], pool=rb["pool"])

@@ -83,3 +83,40 @@ def snapshot(name: str) -> str:
 
 def host(name: str) -> str:
     return _check("host", host_problem(name), name)
+
+
+PATTERN = re.compile(r"[A-Za-z0-9_.:*?\[\]!/-]{1,255}")
+
+
+def pattern_problem(p: str) -> str | None:
+    """A dataset name pattern (fnmatch): the characters of dataset names and * ? [ ] !."""
+    return None if PATTERN.fullmatch(p) else "a pattern holds dataset name characters and * ? [ ] (like tank/*/cache)"
+
+
+# ssh -o options a job may set (ssh_config(5)). Nothing that runs a command (ProxyCommand,
+# LocalCommand), weakens the host key check (StrictHostKeyChecking, UserKnownHostsFile) or the
+# batch mode, or that rebal sets itself per run (ControlPath, ServerAlive*, ConnectTimeout).
+SSH_OPTIONS = {
+    "addressfamily", "bindaddress", "ciphers", "clearallforwardings", "compression", "controlmaster",
+    "forwardagent", "forwardx11", "hostkeyalgorithms", "hostkeyalias", "ipqos", "kexalgorithms", "macs",
+    "proxyjump", "rekeylimit", "tcpkeepalive", "requesttty", "preferredauthentications", "pubkeyacceptedalgorithms",
+}
+_SSH_VALUE = re.compile(r"[A-Za-z0-9@.,:_+=/-]{1,512}")
+
+
+def ssh_option_problem(opt: str) -> str | None:
+    key, sep, value = opt.partition("=")
+    if not sep or not key or not value:
+        return "an ssh option is Key=Value, like Ciphers=aes128-gcm@openssh.com"
+    if key.lower() not in SSH_OPTIONS:
+        return (f"{key} is not an ssh option rebal passes on (allowed: "
+                f"{', '.join(sorted(SSH_OPTIONS))}); host key checking, batch mode and commands stay rebal's")
+    if not _SSH_VALUE.fullmatch(value):
+        return "an ssh option's value holds letters, digits and @ . , : _ + = / -"
+    if key.lower() == "controlmaster" and value.lower() not in ("no", "yes", "auto"):
+        return "ControlMaster is yes (rebal's one connection per run, the default) or no"
+    if key.lower() == "proxyjump" and value.lower() != "none":
+        hosts = [h.rpartition("@")[2].split(":")[0] for h in value.split(",")]
+        if any(host_problem(h) for h in hosts):
+            return "ProxyJump names [user@]host[:port] hops"
+    return None

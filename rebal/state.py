@@ -105,6 +105,11 @@ MIGRATIONS: list[str] = [
     CREATE TABLE IF NOT EXISTS notify_state (subject TEXT PRIMARY KEY, level TEXT NOT NULL,
         digest TEXT NOT NULL, since REAL NOT NULL, last_sent REAL);
     """,
+    # 6: the newest snapshot each dataset of a job has on its target (snapshot age monitoring)
+    """
+    CREATE TABLE replica_points (job TEXT NOT NULL, dataset TEXT NOT NULL, snapshot TEXT NOT NULL,
+        taken REAL NOT NULL, recorded REAL NOT NULL, PRIMARY KEY (job, dataset));
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -376,6 +381,20 @@ def last_successes(conn: sqlite3.Connection, cfg) -> list[dict]:
         out.append({"job": j.name, "mode": j.mode, "last_success": row["ended"], "age_seconds": round(now - row["ended"]),
                     "snapshot": d.get("snapshot"), "bytes": d.get("bytes")})
     return out
+
+
+def record_points(conn: sqlite3.Connection, job: str, rows: list[tuple[str, str, float]]) -> None:
+    """(dataset, snapshot, when it was taken): now the newest on the job's target."""
+    now = time.time()
+    with atomic(conn):
+        conn.executemany("INSERT OR REPLACE INTO replica_points (job, dataset, snapshot, taken, recorded) "
+                         "VALUES (?, ?, ?, ?, ?)", [(job, d, s, t, now) for d, s, t in rows])
+
+
+def replica_points(conn: sqlite3.Connection, job: str) -> dict[str, tuple[str, float]]:
+    """dataset -> (newest snapshot on the target, when it was taken), as the job's runs recorded it."""
+    rows = conn.execute("SELECT dataset, snapshot, taken FROM replica_points WHERE job = ?", (job,)).fetchall()
+    return {r["dataset"]: (r["snapshot"], r["taken"]) for r in rows}
 
 
 DIED = "interrupted (the process died: a crash, a kill or a power cut)"

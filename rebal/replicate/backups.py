@@ -11,7 +11,7 @@ from dataclasses import asdict
 from .. import state
 from ..config import Config
 from ..errors import UsageError
-from .job import endpoint, find_job
+from .job import connect, find_job
 from .transport import Ssh
 
 
@@ -20,7 +20,7 @@ def list_points(cfg: Config, job: str):
     from .restore import points
 
     j = find_job(cfg, job)
-    with Ssh(endpoint(j)) as ssh:
+    with connect(j) as ssh:
         ds, pts = points(j, ssh)
     return j, ds, pts
 
@@ -43,7 +43,7 @@ def restore(cfg: Config, job: str, *, to: str, at: str, path: str | None, force:
             state.set_progress(cfg.state_db, rid, nbytes)
 
     try:
-        with Ssh(endpoint(j)) as ssh:
+        with connect(j) as ssh:
             _ds, pts = points(j, ssh)
             point = choose(pts, at)
             if path:
@@ -72,7 +72,7 @@ def verify(cfg: Config, job: str, sample: str, seed: int):
     conn = state.connect(cfg.state_db)
     rid = state.start_run(conn, "verify", job=job)
     try:
-        with Ssh(endpoint(j)) as ssh:
+        with connect(j) as ssh:
             if j.mode == "zfs":
                 rep = verify_zfs(j, ssh, n, seed)
                 if rep.only_bookmark is not None and not _differs_already(rep):
@@ -133,14 +133,14 @@ def scrub_backup(cfg: Config, job: str) -> tuple[str, str, str]:
     from .restore import _remote_dataset_of
 
     j = find_job(cfg, job)
-    with Ssh(endpoint(j)) as ssh:
+    with connect(j) as ssh:
         ds = j.target if j.mode == "zfs" else _remote_dataset_of(ssh, j.target)
         if not ds:
             raise UsageError(f"the target of job {job} is not on a ZFS dataset: nothing to scrub")
         target_pool = ds.split("/")[0]
         res = ssh.run(["zpool", "scrub", target_pool], readonly=False, check=False)
         if res.returncode == 0:
-            return ssh.ep.host, target_pool, "started"
+            return ssh.where, target_pool, "started"
         if ("scrub" in res.stderr and "progress" in res.stderr) or "currently scrubbing" in res.stderr:
-            return ssh.ep.host, target_pool, "running"
+            return ssh.where, target_pool, "running"
         raise UsageError(f"backup host: {res.stderr.strip()}")

@@ -235,6 +235,11 @@ def _receive_mode(policy: Policy, argv: list[str]) -> None:
             _under(policy, args[1])
             return None
         raise Refused("zfs set: only readonly=on is allowed")
+    if sub == "create":  # the empty parent of a chosen dataset whose own source is left out
+        if len(args) == 3 and args[:2] == ["-o", "canmount=off"]:
+            _under(policy, args[2])
+            return None
+        raise Refused("zfs create: only -o canmount=off DATASET (an empty parent) is allowed")
     if sub == "snapshot":
         if not args or any(a.startswith("-") for a in args):
             raise Refused("zfs snapshot: name snapshots under the root, no options")

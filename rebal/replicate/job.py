@@ -11,10 +11,15 @@ from ..config import Config, Replicate
 from ..errors import RebalError, UsageError
 from ..locks import FileLock
 from ..units import parse_size
-from .policy import Buckets
+from .hooks import run_hook
+from .policy import Buckets, parse_snapshot_name
 from .rsync import RsyncJob, RsyncReplicator
-from .transport import Endpoint, Ssh, TransportError
+from .transport import Endpoint, Here, Ssh, TransportError
 from .zfs_send import Job, ReplicationError, ZfsReplicator, kill_all
+
+
+class HookFailed(RebalError):
+    exit_code = 1
 
 
 def buckets(r) -> Buckets:
@@ -25,9 +30,14 @@ def endpoint(j: Replicate) -> Endpoint:
     """The other end: the backup host of a push job, the file server of a pull job."""
     if j.direction == "pull":
         return Endpoint(j.source_host, j.source_user, j.source_port, j.identity_file, j.known_hosts,
-                        connect_timeout=max(5, j.keepalive), alive_interval=j.keepalive)
+                        connect_timeout=max(5, j.keepalive), alive_interval=j.keepalive, options=tuple(j.ssh_options))
     return Endpoint(j.target_host, j.target_user, j.target_port, j.identity_file, j.known_hosts,
-                    connect_timeout=max(5, j.keepalive), alive_interval=j.keepalive)
+                    connect_timeout=max(5, j.keepalive), alive_interval=j.keepalive, options=tuple(j.ssh_options))
+
+
+def connect(j: Replicate) -> Ssh | Here:
+    """The other end of a job: ssh to its host, or this host for a local target."""
+    return Here() if j.local_target else Ssh(endpoint(j))
 
 
 def find_job(cfg: Config, name: str) -> Replicate:
@@ -42,12 +52,33 @@ def replicator(j: Replicate, ssh: Ssh, **kw):
     if j.mode == "zfs":
         job = Job(j.name, j.source, j.target, j.recursive, j.raw, j.compressed, j.large_blocks, j.embedded,
                   parse_size(j.bwlimit) if j.bwlimit else None, j.stream_compress, j.mbuffer,
-                  buckets(j.retention_source), buckets(j.retention_target), pull=j.direction == "pull")
+                  buckets(j.retention_source), buckets(j.retention_target), pull=j.direction == "pull",
+                  stream_compress_level=j.stream_compress_level, mbuffer_size=j.mbuffer_size,
+                  exclude=tuple(j.exclude), include=tuple(j.include), by_property=j.by_property)
         return ZfsReplicator(job, ssh, **kw)
     kw.pop("force_rollback", None)
     job = RsyncJob(j.name, j.source, j.target, j.recursive, f"{max(1, parse_size(j.bwlimit) // 1024)}K" if j.bwlimit else None,
-                   j.snapshot_target, buckets(j.retention_source), buckets(j.retention_target))
+                   j.snapshot_target, buckets(j.retention_source), buckets(j.retention_target),
+                   exclude=tuple(j.exclude), include=tuple(j.include), by_property=j.by_property)
     return RsyncReplicator(job, ssh, **kw)
+
+
+def record_landed(conn, job: str, r, outcome: str) -> None:
+    """What is now on the target, per dataset (health's snapshot ages): the zfs mode's datasets
+    that landed, even in a run that failed for others; the rsync mode's after a run that got through."""
+    rep = r.report
+    if not rep.snapshot:
+        return
+    parsed = parse_snapshot_name(rep.snapshot)
+    if parsed is None:
+        return
+    taken = parsed[1]
+    if hasattr(rep, "datasets"):
+        landed = [d.source for d in rep.datasets if d.kind in ("full", "incremental", "nothing")]
+    else:
+        landed = list(getattr(r, "datasets", [])) if outcome in ("ok", "warning") else []
+    if landed:
+        state.record_points(conn, job, [(d, rep.snapshot, taken.timestamp()) for d in landed])
 
 
 def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bool = False,
@@ -58,10 +89,12 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
     j = find_job(cfg, name)
     stop = stop or threading.Event()
     if dry_run:
-        with Ssh(endpoint(j)) as ssh:
+        with connect(j) as ssh:
             r = replicator(j, ssh, dry_run=True, force_rollback=force_rollback, stop=stop)
             rep = r.run()
-        return "ok", {"job": name, "mode": j.mode, "dry_run": True} | asdict(rep)
+        hooks = {"pre_command": j.pre_command, "post_command": j.post_command}
+        return "ok", {"job": name, "mode": j.mode, "dry_run": True, "local_target": j.local_target,
+                      "hooks": {k: v for k, v in hooks.items() if v}} | asdict(rep)
     conn = conn or state.connect(cfg.state_db)
     from ..locks import Together
 
@@ -84,8 +117,14 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
                 last[0] = now
                 state.set_progress(cfg.state_db, run_id, n)
 
+        hook_env = {"REBAL_JOB": name, "REBAL_SOURCE": j.source, "REBAL_TARGET": j.target,
+                    "REBAL_TARGET_HOST": j.remote_host or "", "REBAL_RUN_ID": run_id}
         try:
-            with Ssh(endpoint(j)) as ssh:
+            if j.pre_command:
+                problem = run_hook(j.pre_command, "pre", hook_env, j.hook_timeout, stop)
+                if problem:  # nothing was snapshot or sent
+                    raise HookFailed(f"{problem}; no snapshot was taken, nothing was sent")
+            with connect(j) as ssh:
                 extra = {"cache": state.Cache(conn)} if j.mode == "zfs" else {}
                 r = replicator(j, ssh, force_rollback=force_rollback, stop=stop, progress=progress_and_record, **extra)
                 rep = r.run()
@@ -112,6 +151,14 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
         finally:
             if r is not None:
                 kill_all(r.procs)
+                record_landed(conn, name, r, outcome)
+            if j.post_command:
+                problem = run_hook(j.post_command, "post", hook_env | {
+                    "REBAL_SNAPSHOT": details.get("snapshot", ""), "REBAL_OUTCOME": outcome,
+                    "REBAL_BYTES": details.get("bytes", 0), "REBAL_ERROR": error or ""}, j.hook_timeout)
+                if problem:
+                    details.setdefault("warnings", []).append(problem)
+                    outcome = "warning" if outcome == "ok" else outcome
             details["seconds"] = round(time.monotonic() - t0, 2)
             details["outcome"] = outcome
             details["error"] = error

@@ -107,22 +107,26 @@ class LzcLocal(CliLocal):
 
 
 def take_snapshot(local, source: str, job: str, recursive: bool, clock, sleep=time.sleep, tries: int = 3,
-                  avoid: frozenset[str] | set[str] = frozenset()) -> str:
+                  avoid: frozenset[str] | set[str] = frozenset(), datasets: list[str] | None = None) -> str:
     """Snapshot ``source`` (and, ``recursive``, its children) as rebal-<job>-<UTC second>; the name.
     A run that follows another within the same second would take the same name: zfs refuses it
     ("dataset already exists") where the last run's snapshot is still on the source, and where it
     was pruned its bookmark and the backup's copy (names in ``avoid``) would clash later. Then wait
     for the next second and take that one. The snapshot is atomic, so a refused one made nothing;
-    any other failure is raised as it is."""
+    any other failure is raised as it is. ``datasets``: snapshot exactly these (one atomic command), not
+    ``source`` recursively (a job that leaves some of its children out)."""
     for attempt in range(tries):
         when = clock()
         snap = snapshot_name(job, when)
         if snap not in avoid:
             try:
-                local.snapshot([f"{source}@{snap}"], recursive=recursive)
+                if datasets is None:
+                    local.snapshot([f"{source}@{snap}"], recursive=recursive)
+                else:
+                    local.snapshot([f"{d}@{snap}" for d in datasets])
                 return snap
             except Exception:
-                if attempt == tries - 1 or not local.exists(f"{source}@{snap}"):
+                if attempt == tries - 1 or not local.exists(f"{(datasets or [source])[0]}@{snap}"):
                     raise
         sleep(1.001 - when.microsecond / 1e6)
     raise LocalError(f"no free snapshot name for {source} after {tries} tries (is the clock stuck?)")

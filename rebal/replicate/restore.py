@@ -131,7 +131,7 @@ def restore_dataset(job: Replicate, ssh: Ssh, point: RestorePoint, to: str, *, f
     if token:
         rep.notes.append("an interrupted restore into this dataset is resumed")
     if dry_run:
-        rep.planned.append(f"ssh {ssh.ep.host} {' '.join(send)} | {' '.join(recv)}")
+        rep.planned.append(f"{'' if ssh.local else f'ssh {ssh.ep.host} '}{' '.join(send)} | {' '.join(recv)}")
         return rep
     from ..throttle import Throttle
     from ..units import parse_size
@@ -173,8 +173,8 @@ def _remote_mountpoint(ssh: Ssh, ds: str) -> str:
 
 
 def _rsync_back(ssh: Ssh, remote_path: str, to: str, rep: RestoreReport, dry_run: bool, stop) -> RestoreReport:
-    argv = ["rsync", "-aHAX", "--numeric-ids", "--protect-args", "--mkpath", "--stats", "-e", ssh.shell_for_rsync(),
-            f"{ssh.ep.user}@{ssh.ep.host}:{remote_path.rstrip('/')}", to.rstrip("/") + "/"]
+    argv = ["rsync", "-aHAX", "--numeric-ids", "--protect-args", "--mkpath", "--stats", *ssh.rsync_remote(),
+            ssh.rsync_path(remote_path.rstrip('/')), to.rstrip("/") + "/"]
     if dry_run:
         rep.planned.append(" ".join(argv[:6] + argv[-2:]))
         return rep

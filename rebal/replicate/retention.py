@@ -66,7 +66,12 @@ def prune(rep, datasets: list[str]) -> None:
     root = rep.job.source
     tree = rep.source_tree  # fetched after the new snapshot, kept up to date through the run
     snaps = {d: [s for s in v if not s.bookmark] for d, v in tree.items()}
-    src = [s for s in snaps.get(root, []) if is_ours(s.name, job)]
+    by_name: dict[str, Snap] = {}  # over every dataset: a job that leaves the root out has none there
+    for d in sorted(snaps):
+        for s in snaps[d]:
+            if is_ours(s.name, job):
+                by_name.setdefault(s.name, s)
+    src = sorted(by_name.values(), key=lambda s: s.txg)
     keep = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in src], rep.job.retention_source, protect_src)
     for s in src:
         if s.name in keep:
@@ -87,9 +92,13 @@ def prune(rep, datasets: list[str]) -> None:
     if getattr(rep, "gate", None) is not None and not rep.job.pull:
         return  # a gated backup host prunes its own snapshots (rebal prune there): the gate refuses destroy
     # target: per dataset this job replicates (a backup whose source is gone is left alone)
-    troot = rep.target_of(root)
     ttree = rep.target_tree  # as the run left it: asked once at the start, updated per dataset sent
-    mine = [s for s in ttree.get(troot, []) if is_ours(s.name, job)]
+    t_names: dict[str, Snap] = {}
+    for ds in datasets:
+        for s in ttree.get(rep.target_of(ds), []):
+            if is_ours(s.name, job):
+                t_names.setdefault(s.name, s)
+    mine = list(t_names.values())
     keep_t = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in mine], rep.job.retention_target, protect_tgt)
     drop = {s.name for s in mine if s.name not in keep_t}
     for ds in datasets:

@@ -21,6 +21,7 @@ from ..errors import RebalError
 from ..process.command import run
 from . import local as L
 from .policy import Buckets, is_ours, parse_snapshot_name, retain, snapshot_name
+from .select import select
 from .snapview import LocalView, cleanup_views
 from .transport import Ssh, classify_ssh
 
@@ -44,6 +45,7 @@ class RsyncReport:
     pruned_target: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     planned: list[str] = field(default_factory=list)
+    excluded: list[str] = field(default_factory=list)  # datasets of the source left out, and why
 
     @property
     def bytes(self) -> int:
@@ -88,6 +90,9 @@ class RsyncJob:
     snapshot_target: bool = False
     retention_source: Buckets = field(default_factory=Buckets)
     retention_target: Buckets = field(default_factory=Buckets)
+    exclude: tuple[str, ...] = ()  # which datasets (select.py)
+    include: tuple[str, ...] = ()
+    by_property: bool = False
 
 
 class RsyncReplicator:
@@ -110,24 +115,33 @@ class RsyncReplicator:
 
     def run(self) -> RsyncReport:
         job = self.job
-        datasets = L.local_datasets(job.source, job.recursive, self._run)
-        mounts = {ds: self._mountpoint(ds) for ds in datasets}
+        sel = select(job, self._run)
+        datasets = sel.included
+        self.report.excluded = [f"{c.dataset} ({c.why})" for c in sel.excluded]
+        if not datasets:
+            raise RsyncError(f"no dataset under {job.source} is chosen by this job's rules")
+        # every dataset's mount point, those left out too: a parent's copy must not delete their files
+        mounts = {c.dataset: self._mountpoint(c.dataset) for c in sel.choices}
         if self.dry_run:
             snap = self.report.snapshot = snapshot_name(job.name, self.clock())
-            self.report.planned.append(f"zfs snapshot {'-r ' if job.recursive else ''}{job.source}@{snap}")
+            self.report.planned.append(f"zfs snapshot {'-r ' if job.recursive and sel.whole else ''}"
+                                       + (f"{job.source}@{snap}" if sel.whole else " ".join(f"{d}@{snap}" for d in datasets)))
             self.report.planned.append(f"rsync {' '.join(self.flags())} <snapshot of {job.source}>/ "
-                                       f"{self.ssh.ep.user}@{self.ssh.ep.host}:{job.target}/")
+                                       f"{self.ssh.rsync_path(job.target)}/")
             return self.report
         self._detect_gate()
         self._cleanup_views()
-        snap = self.report.snapshot = L.take_snapshot(self.local, job.source, job.name, job.recursive, self.clock)
+        snap = self.report.snapshot = L.take_snapshot(self.local, job.source, job.name, job.recursive, self.clock,
+                                                      datasets=None if sel.whole else datasets)
+        self.datasets, self.whole = datasets, sel.whole
         root_mp = mounts[job.source]
         for ds in datasets:
             if self.stop.is_set():
                 raise RsyncError("stopped")
             rel = os.path.relpath(mounts[ds], root_mp) if mounts[ds] and root_mp else "."
             dest = os.path.normpath(os.path.join(job.target, rel))
-            children = [os.path.relpath(mounts[c], mounts[ds]) for c in datasets
+            # child datasets are copied on their own, or left out: their directories are never touched here
+            children = [os.path.relpath(mounts[c], mounts[ds]) for c in mounts
                         if c.startswith(ds + "/") and mounts[c] and mounts[ds]]
             with self._view(ds, snap) as view:
                 self._rsync(view, dest, children)
@@ -143,6 +157,8 @@ class RsyncReplicator:
         mount point only, with the paths on its command line (no --protect-args), and never prunes."""
         from .zfs_send import Remote
 
+        if self.ssh.local:
+            return
         self.gate = Remote(self.ssh).gate_info()
         if self.gate is None:
             return
@@ -185,10 +201,10 @@ class RsyncReplicator:
                       self.job.name)
 
     def _rsync(self, src_dir: str, dest: str, children: list[str]) -> None:
-        argv = ["rsync", *self.flags(), "-e", self.ssh.shell_for_rsync()]
+        argv = ["rsync", *self.flags(), *self.ssh.rsync_remote()]
         for c in children:  # child datasets are synced on their own; never delete their files here
             argv.append(f"--exclude=/{c.strip('/')}/*")
-        argv += [src_dir.rstrip("/") + "/", f"{self.ssh.ep.user}@{self.ssh.ep.host}:{dest.rstrip('/')}/"]
+        argv += [src_dir.rstrip("/") + "/", self.ssh.rsync_path(dest.rstrip('/') + "/")]
         t0 = time.monotonic()
         res = run(argv, stop=self.stop, timeout=None, check=False)
         self.report.rsync_seconds += time.monotonic() - t0
@@ -231,14 +247,24 @@ class RsyncReplicator:
 
     def _prune(self, snap: str) -> None:
         job = self.job.name
-        src = [s for s in L.local_snapshots(self.job.source, self._run) if is_ours(s.name, job)]
+        tree = L.local_tree(self.job.source, self.job.recursive, self._run)
+        having: dict[str, list[str]] = {}  # this job's snapshot -> the datasets that have it
+        for d in sorted(tree):
+            for s in tree[d]:
+                if is_ours(s.name, job):
+                    having.setdefault(s.name, []).append(d)
         # the last run's snapshot stays: `rebal verify` compares the backup with it (it pins data a
         # rebalance rewrites; the zfs mode, with bookmarks, keeps none)
-        keep = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in src], self.job.retention_source, {snap})
-        for s in src:
-            if s.name not in keep:
-                self.local.destroy_snapshots(self.job.source, [s.name], recursive=self.job.recursive)
-                self.report.pruned_source.append(s.name)
+        keep = retain([(n, parse_snapshot_name(n)[1]) for n in having], self.job.retention_source, {snap})
+        for name, where in having.items():
+            if name in keep:
+                continue
+            if self.job.recursive and len(where) == len(tree):
+                self.local.destroy_snapshots(self.job.source, [name], recursive=True)  # one call for the tree
+            else:
+                for d in where:
+                    self.local.destroy_snapshots(d, [name])
+            self.report.pruned_source.append(name)
         ds = getattr(self, "target_dataset", None)
         if ds and self.gate is None:
             from .zfs_send import Remote

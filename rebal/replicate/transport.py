@@ -38,9 +38,18 @@ class Endpoint:
     known_hosts: str | None = None
     connect_timeout: int = 10
     alive_interval: int = 10  # seconds between keepalives; a dead link is noticed after 3 misses
+    options: tuple[str, ...] = ()  # the job's ssh_options, Key=Value (names.ssh_option_problem)
 
     def __post_init__(self) -> None:
         names.host(self.host)
+        for o in self.options:
+            if (problem := names.ssh_option_problem(o)):
+                raise RebalError(f"ssh option {o!r}: {problem}")
+
+    @property
+    def multiplex(self) -> bool:
+        """One master connection per run, unless the job says ControlMaster=no."""
+        return not any(o.lower() == "controlmaster=no" for o in self.options)
 
 
 def remote_command(*parts: list[str]) -> str:
@@ -54,8 +63,11 @@ class Ssh:
     every command of the run; closing it is killing that process, not another round trip. If the
     master cannot connect, each command connects on its own and reports why."""
 
+    local = False  # the other end is another host
+
     def __init__(self, ep: Endpoint, multiplex: bool = True) -> None:
         self.ep = ep
+        multiplex = multiplex and ep.multiplex
         self._dir = tempfile.mkdtemp(prefix="rebal-ssh-") if multiplex else None
         self.commands = 0  # remote commands run (each a round trip): reported per run
         self.runs = 0  # of which through run() (the runner counts those as its own too)
@@ -103,6 +115,9 @@ class Ssh:
             o += ["-o", f"UserKnownHostsFile={ep.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null"]
         if ep.identity_file:
             o += ["-i", ep.identity_file, "-o", "IdentitiesOnly=yes"]
+        for opt in ep.options:
+            if not opt.lower().startswith("controlmaster="):  # rebal runs its own (or none)
+                o += ["-o", opt]
         return o
 
     def argv(self, *parts: list[str]) -> list[str]:
@@ -115,6 +130,18 @@ class Ssh:
         """The ssh command for rsync's -e (rsync splits it like a shell would)."""
         self._wait_master()
         return shlex.join(["ssh", *self.options()])
+
+    def rsync_remote(self) -> list[str]:
+        """rsync's options to reach the other end."""
+        return ["-e", self.shell_for_rsync()]
+
+    def rsync_path(self, path: str) -> str:
+        """A path on the other end as rsync names it."""
+        return f"{self.ep.user}@{self.ep.host}:{path}"
+
+    @property
+    def where(self) -> str:
+        return self.ep.host
 
     def run(self, *parts: list[str], readonly: bool = True, dry_run: bool = False, check: bool = True,
             timeout: float | None = 300, input: str | None = None) -> Result:
@@ -158,3 +185,40 @@ def classify_ssh(ep: Endpoint, stderr: str) -> TransportError:
         return HostKeyError(f"{where}: login refused (key not authorised for {ep.user}?): {err.splitlines()[-1]}")
     last = err.splitlines()[-1] if err else "ssh failed"
     return TransportError(f"{where}: cannot reach the backup host: {last}")
+
+
+class Here:
+    """The other end is this host (a job without target_host: a second pool, an external disk):
+    the same interface as Ssh, each command run here, no connection."""
+
+    local = True
+    where = "this host"
+
+    def __init__(self) -> None:
+        self.ep = Endpoint("localhost")
+        self.commands = 0
+        self.runs = 0
+
+    def argv(self, *parts: list[str]) -> list[str]:
+        if len(parts) != 1:
+            raise RebalError("a local target takes one command, not a pipeline")  # rebal pipes nothing here
+        return list(parts[0])
+
+    def run(self, *parts: list[str], readonly: bool = True, dry_run: bool = False, check: bool = True,
+            timeout: float | None = 300, input: str | None = None) -> Result:
+        return run(self.argv(*parts), readonly=readonly, dry_run=dry_run, check=check, timeout=timeout, input=input)
+
+    def rsync_remote(self) -> list[str]:
+        return []
+
+    def rsync_path(self, path: str) -> str:
+        return path
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> Here:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass

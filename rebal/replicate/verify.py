@@ -193,7 +193,7 @@ def verify_rsync(job: Replicate, ssh: Ssh, sample_n: int | None, seed: int, snap
         if rep.sample:
             files = "\0".join(rep.sample) + "\0"
             argv = ["rsync", "-n", "-c", "-a", "--from0", "--files-from=-", "--out-format=%n", "--protect-args",
-                    "-e", ssh.shell_for_rsync(), sv.rstrip("/") + "/", f"{ssh.ep.user}@{ssh.ep.host}:{job.target.rstrip('/')}/"]
+                    *ssh.rsync_remote(), sv.rstrip("/") + "/", ssh.rsync_path(job.target.rstrip('/') + "/")]
             r = run(argv, input=files, check=False, timeout=None)
             if r.returncode == 255:
                 raise classify_ssh(ssh.ep, r.stderr)

@@ -25,6 +25,7 @@ from ..process.command import CALLS, run
 from ..process.pipeline import pump
 from ..throttle import Throttle
 from . import local as L
+from .capabilities import Capabilities
 from .policy import (
     Buckets,
     Snap,
@@ -34,14 +35,12 @@ from .policy import (
     parse_send_size,
     parse_token_check,
     plan_send,
-    receive_has_u,
-    receive_resumable,
-    send_features,
     snapshot_name,
 )
 from .remote import Remote, ReplicationError, ssh_runner  # noqa: F401  (Remote: also imported from here)
 from .retention import keep_cursor
-from .transport import Ssh
+from .select import select
+from .transport import Here, Ssh
 
 
 @dataclass
@@ -71,6 +70,8 @@ class ZfsReport:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # the run worked but needs the admin (a rename)
     planned: list[str] = field(default_factory=list)  # dry run: what would be done
+    excluded: list[str] = field(default_factory=list)  # datasets of the source left out, and why
+    placeholders: list[str] = field(default_factory=list)  # parents made on the target for an included child
     remote_commands: int = 0  # ssh round trips of the run (streams included)
     local_commands: int = 0  # zfs commands run here (pyzfs calls not counted)
 
@@ -107,10 +108,15 @@ class Job:
     retention_target: Buckets = field(default_factory=Buckets)
     parallel: int = 2
     pull: bool = False  # run on the backup host: the source is the other end, the target is here
+    stream_compress_level: int = 3
+    mbuffer_size: str = "128M"
+    exclude: tuple[str, ...] = ()  # which datasets (select.py)
+    include: tuple[str, ...] = ()
+    by_property: bool = False
 
 
-class ZfsReplicator:
-    def __init__(self, job: Job, ssh: Ssh, *, local=None, runner=run, force_rollback: bool = False,
+class ZfsReplicator(Capabilities):
+    def __init__(self, job: Job, ssh: Ssh | Here, *, local=None, runner=run, force_rollback: bool = False,
                  dry_run: bool = False, stop: threading.Event | None = None, progress=None,
                  clock=lambda: datetime.now(timezone.utc), cache=None) -> None:
         names.dataset(job.source)
@@ -123,7 +129,7 @@ class ZfsReplicator:
         else:
             self._run = runner
             self.local = local or L.local_backend()
-            self.remote = Remote(ssh)
+            self.remote = Remote(runner=runner) if ssh.local else Remote(ssh)
         self.gate: dict | None = None  # what a gate on the other end allows (None: no gate)
         self.cache = cache  # state.Cache: the other end's usage text, kept a day (one round trip less)
         self.usage_key = ""
@@ -138,113 +144,6 @@ class ZfsReplicator:
         self._lock = threading.Lock()
         self._sent = 0
 
-    # -- capabilities -----------------------------------------------------------------------
-
-    def detect(self) -> None:
-        from .gate import marker
-
-        if self.job.pull:  # the source's zfs is the other end
-            send_usage = self._usage_there("send", lambda: self._run(["zfs", "send"], check=False))
-            recv_usage = self.remote.usage("receive")
-        else:
-            res = self._run(["zfs", "send"], check=False)
-            send_usage = res.stdout + res.stderr
-            recv_usage = self._usage_there("receive", lambda: self.remote.run(["zfs", "receive"], check=False))
-        self.send = send_features(send_usage)
-        # a gate on the other end says so in the usage text it passes on: no round trip of its own
-        self.detect_gate(marker(send_usage if self.job.pull else recv_usage))
-        self.resumable = self.send.resume and receive_resumable(recv_usage)
-        self.recv_u = receive_has_u(recv_usage)
-        # filters on the sending side (compress, buffer) and on the receiving side (buffer, decompress)
-        self.filters_send: list[list[str]] = []
-        self.filters_recv: list[list[str]] = []
-        import shutil
-
-        def there(program: str) -> bool:  # on the other end (a gate says what it has: no shell to ask)
-            if self.gate is not None:
-                return program in self.gate.get("filters", [])
-            return Remote(self.ssh).has(program)
-
-        if self.job.stream_compress == "zstd":
-            if shutil.which("zstd") and there("zstd"):
-                self.filters_send.append(["zstd", "-c", "-T0", "-3"])
-                self.filters_recv.append(["zstd", "-dc"])
-            else:
-                self.report.notes.append("zstd is not installed on both ends: the stream is sent uncompressed")
-        if self.job.mbuffer:
-            if shutil.which("mbuffer") and there("mbuffer"):
-                self.filters_send.append(["mbuffer", "-q", "-m", "128M"])
-                self.filters_recv.insert(0, ["mbuffer", "-q", "-m", "128M"])
-            else:
-                self.report.notes.append("mbuffer is not installed on both ends: the stream is not buffered")
-
-    def _usage_there(self, command: str, fetch) -> str:
-        """The usage text of `zfs COMMAND` on the other end: from the state database when it was
-        asked there within a day, else asked now (and kept). A receive or send that then fails on
-        an option forgets it (usage_stale)."""
-        ep = self.ssh.ep
-        self.usage_key = f"usage:zfs-{command}:{ep.user}@{ep.host}:{ep.port}"
-        if self.cache is not None:
-            kept = self.cache.get(self.usage_key)
-            if kept:
-                return kept
-        res = fetch()
-        text = res.stdout + res.stderr
-        if self.cache is not None and "usage" in text.lower() and not self.dry_run:
-            self.cache.set(self.usage_key, text)
-        return text
-
-    def usage_stale(self, err: str) -> None:
-        if self.cache is not None and self.usage_key and any(
-                w in err.lower() for w in ("invalid option", "usage:", "unrecognized")):
-            self.cache.forget(self.usage_key)
-            self.report.notes.append("the other end's zfs refused an option: its abilities are asked again next run")
-
-    def detect_gate(self, info: dict | None) -> None:
-        """Is the other end's key gated (rebal gate)? Then do only what the gate allows, and say what
-        is left out; refuse up front what it would refuse midway."""
-        self.gate = info
-        if info is None:
-            return
-        mine = self.job.source if self.job.pull else self.job.target
-        want = "send" if self.job.pull else "receive"
-        root = str(info.get("root", ""))
-        if info.get("mode") != want:
-            raise ReplicationError(f"{self.ssh.ep.host}: this key is gated to {info.get('mode')} ({root}); "
-                                   f"a {'pull' if self.job.pull else 'push'} job needs rebal gate --{want}-"
-                                   f"{'from' if self.job.pull else 'into'} there")
-        if mine != root and not mine.startswith(root + "/"):
-            raise ReplicationError(f"{self.ssh.ep.host}: this key is gated to {root}; {mine} is outside it")
-        if self.force_rollback and not self.job.pull and not info.get("allow_rollback"):
-            raise ReplicationError(f"{self.ssh.ep.host}: the gate refuses zfs receive -F (--force-rollback); "
-                                   "start it with --allow-rollback in authorized_keys, or roll back on the backup host")
-        if not self.job.pull:
-            self.report.notes.append(f"the backup host is gated (rebal gate --receive-into {root}): "
-                                     f"retention of its snapshots is done there (rebal prune {self.job.target} "
-                                     f"--job {self.job.name}), not from here")
-
-    def send_flags(self) -> list[str]:
-        f, j = self.send, self.job
-        flags = []
-        if j.raw and f.raw:
-            flags.append("-w")
-        elif j.raw:
-            self.report.notes.append("this zfs cannot send raw (-w); encrypted datasets go decrypted")
-        if j.compressed and f.compressed and not j.raw:
-            flags.append("-c")
-        if j.large_blocks and f.large_blocks:
-            flags.append("-L")
-        if j.embedded and f.embedded:
-            flags.append("-e")
-        return flags
-
-    def receive_argv(self, target: str, force: bool = False) -> list[str]:
-        return ["zfs", "receive", *(["-s"] if self.resumable else []), *(["-u"] if self.recv_u else []),
-                *(["-F"] if force else []), target]
-
-    def target_of(self, ds: str) -> str:
-        return self.job.target + ds[len(self.job.source):]
-
     # -- the run ------------------------------------------------------------------------------
 
     def run(self) -> ZfsReport:
@@ -257,7 +156,12 @@ class ZfsReplicator:
 
     def _run_all(self) -> ZfsReport:
         self.detect()
-        datasets = L.local_datasets(self.job.source, self.job.recursive, self._run)
+        self.selection = select(self.job, self._run)
+        datasets = self.selection.included
+        self.report.excluded = [f"{c.dataset} ({c.why})" for c in self.selection.excluded]
+        if not datasets:
+            raise ReplicationError(f"no dataset under {self.job.source} is chosen by this job's rules: "
+                                   + "; ".join(self.report.excluded[:5]))
         # the backup's datasets, snapshots and resume tokens in one round trip
         self.target_tree, tokens = self.remote.tree_tokens(self.job.target, self.resumable)
         if tokens:
@@ -265,13 +169,16 @@ class ZfsReplicator:
                 if self.target_of(ds) in tokens:
                     self.resume(ds, tokens[self.target_of(ds)])
             self.target_tree, _ = self.remote.tree_tokens(self.job.target, False)  # what the resumes added
+        self.make_parents(datasets)
+        whole = self.selection.whole
         if self.dry_run:
             snap = snapshot_name(self.job.name, self.clock())
-            self.report.planned.append(f"zfs snapshot {'-r ' if self.job.recursive else ''}{self.job.source}@{snap}")
+            self.report.planned.append(f"zfs snapshot {'-r ' if self.job.recursive and whole else ''}"
+                                       + (f"{self.job.source}@{snap}" if whole else " ".join(f"{d}@{snap}" for d in datasets)))
         else:
             used = {s.name for snaps in self.target_tree.values() for s in snaps}
             snap = L.take_snapshot(self.local, self.job.source, self.job.name, self.job.recursive, self.clock,
-                                   avoid=used)
+                                   avoid=used, datasets=None if whole else datasets)
         self.report.snapshot = snap
         # the source's snapshots and bookmarks, new one included, in one call for the whole tree
         self.source_tree = L.local_tree(self.job.source, self.job.recursive, self._run, bookmarks=True)
@@ -301,12 +208,43 @@ class ZfsReplicator:
         if not self.job.recursive:
             return {}
         have = set(datasets)
+        left_out = {c.dataset: c.why for c in self.selection.excluded}
         out = {t: snaps for t, snaps in self.target_tree.items()
-               if t != self.job.target and self.source_of(t) not in have}
+               if t != self.job.target and self.source_of(t) not in have and t not in self.report.placeholders}
         for t in sorted(out):
-            self.report.notes.append(f"{t}: its source {self.source_of(t)} is gone; the backup is kept "
-                                     "(rebal never destroys a backup dataset)")
+            src = self.source_of(t)
+            if src in left_out:
+                if snaps:  # (a placeholder parent has none: nothing to say)
+                    self.report.notes.append(f"{t}: its source {src} is left out now ({left_out[src]}); the backup "
+                                             "is kept as it is, no longer updated (rebal never destroys a backup dataset)")
+            else:
+                self.report.notes.append(f"{t}: its source {src} is gone; the backup is kept "
+                                         "(rebal never destroys a backup dataset)")
         return out
+
+    def make_parents(self, datasets: list[str]) -> None:
+        """A dataset chosen under one that is left out (or under a source left out itself) needs a
+        parent on the target to be received into: made empty and unmounted (canmount=off), once."""
+        chosen = set(datasets)
+        for ds in datasets:
+            chain = []
+            p = ds
+            while p != self.job.source:
+                p = p.rsplit("/", 1)[0]
+                if p in chosen or self.target_of(p) in self.target_tree:
+                    break
+                chain.append(self.target_of(p))
+            for t in reversed(chain):
+                if t in self.report.placeholders:
+                    continue
+                self.report.placeholders.append(t)
+                self.report.notes.append(f"{t}: made on the target as an empty parent (canmount=off) for the "
+                                         "datasets chosen under it; its own source is left out")
+                if self.dry_run:
+                    self.report.planned.append(f"zfs create -o canmount=off {t}")
+                else:
+                    self.remote.run(["zfs", "create", "-o", "canmount=off", t], readonly=False)
+                    self.target_tree[t] = []
 
     def renamed_from(self, ds: str, src: list[Snap], snap: str) -> str | None:
         """The orphaned backup that holds ``ds``'s older snapshots (same guid): ``ds`` was renamed."""
@@ -388,14 +326,14 @@ class ZfsReplicator:
             force = plan.kind == "incremental" and self.force_rollback
             recv = self.receive_argv(target, force=force)
             if self.dry_run:
-                self.report.planned.append(" ".join(send) + " | ssh ... " + " ".join(recv))
+                self.report.planned.append(" ".join(send) + (" | " if self.ssh.local else " | ssh ... ") + " ".join(recv))
                 return rep
             res = self._stream([send], recv, rep)
             if not res.ok:
                 rep.kind = "failed"
                 if res.stopped:
                     rep.error = "stopped before the transfer ended"
-                elif (res.sender_rc if self.job.pull else res.receiver_rc) == 255:
+                elif not self.ssh.local and (res.sender_rc if self.job.pull else res.receiver_rc) == 255:
                     from .transport import classify_ssh
 
                     rep.error = str(classify_ssh(self.ssh.ep, res.sender_err if self.job.pull else res.receiver_err))

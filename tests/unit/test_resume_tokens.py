@@ -18,6 +18,8 @@ STALE = "cannot resume send: 'tank/src@s1' used in the initial send no longer ex
 class FakeSsh:
     """The backup host: answers with recorded OpenZFS output."""
 
+    local = False
+
     def __init__(self, token: str | None):
         self.ep = Endpoint("backup.test")
         self.token = token

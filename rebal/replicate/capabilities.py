@@ -1,0 +1,135 @@
+"""What the two ends of a zfs replication can do, asked once per run: the send and receive options
+of each zfs (from their usage texts, the other end's kept a day in the state database), a gate on the
+other end and what it allows, and the stream's filters (zstd at the job's level, mbuffer of the job's
+size) where they are installed on both ends. A mixin of ZfsReplicator."""
+
+from __future__ import annotations
+
+import shutil
+
+from .policy import receive_has_u, receive_resumable, send_features
+from .remote import Remote, ReplicationError
+
+
+class Capabilities:
+
+    def detect(self) -> None:
+        from .gate import marker
+
+        if self.job.pull:  # the source's zfs is the other end
+            send_usage = self._usage_there("send", lambda: self._run(["zfs", "send"], check=False))
+            recv_usage = self.remote.usage("receive")
+        else:
+            res = self._run(["zfs", "send"], check=False)
+            send_usage = res.stdout + res.stderr
+            if self.ssh.local:  # one zfs: the receive's usage is the same program's
+                recv_usage = self.remote.usage("receive")
+            else:
+                recv_usage = self._usage_there("receive", lambda: self.remote.run(["zfs", "receive"], check=False))
+        self.send = send_features(send_usage)
+        # a gate on the other end says so in the usage text it passes on: no round trip of its own
+        self.detect_gate(None if self.ssh.local else marker(send_usage if self.job.pull else recv_usage))
+        self.resumable = self.send.resume and receive_resumable(recv_usage)
+        self.recv_u = receive_has_u(recv_usage)
+        self.filters()
+
+    def filters(self) -> None:
+        """The stream's filters on the sending side (compress, buffer) and on the receiving side
+        (buffer, decompress), each where it is installed on its end."""
+        self.filters_send: list[list[str]] = []
+        self.filters_recv: list[list[str]] = []
+        j = self.job
+
+        def there(program: str) -> bool:  # on the other end (a gate says what it has: no shell to ask)
+            if self.gate is not None:
+                return program in self.gate.get("filters", [])
+            return Remote(self.ssh).has(program)
+
+        buffer = ["mbuffer", "-q", "-m", j.mbuffer_size]
+        if self.ssh.local:  # no wire: compressing would only cost CPU; one buffer between send and receive
+            if j.stream_compress == "zstd":
+                self.report.notes.append("a local target: the stream is not compressed (no network to save)")
+            if j.mbuffer and shutil.which("mbuffer"):
+                self.filters_send.append(buffer)
+            elif j.mbuffer:
+                self.report.notes.append("mbuffer is not installed: the stream is not buffered")
+            return
+        if j.stream_compress == "zstd":
+            if shutil.which("zstd") and there("zstd"):
+                self.filters_send.append(["zstd", "-c", "-T0", f"-{j.stream_compress_level}"])
+                self.filters_recv.append(["zstd", "-dc"])
+            else:
+                self.report.notes.append("zstd is not installed on both ends: the stream is sent uncompressed")
+        if j.mbuffer:
+            if shutil.which("mbuffer") and there("mbuffer"):
+                self.filters_send.append(buffer)
+                self.filters_recv.insert(0, buffer)
+            else:
+                self.report.notes.append("mbuffer is not installed on both ends: the stream is not buffered")
+
+    def _usage_there(self, command: str, fetch) -> str:
+        """The usage text of `zfs COMMAND` on the other end: from the state database when it was
+        asked there within a day, else asked now (and kept). A receive or send that then fails on
+        an option forgets it (usage_stale)."""
+        ep = self.ssh.ep
+        self.usage_key = f"usage:zfs-{command}:{ep.user}@{ep.host}:{ep.port}"
+        if self.cache is not None:
+            kept = self.cache.get(self.usage_key)
+            if kept:
+                return kept
+        res = fetch()
+        text = res.stdout + res.stderr
+        if self.cache is not None and "usage" in text.lower() and not self.dry_run:
+            self.cache.set(self.usage_key, text)
+        return text
+
+    def usage_stale(self, err: str) -> None:
+        if self.cache is not None and self.usage_key and any(
+                w in err.lower() for w in ("invalid option", "usage:", "unrecognized")):
+            self.cache.forget(self.usage_key)
+            self.report.notes.append("the other end's zfs refused an option: its abilities are asked again next run")
+
+    def detect_gate(self, info: dict | None) -> None:
+        """Is the other end's key gated (rebal gate)? Then do only what the gate allows, and say what
+        is left out; refuse up front what it would refuse midway."""
+        self.gate = info
+        if info is None:
+            return
+        mine = self.job.source if self.job.pull else self.job.target
+        want = "send" if self.job.pull else "receive"
+        root = str(info.get("root", ""))
+        if info.get("mode") != want:
+            raise ReplicationError(f"{self.ssh.ep.host}: this key is gated to {info.get('mode')} ({root}); "
+                                   f"a {'pull' if self.job.pull else 'push'} job needs rebal gate --{want}-"
+                                   f"{'from' if self.job.pull else 'into'} there")
+        if mine != root and not mine.startswith(root + "/"):
+            raise ReplicationError(f"{self.ssh.ep.host}: this key is gated to {root}; {mine} is outside it")
+        if self.force_rollback and not self.job.pull and not info.get("allow_rollback"):
+            raise ReplicationError(f"{self.ssh.ep.host}: the gate refuses zfs receive -F (--force-rollback); "
+                                   "start it with --allow-rollback in authorized_keys, or roll back on the backup host")
+        if not self.job.pull:
+            self.report.notes.append(f"the backup host is gated (rebal gate --receive-into {root}): "
+                                     f"retention of its snapshots is done there (rebal prune {self.job.target} "
+                                     f"--job {self.job.name}), not from here")
+
+    def send_flags(self) -> list[str]:
+        f, j = self.send, self.job
+        flags = []
+        if j.raw and f.raw:
+            flags.append("-w")
+        elif j.raw:
+            self.report.notes.append("this zfs cannot send raw (-w); encrypted datasets go decrypted")
+        if j.compressed and f.compressed and not j.raw:
+            flags.append("-c")
+        if j.large_blocks and f.large_blocks:
+            flags.append("-L")
+        if j.embedded and f.embedded:
+            flags.append("-e")
+        return flags
+
+    def receive_argv(self, target: str, force: bool = False) -> list[str]:
+        return ["zfs", "receive", *(["-s"] if self.resumable else []), *(["-u"] if self.recv_u else []),
+                *(["-F"] if force else []), target]
+
+    def target_of(self, ds: str) -> str:
+        return self.job.target + ds[len(self.job.source):]
