@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS=(zfs-fuse rsync openssh-server openssh-client acl attr iproute2 procps zstd systemd python3 python3-pip prometheus)
+PKGS=(zfs-fuse rsync mbuffer openssh-server openssh-client acl attr iproute2 procps zstd systemd python3 python3-pip prometheus)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -3,6 +3,7 @@ for the test run: the backup host of the replication tests."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -36,6 +37,8 @@ class BackupHost:
                 lines.append(f"{k} = {v}")
             elif isinstance(v, dict):
                 continue
+            elif isinstance(v, list):
+                lines.append(f"{k} = {json.dumps(v)}")
             else:
                 lines.append(f'{k} = "{v}"')
         for k, v in extra.items():

@@ -236,10 +236,10 @@ def _receive_mode(policy: Policy, argv: list[str]) -> None:
             return None
         raise Refused("zfs set: only readonly=on is allowed")
     if sub == "create":  # the empty parent of a chosen dataset whose own source is left out
-        if len(args) == 3 and args[:2] == ["-o", "canmount=off"]:
+        if len(args) == 3 and args[:2] == ["-o", "readonly=off"]:
             _under(policy, args[2])
             return None
-        raise Refused("zfs create: only -o canmount=off DATASET (an empty parent) is allowed")
+        raise Refused("zfs create: only -o readonly=off DATASET (an empty parent) is allowed")
     if sub == "snapshot":
         if not args or any(a.startswith("-") for a in args):
             raise Refused("zfs snapshot: name snapshots under the root, no options")

@@ -107,7 +107,8 @@ class LzcLocal(CliLocal):
 
 
 def take_snapshot(local, source: str, job: str, recursive: bool, clock, sleep=time.sleep, tries: int = 3,
-                  avoid: frozenset[str] | set[str] = frozenset(), datasets: list[str] | None = None) -> str:
+                  avoid: frozenset[str] | set[str] = frozenset(), datasets: list[str] | None = None,
+                  left_out: list[str] = ()) -> str:
     """Snapshot ``source`` (and, ``recursive``, its children) as rebal-<job>-<UTC second>; the name.
     A run that follows another within the same second would take the same name: zfs refuses it
     ("dataset already exists") where the last run's snapshot is still on the source, and where it
@@ -123,13 +124,27 @@ def take_snapshot(local, source: str, job: str, recursive: bool, clock, sleep=ti
                 if datasets is None:
                     local.snapshot([f"{source}@{snap}"], recursive=recursive)
                 else:
-                    local.snapshot([f"{d}@{snap}" for d in datasets])
+                    _snapshot_some(local, source, snap, datasets, left_out)
                 return snap
             except Exception:
                 if attempt == tries - 1 or not local.exists(f"{(datasets or [source])[0]}@{snap}"):
                     raise
         sleep(1.001 - when.microsecond / 1e6)
     raise LocalError(f"no free snapshot name for {source} after {tries} tries (is the clock stuck?)")
+
+
+def _snapshot_some(local, source: str, snap: str, datasets: list[str], left_out: list[str]) -> None:
+    """Snapshot ``datasets`` at one instant: one `zfs snapshot a@s b@s ...`. A ZFS that takes one name
+    per command (zfs-fuse: "too many arguments") gets the source's recursive snapshot, then the
+    snapshot destroyed again on the datasets ``left_out`` (still one instant for the chosen ones)."""
+    try:
+        local.snapshot([f"{d}@{snap}" for d in datasets])
+    except CommandFailed as e:
+        if "too many arguments" not in e.stderr:
+            raise
+        local.snapshot([f"{source}@{snap}"], recursive=True)
+        for d in left_out:
+            local.destroy_snapshots(d, [snap])
 
 
 def available_backends() -> list:

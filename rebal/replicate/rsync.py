@@ -132,7 +132,8 @@ class RsyncReplicator:
         self._detect_gate()
         self._cleanup_views()
         snap = self.report.snapshot = L.take_snapshot(self.local, job.source, job.name, job.recursive, self.clock,
-                                                      datasets=None if sel.whole else datasets)
+                                                      datasets=None if sel.whole else datasets,
+                                                      left_out=[c.dataset for c in sel.excluded])
         self.datasets, self.whole = datasets, sel.whole
         root_mp = mounts[job.source]
         for ds in datasets:

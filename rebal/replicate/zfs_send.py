@@ -169,7 +169,6 @@ class ZfsReplicator(Capabilities):
                 if self.target_of(ds) in tokens:
                     self.resume(ds, tokens[self.target_of(ds)])
             self.target_tree, _ = self.remote.tree_tokens(self.job.target, False)  # what the resumes added
-        self.make_parents(datasets)
         whole = self.selection.whole
         if self.dry_run:
             snap = snapshot_name(self.job.name, self.clock())
@@ -178,7 +177,8 @@ class ZfsReplicator(Capabilities):
         else:
             used = {s.name for snaps in self.target_tree.values() for s in snaps}
             snap = L.take_snapshot(self.local, self.job.source, self.job.name, self.job.recursive, self.clock,
-                                   avoid=used, datasets=None if whole else datasets)
+                                   avoid=used, datasets=None if whole else datasets,
+                                   left_out=[c.dataset for c in self.selection.excluded])
         self.report.snapshot = snap
         # the source's snapshots and bookmarks, new one included, in one call for the whole tree
         self.source_tree = L.local_tree(self.job.source, self.job.recursive, self._run, bookmarks=True)
@@ -189,6 +189,11 @@ class ZfsReplicator(Capabilities):
         for depth in sorted(levels):
             if self.stop.is_set():
                 break
+            try:
+                self.make_parents(levels[depth])  # after their parents' level: on top of what was received
+            except RebalError as e:
+                self.report.datasets.extend(DatasetReport(d, self.target_of(d), "failed", error=str(e)) for d in levels[depth])
+                levels[depth] = []
             with ThreadPoolExecutor(max_workers=max(1, self.job.parallel)) as pool:
                 reports = list(pool.map(lambda d: self.replicate_dataset(d, snap), levels[depth]))
             self.report.datasets.extend(reports)
@@ -214,7 +219,7 @@ class ZfsReplicator(Capabilities):
         for t in sorted(out):
             src = self.source_of(t)
             if src in left_out:
-                if snaps:  # (a placeholder parent has none: nothing to say)
+                if out[t]:  # (a placeholder parent has none: nothing to say)
                     self.report.notes.append(f"{t}: its source {src} is left out now ({left_out[src]}); the backup "
                                              "is kept as it is, no longer updated (rebal never destroys a backup dataset)")
             else:
@@ -224,7 +229,8 @@ class ZfsReplicator(Capabilities):
 
     def make_parents(self, datasets: list[str]) -> None:
         """A dataset chosen under one that is left out (or under a source left out itself) needs a
-        parent on the target to be received into: made empty and unmounted (canmount=off), once."""
+        parent on the target to be received into: made empty, once (a plain file system: the
+        children's mount points are made in it, so it is not read-only as its received parent is)."""
         chosen = set(datasets)
         for ds in datasets:
             chain = []
@@ -238,12 +244,12 @@ class ZfsReplicator(Capabilities):
                 if t in self.report.placeholders:
                     continue
                 self.report.placeholders.append(t)
-                self.report.notes.append(f"{t}: made on the target as an empty parent (canmount=off) for the "
-                                         "datasets chosen under it; its own source is left out")
+                self.report.notes.append(f"{t}: made on the target as an empty parent for the datasets chosen "
+                                         "under it; its own source is left out")
                 if self.dry_run:
-                    self.report.planned.append(f"zfs create -o canmount=off {t}")
+                    self.report.planned.append(f"zfs create -o readonly=off {t}")
                 else:
-                    self.remote.run(["zfs", "create", "-o", "canmount=off", t], readonly=False)
+                    self.remote.run(["zfs", "create", "-o", "readonly=off", t], readonly=False)
                     self.target_tree[t] = []
 
     def renamed_from(self, ds: str, src: list[Snap], snap: str) -> str | None:

@@ -1,0 +1,188 @@
+"""Replication setups admins already run (issue 37), on real zfs-fuse pools and a real sshd on loopback:
+chosen datasets, a local target, two jobs on one source, hooks, the wire's options, snapshot ages."""
+
+import json
+import os
+import sqlite3
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from conftest import rebal, rebal_json
+from replscenarios import backup_root, mountpoint, snaps
+from setupscenarios import (
+    excludes_scenario,
+    exists,
+    hooks_scenario,
+    local_block,
+    property_scenario,
+    put,
+    same,
+    write_cfg,
+)
+from zfsenv import sh
+
+pytestmark = pytest.mark.zfs
+
+
+@pytest.fixture
+def pools(make_pool):
+    return make_pool([[], []], size="256M"), make_pool([[]], size="512M")
+
+
+def test_exclude_and_include_patterns(pools, backup_host, tmp_path):
+    excludes_scenario(*pools, backup_host, tmp_path)
+
+
+def test_selection_by_the_rebal_backup_property(pools, backup_host, tmp_path):
+    property_scenario(*pools, backup_host, tmp_path)
+
+
+def test_local_target_zfs(pools, tmp_path):
+    """No target_host: zfs send | zfs receive on this host, no ssh; incremental next time; the
+    target's retention prunes there."""
+    src, dst = pools
+    d = f"{src.name}/data"
+    sh("zfs", "create", d)
+    sh("zfs", "create", f"{d}/kid")
+    put(d, "f")
+    put(f"{d}/kid", "f")
+    cfg = write_cfg(tmp_path, [local_block(name="usb", source=d, target=f"{dst.name}/usb", recursive=True,
+                                           mbuffer=True, mbuffer_size="8M", stream_compress="zstd")
+                               + "[replicate.retention_target]\nlast = 2\nhourly = 0\ndaily = 0\nweekly = 0\nmonthly = 0\n"])
+    plan = rebal_json("replicate", "usb", "--dry-run", config=cfg)
+    assert plan["local_target"] is True and not any("ssh" in p for p in plan["planned"]), plan["planned"]
+    r1 = rebal_json("replicate", "usb", config=cfg)
+    assert r1["outcome"] == "ok" and r1["remote_commands"] == 0, r1
+    assert {x["kind"] for x in r1["datasets"]} == {"full"}
+    assert "a local target: the stream is not compressed (no network to save)" in r1["notes"]
+    same(d, f"{dst.name}/usb")
+    same(f"{d}/kid", f"{dst.name}/usb/kid")
+    seen = [r1["snapshot"]]
+    for i in range(2):
+        put(f"{d}/kid", f"g{i}")
+        r = rebal_json("replicate", "usb", config=cfg)
+        assert r["outcome"] == "ok" and {x["kind"] for x in r["datasets"]} == {"incremental"}, r
+        seen.append(r["snapshot"])
+        same(f"{d}/kid", f"{dst.name}/usb/kid")
+    assert snaps(f"{dst.name}/usb/kid") == sorted(seen[-2:]), "the target keeps the newest 2 (last = 2)"
+    v = rebal("verify", "usb", "--json", config=cfg, check=False)
+    assert json.loads(v.stdout)["level"] == "OK", v.stdout
+
+
+def test_local_target_rsync(pools, tmp_path):
+    src, dst = pools
+    d = f"{src.name}/data"
+    sh("zfs", "create", d)
+    sh("zfs", "create", f"{dst.name}/files")
+    put(d, "f")
+    os.makedirs(os.path.join(mountpoint(d), "sub"))
+    put(d, "sub/x")
+    target = os.path.join(mountpoint(f"{dst.name}/files"), "data")
+    cfg = write_cfg(tmp_path, [local_block(name="disk", source=d, target=target, mode="rsync", snapshot_target=True)])
+    r1 = rebal_json("replicate", "disk", config=cfg)
+    assert r1["outcome"] == "ok", r1
+    assert r1["target_snapshot"] == f"{dst.name}/files@{r1['snapshot']}"
+    os.unlink(os.path.join(mountpoint(d), "f"))
+    put(d, "sub/y")
+    r2 = rebal_json("replicate", "disk", config=cfg)
+    assert r2["outcome"] == "ok" and r2["files_transferred"] == 1, r2
+    from fsenv import manifest
+
+    assert manifest(mountpoint(d)) == manifest(target)
+    v = rebal("verify", "disk", "--json", config=cfg, check=False)
+    assert json.loads(v.stdout)["level"] == "OK", v.stdout
+
+
+def test_two_jobs_on_one_source_one_failing_for_a_week(pools, backup_host, tmp_path):
+    """An off-site job over ssh and a local one on the same source: separate snapshots and cursors.
+    The local one fails for a week (its target diverged) while the off-site one runs daily and
+    prunes by its retention: the local job's base survives, and once fixed it continues
+    incrementally from it."""
+    from rebal.config import load
+    from rebal.replicate.job import connect, replicator
+
+    src, dst = pools
+    d = f"{src.name}/data"
+    sh("zfs", "create", d)
+    put(d, "f")
+    keep2 = "[replicate.retention_target]\nlast = 1\nhourly = 0\ndaily = 2\nweekly = 0\nmonthly = 0\n"
+    cfg = load(str(write_cfg(tmp_path, [
+        backup_host.config_block(name="offsite", source=d, target=f"{dst.name}/off") + keep2,
+        local_block(name="usb", source=d, target=f"{dst.name}/usb") + keep2])))
+    day0 = datetime(2026, 11, 1, 2, 30, tzinfo=timezone.utc)
+
+    def run(job: str, day: int):
+        j = cfg.job(job)
+        with connect(j) as ssh:
+            return replicator(j, ssh, clock=lambda: day0 + timedelta(days=day)).run()
+
+    assert {x.kind for x in run("usb", 0).datasets} == {"full"}
+    assert {x.kind for x in run("offsite", 0).datasets} == {"full"}
+    usb_base = snaps(f"{dst.name}/usb")[-1]
+    sh("zfs", "snapshot", f"{dst.name}/usb@someone-elses")  # the usb target diverges: its runs fail
+    for day in range(1, 8):
+        put(d, f"day{day}")
+        rep = run("offsite", day)
+        assert [x.kind for x in rep.datasets] == ["incremental"], rep
+        bad = run("usb", day)
+        assert [x.kind for x in bad.datasets] == ["failed"] and "diverged" in bad.datasets[0].error, bad
+    assert usb_base in snaps(d), "the failing job's base stays on the source (held, or kept as its cursor)"
+    assert len([s for s in snaps(f"{dst.name}/off") if s.startswith("rebal-offsite-")]) == 2  # daily 2 (the newest is also last 1)
+    assert not [s for s in snaps(d) if s.startswith("rebal-usb-") and s != usb_base], "failed runs' snapshots pruned"
+    sh("zfs", "destroy", f"{dst.name}/usb@someone-elses")
+    rep = run("usb", 8)
+    assert [(x.kind, x.base) for x in rep.datasets] == [("incremental", usb_base)], rep
+    same(d, f"{dst.name}/usb")
+    same(d, f"{dst.name}/off")
+
+
+def test_hooks_around_a_run(pools, backup_host, tmp_path):
+    src, dst = pools
+    hooks_scenario(src, dst, tmp_path, lambda **h: backup_host.config_block(
+        name="hk", source=f"{src.name}/data", target=f"{dst.name}/copy", **h))
+
+
+def test_ssh_options_and_stream_filters(pools, backup_host, tmp_path):
+    """ssh_options reach ssh (an unknown cipher fails the run, said; a valid one works); zstd at a
+    level and mbuffer of a size go on the wire where both ends have them."""
+    src, dst = pools
+    d = f"{src.name}/data"
+    sh("zfs", "create", d)
+    put(d, "f", size=2_000_000)
+    bad = write_cfg(tmp_path, [backup_host.config_block(name="w", source=d, target=f"{dst.name}/w",
+                                                        ssh_options=["Ciphers=no-such-cipher"])])
+    r = rebal("replicate", "w", "--json", config=bad, check=False)
+    out = json.loads(r.stdout)
+    assert out["outcome"] == "failed" and r.returncode == 6 and "no-such-cipher" in out["error"].lower() + r.stderr.lower(), (out, r.stderr)
+    good = write_cfg(tmp_path, [backup_host.config_block(
+        name="w", source=d, target=f"{dst.name}/w", ssh_options=["Ciphers=aes128-ctr", "ClearAllForwardings=yes"],
+        stream_compress="zstd", stream_compress_level=9, mbuffer=True, mbuffer_size="4M")])
+    r2 = rebal_json("replicate", "w", config=good, )
+    assert r2["outcome"] == "ok", r2
+    assert not [n for n in r2["notes"] if "not installed" in n], r2["notes"]  # zstd and mbuffer on both ends
+    same(d, f"{dst.name}/w")
+
+
+def test_snapshot_ages_in_health_and_metrics(pools, backup_host, tmp_path):
+    """Per dataset: never replicated (a child made after the run), and too old (the records made older,
+    as days passing would)."""
+    src, dst = pools
+    d = f"{src.name}/data"
+    sh("zfs", "create", d)
+    sh("zfs", "create", f"{d}/a")
+    cfg = write_cfg(tmp_path, [backup_host.config_block(name="age", source=d, target=f"{dst.name}/c", recursive=True,
+                                                        snapshot_max_age_hours=26)])
+    assert rebal_json("replicate", "age", config=cfg)["outcome"] == "ok"
+    h = json.loads(rebal("health", "--json", config=cfg, check=False).stdout)
+    assert not [f for f in h["findings"] if f["subject"] == "job:age" and "dataset(s)" in f["message"]], h
+    sh("zfs", "create", f"{d}/late")
+    with sqlite3.connect(tmp_path / "state.db") as c:
+        c.execute("UPDATE replica_points SET taken = taken - 30 * 3600 WHERE dataset = ?", (f"{d}/a",))
+    h = json.loads(rebal("health", "--json", config=cfg, check=False).stdout)
+    msgs = [f["message"] for f in h["findings"] if f["subject"] == "job:age"]
+    assert any(f"1 dataset(s) never replicated: {d}/late" in m for m in msgs), msgs
+    assert any("older than 26 h" in m and f"{d}/a (@" in m and f"{d} (" not in m for m in msgs), msgs
+    m = rebal("metrics", config=cfg).stdout
+    assert 'rebal_replication_datasets_never_replicated{replication_job="age"} 1' in m
+    assert f'rebal_replication_dataset_snapshot_timestamp_seconds{{replication_job="age",dataset="{d}/a"}}' in m
+    assert 'rebal_replication_snapshot_max_age_seconds{replication_job="age"} 93600' in m

@@ -1,0 +1,171 @@
+"""Replication setups (issue 37) run on zfs-fuse (tests/integration) and on OpenZFS (the lane) alike:
+datasets chosen by patterns and by property, a local target, two jobs on one source, hooks."""
+
+import json
+import os
+import stat
+
+from conftest import rebal, rebal_json
+from fsenv import manifest
+from replscenarios import backup_root, mountpoint, snaps
+from zfsenv import sh
+
+
+def write_cfg(tmp_path, blocks: list[str], extra: str = "") -> str:
+    p = tmp_path / "config.toml"
+    p.write_text(f'state_db = "{tmp_path / "state.db"}"\n' + extra + "\n".join(blocks))
+    return p
+
+
+def local_block(**job) -> str:
+    """A [[replicate]] job without target_host: the target is on this host."""
+    lines = ["[[replicate]]"]
+    for k, v in job.items():
+        lines.append(f"{k} = {json.dumps(v) if not isinstance(v, bool) else ('true' if v else 'false')}")
+    return "\n".join(lines) + "\n"
+
+
+def put(ds: str, name: str, size: int = 40_000, seed: int = 0) -> None:
+    with open(os.path.join(mountpoint(ds), name), "wb") as f:
+        f.write(os.urandom(size + seed))
+
+
+def exists(ds: str) -> bool:
+    return sh("zfs", "list", "-H", "-o", "name", ds, check=False).returncode == 0
+
+
+def _children(ds: str) -> tuple[str, ...]:
+    """The mount points of ``ds``'s child datasets, relative to its own (left out of its comparison)."""
+    names = sh("zfs", "list", "-H", "-o", "name", "-r", ds).stdout.split()
+    kids = [n for n in names if n.startswith(ds + "/") and "/" not in n[len(ds) + 1:]]
+    return tuple(n[len(ds) + 1:] for n in kids)
+
+
+def same(src_ds: str, dst_ds: str) -> None:
+    """A dataset's own files (not its children's) equal on both sides."""
+    a = manifest(mountpoint(src_ds), exclude=_children(src_ds))
+    b = manifest(backup_root(dst_ds), exclude=_children(src_ds) + _children(dst_ds))
+    assert a == b, {k: (a.get(k), b.get(k)) for k in set(a) | set(b) if a.get(k) != b.get(k)}
+
+
+def excludes_scenario(src, dst, backup_host, tmp_path):
+    """exclude / include patterns: the plan says what is in and out and why; what is out gets no
+    snapshot and no backup; an included grandchild under an excluded child lands under an empty
+    parent; a child excluded later keeps its backup, said."""
+    d = f"{src.name}/data"
+    for ds in ("data", "data/a", "data/scratch", "data/scratch/keep", "data/scratch/junk", "data/b", "data/b/cache"):
+        sh("zfs", "create", f"{src.name}/{ds}")
+        put(f"{src.name}/{ds}", "f", seed=len(ds))
+    block = backup_host.config_block(name="ex", source=d, target=f"{dst.name}/copy", recursive=True,
+                                     exclude=["*/scratch", "*/cache"], include=[f"{d}/scratch/keep"])
+    cfg = write_cfg(tmp_path, [block])
+    plan = rebal_json("replicate", "ex", "--dry-run", config=cfg)
+    out = {x.split(" (")[0]: x for x in plan["excluded"]}
+    assert set(out) == {f"{d}/scratch", f"{d}/scratch/junk", f"{d}/b/cache"}, plan["excluded"]
+    assert "exclude pattern '*/scratch'" in out[f"{d}/scratch"] and f"under {d}/scratch" in out[f"{d}/scratch/junk"]
+    assert f"zfs create -o readonly=off {dst.name}/copy/scratch" in plan["planned"], plan
+    assert not exists(f"{dst.name}/copy"), "a dry run changes nothing"
+
+    r1 = rebal_json("replicate", "ex", config=cfg)
+    assert r1["outcome"] == "ok", r1
+    assert sorted(x["source"] for x in r1["datasets"]) == [d, f"{d}/a", f"{d}/b", f"{d}/scratch/keep"]
+    assert r1["placeholders"] == [f"{dst.name}/copy/scratch"]
+    for left in ("scratch", "scratch/junk", "b/cache"):
+        assert r1["snapshot"] not in snaps(f"{d}/{left}"), left  # not snapshot: one atomic list of the chosen
+        assert not exists(f"{dst.name}/copy/{left}") or left == "scratch", left
+    assert snaps(f"{dst.name}/copy/scratch") == [] and not os.listdir(backup_root(f"{dst.name}/copy/scratch"))[1:]
+    for kept in ("", "/a", "/b", "/scratch/keep"):
+        same(d + kept, f"{dst.name}/copy{kept}")
+
+    # round 2: a changes, and is excluded from now on; keep changes and goes on
+    put(f"{d}/a", "g")
+    put(f"{d}/scratch/keep", "g")
+    cfg = write_cfg(tmp_path, [block.replace('exclude = ["*/scratch", "*/cache"]', 'exclude = ["*/scratch", "*/cache", "*/a"]')])
+    r2 = rebal_json("replicate", "ex", config=cfg)
+    assert r2["outcome"] == "ok", r2
+    kinds = {x["source"]: x["kind"] for x in r2["datasets"]}
+    assert kinds == {d: "incremental", f"{d}/b": "incremental", f"{d}/scratch/keep": "incremental"}, kinds
+    assert any(f"{dst.name}/copy/a: its source {d}/a is left out now" in n for n in r2["notes"]), r2["notes"]
+    assert r1["snapshot"] in snaps(f"{dst.name}/copy/a"), "a backup left out keeps its snapshots"
+    same(f"{d}/scratch/keep", f"{dst.name}/copy/scratch/keep")
+    assert not os.path.exists(os.path.join(backup_root(f"{dst.name}/copy/a"), "g"))
+    return r1, r2
+
+
+def property_scenario(src, dst, backup_host, tmp_path):
+    """by_property: rebal:backup=JOB on a dataset takes it and its children; false on a child leaves
+    it out; the job's name on a grandchild brings that one back; another job's name is out."""
+    p = src.name
+    for ds in ("data", "data/child", "data/child/grandchild", "data/sibling", "other"):
+        sh("zfs", "create", f"{p}/{ds}")
+        put(f"{p}/{ds}", "f", seed=len(ds))
+    sh("zfs", "set", "rebal:backup=prop", f"{p}/data")
+    sh("zfs", "set", "rebal:backup=false", f"{p}/data/child")
+    sh("zfs", "set", "rebal:backup=other,prop", f"{p}/data/child/grandchild")
+    sh("zfs", "set", "rebal:backup=other", f"{p}/other")
+    cfg = write_cfg(tmp_path, [backup_host.config_block(name="prop", source=p, target=f"{dst.name}/copy",
+                                                          recursive=True, by_property=True)])
+    plan = rebal_json("replicate", "prop", "--dry-run", config=cfg)
+    why = {x.split(" (")[0]: x for x in plan["excluded"]}
+    assert set(why) == {p, f"{p}/data/child", f"{p}/other"}, plan["excluded"]
+    assert "rebal:backup is not set" in why[p] and "rebal:backup=false (set here)" in why[f"{p}/data/child"]
+    assert "names other jobs" in why[f"{p}/other"]
+    r = rebal_json("replicate", "prop", config=cfg)
+    assert r["outcome"] == "ok", r
+    assert sorted(x["source"] for x in r["datasets"]) == [f"{p}/data", f"{p}/data/child/grandchild", f"{p}/data/sibling"]
+    assert sorted(r["placeholders"]) == [f"{dst.name}/copy", f"{dst.name}/copy/data/child"]
+    same(f"{p}/data/child/grandchild", f"{dst.name}/copy/data/child/grandchild")
+    same(f"{p}/data/sibling", f"{dst.name}/copy/data/sibling")
+    assert not exists(f"{dst.name}/copy/other")
+    # a second run: incremental everywhere, nothing new made
+    put(f"{p}/data/child/grandchild", "g")
+    r2 = rebal_json("replicate", "prop", config=cfg)
+    assert r2["outcome"] == "ok" and {x["kind"] for x in r2["datasets"]} == {"incremental"}, r2
+    assert r2["placeholders"] == []
+    same(f"{p}/data/child/grandchild", f"{dst.name}/copy/data/child/grandchild")
+    return r, r2
+
+
+def hook_script(tmp_path, name: str, code: int, log) -> str:
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n"
+                    f'printf "%s %s %s %s %s %s\\n" "$REBAL_PHASE" "$REBAL_JOB" "$REBAL_SNAPSHOT" "$REBAL_OUTCOME" '
+                    f'"$REBAL_SOURCE" "$1" >> {log}\n'
+                    + (f'echo "cannot flush: database busy" >&2\nexit {code}\n' if code else "exit 0\n"))
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def hooks_scenario(src, dst, tmp_path, block_for):
+    """pre_command runs before the snapshot (its failure fails the run, and no snapshot is taken);
+    post_command always runs with the outcome; its failure is a warning. ``block_for(**hooks)``
+    makes the job's config block."""
+    d = f"{src.name}/data"
+    sh("zfs", "create", d)
+    put(d, "f")
+    log = tmp_path / "hooks.log"
+    ok_pre, bad_pre = hook_script(tmp_path, "pre-ok", 0, log), hook_script(tmp_path, "pre-bad", 3, log)
+    ok_post, bad_post = hook_script(tmp_path, "post-ok", 0, log), hook_script(tmp_path, "post-bad", 1, log)
+
+    cfg = write_cfg(tmp_path, [block_for(pre_command=[bad_pre, "arg one"], post_command=[ok_post, "x"])])
+    before = snaps(d)
+    r = rebal("replicate", "hk", "--json", config=cfg, check=False)
+    out = json.loads(r.stdout)
+    assert r.returncode != 0 and out["outcome"] == "failed", out
+    assert "pre_command" in out["error"] and "exit 3" in out["error"] and "database busy" in out["error"], out
+    assert snaps(d) == before, "a failing pre hook takes no snapshot"
+    lines = log.read_text().splitlines()
+    assert lines[0] == f"pre hk   {d} arg one", lines  # one argument with a space: no shell split it
+    assert lines[1] == f"post hk  failed {d} x", lines
+
+    log.unlink()
+    cfg = write_cfg(tmp_path, [block_for(pre_command=[ok_pre], post_command=[bad_post])])
+    r2 = rebal("replicate", "hk", "--json", config=cfg, check=False)
+    out2 = json.loads(r2.stdout)
+    assert out2["outcome"] == "warning" and r2.returncode == 0, out2
+    assert any("post_command" in w and "exit 1" in w for w in out2["warnings"]), out2
+    pre, post = log.read_text().splitlines()
+    assert pre.startswith("pre hk  ") and post == f"post hk {out2['snapshot']} ok {d} ", (pre, post)
+    same(d, f"{dst.name}/copy")
+    runs = rebal_json("runs", "--job", "hk", config=cfg)["runs"]
+    assert [x["outcome"] for x in runs] == ["warning", "failed"]
