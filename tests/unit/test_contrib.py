@@ -34,7 +34,8 @@ def written_names() -> set[str]:
     [pool] = parse_zpool_list_hp(fixture_text("tank-imbalanced_zpool-list-v-Hp.txt"))
     text = metrics.render(
         [pool], {pool.name: 1},
-        [{"job": "nightly", "last_success": 1.7e9, "bytes": 123, "age_seconds": 60}],
+        [{"job": "nightly", "last_success": 1.7e9, "bytes": 123, "age_seconds": 60,
+          "points": {"max_age_hours": 26, "datasets": {"tank/a": ("rebal-nightly-x", 1.7e9), "tank/b": None}}}],
         [{"pool": pool.name, "running": True, "bytes": 10, "files": 1}],
         scrubs={pool.name: 1.7e9}, created={pool.name: 1.6e9},
         limits={"target_spread": 10, "scrub_max_age_days": 35, "replication_max_age_hours": 36}, now=1.7e9)
@@ -44,7 +45,7 @@ def written_names() -> set[str]:
 def test_promtool_checks_and_tests_the_rules():
     tool = promtool()
     r = subprocess.run([tool, "check", "rules", "rebal.rules.yml"], cwd=PROM, capture_output=True, text=True)
-    assert r.returncode == 0 and "SUCCESS: 8 rules found" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "SUCCESS: 10 rules found" in r.stdout, r.stdout + r.stderr
     r = subprocess.run([tool, "test", "rules", "rebal.rules.test.yml"], cwd=PROM, capture_output=True, text=True)
     assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
 
@@ -55,7 +56,7 @@ def test_every_alert_fires_in_the_tests():
     rules = (PROM / "rebal.rules.yml").read_text()
     tests = (PROM / "rebal.rules.test.yml").read_text()
     alerts = re.findall(r"- alert: (\w+)", rules)
-    assert len(alerts) == 8
+    assert len(alerts) == 10
     for a in alerts:
         blocks = re.findall(rf"alertname: {a}\n\s+exp_alerts:(.*?)(?=\n\s+- eval_time|\n\s+- name|\Z)", tests, re.S)
         assert any("exp_labels" in b for b in blocks), f"{a} never fires in the tests"
