@@ -89,6 +89,7 @@ def excludes_scenario(src, dst, backup_host, tmp_path):
     assert r1["snapshot"] in snaps(f"{dst.name}/copy/a"), "a backup left out keeps its snapshots"
     same(f"{d}/scratch/keep", f"{dst.name}/copy/scratch/keep")
     assert not os.path.exists(os.path.join(backup_root(f"{dst.name}/copy/a"), "g"))
+    verified_ok(cfg, "ex", 3)
     return r1, r2
 
 
@@ -123,7 +124,17 @@ def property_scenario(src, dst, backup_host, tmp_path):
     assert r2["outcome"] == "ok" and {x["kind"] for x in r2["datasets"]} == {"incremental"}, r2
     assert r2["placeholders"] == []
     same(f"{p}/data/child/grandchild", f"{dst.name}/copy/data/child/grandchild")
+    verified_ok(cfg, "prop", 3)
     return r, r2
+
+
+def verified_ok(cfg, job: str, datasets: int) -> dict:
+    """`rebal verify` of every dataset the job chooses: OK, contents compared in each."""
+    v = rebal("verify", job, "--json", "--sample", "all", config=cfg, check=False)
+    out = json.loads(v.stdout)
+    assert v.returncode == 0 and out["level"] == "OK", out
+    assert len({x.split(": ")[0] for x in out["sample"]}) == datasets, out["sample"]
+    return out
 
 
 def hook_script(tmp_path, name: str, code: int, log) -> str:

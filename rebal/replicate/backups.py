@@ -122,7 +122,9 @@ def _verify_at_a_fresh_snapshot(cfg: Config, j, ssh: Ssh, n, seed: int, conn):
         rep = verify_zfs(j, ssh, n, seed)
     finally:
         if rs.last == 0 and not (rs.hourly or rs.daily or rs.weekly or rs.monthly) and is_ours(snap, j.name):
-            L.CliLocal().destroy_snapshots(j.source, [snap], recursive=j.recursive)
+            tree = L.local_tree(j.source, j.recursive)  # only where it was taken (a job may leave some out)
+            for ds in sorted(d for d, v in tree.items() if any(s.name == snap and not s.bookmark for s in v)):
+                L.CliLocal().destroy_snapshots(ds, [snap])
     rep.notes.append(f"replicated first (run {details.get('run_id')}) so that the source and the backup share "
                      f"@{snap} to compare; the source keeps it only as a bookmark again, as its retention says")
     return rep

@@ -1,6 +1,6 @@
 """Proof that the backup matches the source, without restoring everything.
 
-zfs mode: the newest snapshot common to both sides must have the same guid on both (a snapshot of
+zfs mode, for each dataset the job replicates: the newest snapshot common to both sides must have the same guid on both (a snapshot of
 the same name but another guid is critical); then, inside that snapshot on each side, the file
 count and total size must agree and N files chosen at random (seeded, reported) must hash the same.
 A target written to since its last received snapshot is a warning: the next incremental will fail.
@@ -113,26 +113,53 @@ def compare(rep: VerifyReport, subject: str, src_root: str, src_inv: dict, ssh: 
 
 
 def verify_zfs(job: Replicate, ssh: Ssh, sample_n: int | None, seed: int, runner=run) -> VerifyReport:
+    """Every dataset the job replicates (the source alone, or for a recursive job each one its rules
+    choose), each at the newest snapshot both sides have: the findings of all, the files and bytes
+    summed, the sample named per dataset."""
+    rep = VerifyReport(job.name, seed=seed)
+    if job.recursive and job.direction == "push":
+        from .select import select
+
+        datasets = select(job, runner).included
+    else:
+        datasets = [job.source]
+    for ds in datasets:
+        one = VerifyReport(job.name, seed=seed)
+        tds = job.target + ds[len(job.source):]
+        _verify_dataset(one, job, ssh, ds, tds, sample_n, runner, many=len(datasets) > 1)
+        rep.findings += one.findings
+        rep.notes += one.notes
+        rep.snapshot = rep.snapshot or one.snapshot
+        rep.only_bookmark = rep.only_bookmark or one.only_bookmark
+        if one.files is not None:
+            rep.files = tuple(a + b for a, b in zip(rep.files or (0, 0), one.files))
+            rep.bytes = tuple(a + b for a, b in zip(rep.bytes or (0, 0), one.bytes))
+        rep.sample += [f"{ds}: {x}" for x in one.sample] if len(datasets) > 1 else one.sample
+    return rep
+
+
+def _verify_dataset(rep: VerifyReport, job: Replicate, ssh: Ssh, ds: str, tds: str, sample_n: int | None,
+                    runner, many: bool) -> None:
     from .zfs_send import Remote
 
-    rep = VerifyReport(job.name, seed=seed)
     subject = f"job:{job.name}"
-    src = L.local_snapshots(job.source, runner, bookmarks=True)
-    tgt = Remote(ssh).snapshots(job.target)
+    said = f"{ds}: " if many else ""
+    src = L.local_snapshots(ds, runner, bookmarks=True)
+    tgt = Remote(ssh).snapshots(tds)
     if tgt is None:
-        rep.findings.append(Finding(CRITICAL, subject, f"the target {job.target} does not exist on the backup host"))
-        return rep
+        rep.findings.append(Finding(CRITICAL, subject, f"the target {tds} does not exist on the backup host"))
+        return
     by_name = {s.name: s for s in src if not s.bookmark}
     for t in tgt:
         s = by_name.get(t.name)
         if s is not None and s.guid != t.guid:
-            rep.findings.append(Finding(CRITICAL, subject, f"@{t.name} on the backup is not the source's @{t.name} "
+            rep.findings.append(Finding(CRITICAL, subject, f"{said}@{t.name} on the backup is not the source's @{t.name} "
                                         f"(guid {t.guid} vs {s.guid}): the backup holds other data under that name"))
     have = {t.guid for t in tgt}
     common = [s for s in src if s.guid in have]
     if not common:
-        rep.findings.append(Finding(CRITICAL, subject, "no snapshot in common between the source and the backup"))
-        return rep
+        rep.findings.append(Finding(CRITICAL, subject, f"{said}no snapshot in common between the source and the backup"))
+        return
     base = max(common, key=lambda s: (s.txg, not s.bookmark))
     rep.snapshot = base.name
     if base.bookmark:
@@ -141,20 +168,19 @@ def verify_zfs(job: Replicate, ssh: Ssh, sample_n: int | None, seed: int, runner
         # (`backups.verify` then replicates once more and compares at that run's snapshot)
         rep.only_bookmark = base.name
         rep.findings.append(Finding(WARNING, subject, (
-            f"contents not compared: the source keeps @{base.name} only as a bookmark (the job's retention_source "
+            f"{said}contents not compared: the source keeps @{base.name} only as a bookmark (the job's retention_source "
             "keeps no snapshot), so there is nothing of that time to compare the backup with; the backup's "
             f"@{base.name} is that point by guid. Set retention_source.last = 1 to verify contents "
             "(that snapshot then pins what a rebalance rewrites)")))
-        return rep
+        return
     newest_tgt = max(tgt, key=lambda s: s.txg)
-    if _modified_since(ssh, job.target, newest_tgt.name, rep):
-        rep.findings.append(Finding(WARNING, subject, f"the backup dataset {job.target} was written to since its last "
+    if _modified_since(ssh, tds, newest_tgt.name, rep):
+        rep.findings.append(Finding(WARNING, subject, f"the backup dataset {tds} was written to since its last "
                                     f"received snapshot @{newest_tgt.name}: the next incremental will fail. Find who "
                                     "writes there (set readonly=on), then replicate with --force-rollback to undo it"))
-    with LocalView(job.source, base.name, f"verify-{job.name}", runner, rep.notes) as sv, \
-            RemoteView(ssh, job.target, base.name, f"verify-{job.name}", rep.notes) as tv:
+    with LocalView(ds, base.name, f"verify-{job.name}", runner, rep.notes) as sv, \
+            RemoteView(ssh, tds, base.name, f"verify-{job.name}", rep.notes) as tv:
         compare(rep, subject, sv, local_inventory(sv), ssh, tv, remote_inventory(ssh, tv), sample_n)
-    return rep
 
 
 def _settle_remote(ssh: Ssh, pool: str) -> None:
