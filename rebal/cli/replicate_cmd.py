@@ -52,7 +52,7 @@ def backups(job: Annotated[str, typer.Argument(help="Replication job.", autocomp
     if as_json:
         out_json({"job": job, "mode": j.mode, "dataset": ds, "target": j.target, "points": [p.as_dict() for p in pts]})
     else:
-        out_text(backups_text(job, j.mode, j.target_host, ds or j.target, pts))
+        out_text(backups_text(job, j.mode, j.target_host or "this host", ds or j.target, pts))
 
 
 @app.command()

@@ -8,8 +8,14 @@ from .text import lines
 
 def replication_text(outcome: str, d: dict) -> str:
     if d.get("dry_run"):
-        return lines([f"dry run of job {d['job']} ({d['mode']}): nothing was changed"]
-                     + [f"  would run: {line}" for line in d.get("planned", [])])
+        where = " to a target on this host" if d.get("local_target") else ""
+        out = [f"dry run of job {d['job']} ({d['mode']}{where}): nothing was changed"]
+        out += [f"  in:  {ds['source']} -> {ds['target']} ({ds['kind'] or 'planned'})" for ds in d.get("datasets", [])]
+        out += [f"  out: {x}" for x in d.get("excluded", [])]
+        out += [f"  {k}: {' '.join(v)}" for k, v in (d.get("hooks") or {}).items()]
+        out += [f"  would run: {line}" for line in d.get("planned", [])]
+        out += [f"  note: {n}" for n in dict.fromkeys(d.get("notes", []))]
+        return lines(out)
     out = [f"{outcome}: job {d['job']} ({d['mode']}), snapshot {d.get('snapshot') or '-'}, "
            f"{human(d.get('bytes') or 0)} sent in {d.get('seconds', 0):.1f} s (run {d.get('run_id')})"]
     for ds in d.get("datasets", []):

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from conftest import rebal, rebal_json
-from replscenarios import backup_root, mountpoint, snaps
+from replscenarios import mountpoint, snaps
 from setupscenarios import (
     excludes_scenario,
     exists,
@@ -186,3 +186,17 @@ def test_snapshot_ages_in_health_and_metrics(pools, backup_host, tmp_path):
     assert 'rebal_replication_datasets_never_replicated{replication_job="age"} 1' in m
     assert f'rebal_replication_dataset_snapshot_timestamp_seconds{{replication_job="age",dataset="{d}/a"}}' in m
     assert 'rebal_replication_snapshot_max_age_seconds{replication_job="age"} 93600' in m
+
+
+def test_dry_run_text_says_what_is_in_and_out(pools, backup_host, tmp_path):
+    src, dst = pools
+    d = f"{src.name}/data"
+    for ds in ("data", "data/keep", "data/tmp"):
+        sh("zfs", "create", f"{src.name}/{ds}")
+    cfg = write_cfg(tmp_path, [backup_host.config_block(name="t", source=d, target=f"{dst.name}/c", recursive=True,
+                                                        exclude=["*/tmp"], pre_command=["/bin/true", "x"])])
+    out = rebal("replicate", "t", "--dry-run", config=cfg).stdout
+    assert f"  in:  {d}/keep -> {dst.name}/c/keep (full)" in out, out
+    assert f"  out: {d}/tmp (exclude pattern '*/tmp')" in out, out
+    assert "  pre_command: /bin/true x" in out, out
+    assert not exists(f"{dst.name}/c") and not snaps(d), "a dry run changes nothing"
