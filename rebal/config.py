@@ -181,6 +181,7 @@ class Replicate(Model):
     snapshot_max_age_hours: float | None = spec(None, gt=0)
     snapshot_target: bool = False
     schedule: str | None = spec(None, check_ctx=_cron_problem)
+    parallel: int = spec(0, ge=0, le=32)  # datasets sent at once; 0: twice the cores, at most 8
     keepalive: int = spec(10, ge=1, le=600)  # seconds between ssh keepalives; 3 missed = link down
     retention_source: Retention = spec(factory=lambda: replace(SOURCE_RETENTION))
     retention_target: Retention = spec(factory=Retention)

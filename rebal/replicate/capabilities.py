@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shutil
 
-from .policy import receive_has_u, receive_resumable, send_features
+from .policy import receive_has_o, receive_has_u, receive_resumable, send_features
 from .remote import Remote, ReplicationError
 
 
@@ -31,6 +31,7 @@ class Capabilities:
         self.detect_gate(None if self.ssh.local else marker(send_usage if self.job.pull else recv_usage))
         self.resumable = self.send.resume and receive_resumable(recv_usage)
         self.recv_u = receive_has_u(recv_usage)
+        self.recv_o = receive_has_o(recv_usage)
         self.filters()
 
     def filters(self) -> None:
@@ -127,9 +128,10 @@ class Capabilities:
             flags.append("-e")
         return flags
 
-    def receive_argv(self, target: str, force: bool = False) -> list[str]:
+    def receive_argv(self, target: str, force: bool = False, full: bool = False) -> list[str]:
+        """``full``: a new replica, received read-only at once where zfs receive takes -o (else set after)."""
         return ["zfs", "receive", *(["-s"] if self.resumable else []), *(["-u"] if self.recv_u else []),
-                *(["-F"] if force else []), target]
+                *(["-o", "readonly=on"] if full and self.recv_o else []), *(["-F"] if force else []), target]
 
     def target_of(self, ds: str) -> str:
         return self.job.target + ds[len(self.job.source):]

@@ -218,11 +218,13 @@ def _receive_mode(policy: Policy, argv: list[str]) -> None:
     if sub in ("receive", "recv"):
         if not args:
             return  # the usage text: how a job learns which flags this zfs has
-        seen, vals, pos = parse_opts(args, "suvFA", "")
+        seen, vals, pos = parse_opts(args, "suvFA", "o")
         if len(pos) != 1:
             raise Refused("zfs receive takes exactly one target dataset")
+        if vals.get("o", "readonly=on") != "readonly=on":
+            raise Refused("zfs receive -o: only readonly=on is allowed")
         _under(policy, pos[0])
-        if "A" in seen and seen != {"A"}:
+        if "A" in seen and (seen != {"A"} or vals):
             raise Refused("zfs receive -A takes no other option")
         if "F" in seen and not policy.allow_rollback:
             raise Refused("zfs receive -F (roll back and destroy newer snapshots) is not allowed: "

@@ -40,6 +40,14 @@ def connect(j: Replicate) -> Ssh | Here:
     return Here() if j.local_target else Ssh(endpoint(j))
 
 
+def default_parallel() -> int:
+    """Datasets sent at once by default: a stream waits on disks and the network more than on a
+    core (ssh's cipher is its CPU), so twice the cores, at most 8."""
+    import os
+
+    return max(1, min(8, 2 * (os.cpu_count() or 1)))
+
+
 def find_job(cfg: Config, name: str) -> Replicate:
     j = cfg.job(name)
     if j is None:
@@ -54,7 +62,8 @@ def replicator(j: Replicate, ssh: Ssh, **kw):
                   parse_size(j.bwlimit) if j.bwlimit else None, j.stream_compress, j.mbuffer,
                   buckets(j.retention_source), buckets(j.retention_target), pull=j.direction == "pull",
                   stream_compress_level=j.stream_compress_level, mbuffer_size=j.mbuffer_size,
-                  exclude=tuple(j.exclude), include=tuple(j.include), by_property=j.by_property)
+                  exclude=tuple(j.exclude), include=tuple(j.include), by_property=j.by_property,
+                  parallel=j.parallel or default_parallel())
         return ZfsReplicator(job, ssh, **kw)
     kw.pop("force_rollback", None)
     job = RsyncJob(j.name, j.source, j.target, j.recursive, f"{max(1, parse_size(j.bwlimit) // 1024)}K" if j.bwlimit else None,

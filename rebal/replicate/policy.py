@@ -170,6 +170,11 @@ def receive_has_u(receive_usage: str) -> bool:
     return "u" in usage_flags(receive_usage, "receive")
 
 
+def receive_has_o(receive_usage: str) -> bool:
+    """`zfs receive -o property=value` (OpenZFS 0.7+): a full receive sets readonly=on itself."""
+    return re.search(r"^\s*receive\s.*\[-o <property>=<value>\]", receive_usage, re.M) is not None
+
+
 # -- resume tokens ----------------------------------------------------------------------------------
 
 

@@ -330,7 +330,7 @@ class ZfsReplicator(Capabilities):
             rep.kind = plan.kind
             rep.expected = self.estimate(send, ds, snap, plan.kind)
             force = plan.kind == "incremental" and self.force_rollback
-            recv = self.receive_argv(target, force=force)
+            recv = self.receive_argv(target, force=force, full=plan.kind == "full")
             if self.dry_run:
                 self.report.planned.append(" ".join(send) + (" | " if self.ssh.local else " | ssh ... ") + " ".join(recv))
                 return rep
@@ -352,8 +352,10 @@ class ZfsReplicator(Capabilities):
             if plan.kind == "full":
                 # a mounted, writable replica is "modified" by atime alone, which makes the next
                 # incremental fail: without -u it is mounted at once, and with -u an admin who mounts
-                # it to look inside breaks it the same way (seen on OpenZFS 2.4.4). Read-only it is.
-                self.remote.run(["zfs", "set", "readonly=on", target], readonly=False)
+                # it to look inside breaks it the same way (seen on OpenZFS 2.4.4). Read-only it is:
+                # received so (-o readonly=on: no round trip of its own), or set right after.
+                if not self.recv_o:
+                    self.remote.run(["zfs", "set", "readonly=on", target], readonly=False)
                 if not self.recv_u:
                     self.report.notes.append(f"{target} set readonly=on (the backup host's zfs has no receive -u)")
             rep.cursor = keep_cursor(self, ds, snap, plan.base if plan.kind == "incremental" else None)

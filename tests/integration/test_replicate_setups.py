@@ -200,3 +200,30 @@ def test_dry_run_text_says_what_is_in_and_out(pools, backup_host, tmp_path):
     assert f"  out: {d}/tmp (exclude pattern '*/tmp')" in out, out
     assert "  pre_command: /bin/true x" in out, out
     assert not exists(f"{dst.name}/c") and not snaps(d), "a dry run changes nothing"
+
+
+def test_rsync_job_with_excludes_keeps_the_copy_of_a_child_left_out(pools, backup_host, tmp_path):
+    """rsync mode: a child left out is neither snapshot nor copied, and a child that becomes left out
+    keeps its copy on the target (the parent's --delete never reaches into its directory)."""
+    from fsenv import manifest
+
+    src, dst = pools
+    d = f"{src.name}/data"
+    for ds in ("data", "data/a", "data/tmp"):
+        sh("zfs", "create", f"{src.name}/{ds}")
+        put(f"{src.name}/{ds}", "f", seed=len(ds))
+    sh("zfs", "create", f"{dst.name}/files")
+    target = os.path.join(mountpoint(f"{dst.name}/files"), "data")
+    block = backup_host.config_block(name="rs", source=d, target=target, mode="rsync", recursive=True, exclude=["*/tmp"])
+    cfg = write_cfg(tmp_path, [block])
+    r1 = rebal_json("replicate", "rs", config=cfg)
+    assert r1["outcome"] == "ok" and r1["excluded"] == [f"{d}/tmp (exclude pattern '*/tmp')"], r1
+    assert r1["snapshot"] not in snaps(f"{d}/tmp") and r1["snapshot"] in snaps(f"{d}/a")
+    assert not os.path.exists(os.path.join(target, "tmp", "f"))
+    assert manifest(mountpoint(f"{d}/a")) == manifest(os.path.join(target, "a"))
+    cfg = write_cfg(tmp_path, [block.replace('exclude = ["*/tmp"]', 'exclude = ["*/tmp", "*/a"]')])
+    put(f"{d}/a", "g")
+    r2 = rebal_json("replicate", "rs", config=cfg)
+    assert r2["outcome"] == "ok", r2
+    assert os.path.exists(os.path.join(target, "a", "f")), "the copy of a child left out is kept"
+    assert not os.path.exists(os.path.join(target, "a", "g")), "and no longer updated"

@@ -228,3 +228,14 @@ def test_a_resume_token_is_allowed_only_for_a_snapshot_under_the_root(tmp_path):
 
 
 TOKEN_OK = "1-10a4f3e1d6-f0-789c636064000310a500c4ec50360710e72765a5269730300"
+
+
+def test_receive_may_set_readonly_on_and_nothing_else():
+    from rebal.replicate.gate import Policy, Refused, check
+
+    pol = Policy("receive", "backup/t")
+    assert check(pol, "zfs receive -s -u -o readonly=on backup/t/new")[0][-3:] == ["-o", "readonly=on", "backup/t/new"]
+    for bad in ("zfs receive -o mountpoint=/etc backup/t/x", "zfs receive -o readonly=on -o canmount=on backup/t/x",
+                "zfs receive -A -o readonly=on backup/t/x"):
+        with pytest.raises(Refused):
+            check(pol, bad)

@@ -72,12 +72,12 @@ def test_usage_detection_openzfs_and_zfs_fuse():
     oz = (FIXTURES / "openzfs-usage-send-receive.txt").read_text()
     f = P.send_features(oz)
     assert f.resume and f.dry_run_size and f.raw and f.compressed and f.large_blocks and f.embedded
-    assert P.receive_resumable(oz) and P.receive_has_u(oz)
+    assert P.receive_resumable(oz) and P.receive_has_u(oz) and P.receive_has_o(oz)
     fuse_send = fixture_text("zfsfuse_zfs-send-usage.txt.stderr")
     fuse_recv = fixture_text("zfsfuse_zfs-receive-usage.txt.stderr")
     g = P.send_features(fuse_send)
     assert not (g.resume or g.dry_run_size or g.raw or g.compressed or g.large_blocks or g.embedded)
-    assert not P.receive_resumable(fuse_recv) and not P.receive_has_u(fuse_recv)
+    assert not P.receive_resumable(fuse_recv) and not P.receive_has_u(fuse_recv) and not P.receive_has_o(fuse_recv)
 
 
 def test_token_check_and_send_size_from_recorded_output():
