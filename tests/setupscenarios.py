@@ -41,14 +41,38 @@ def _children(ds: str) -> tuple[str, ...]:
     return tuple(n[len(ds) + 1:] for n in kids)
 
 
+def mounted(ds: str) -> bool:
+    return sh("zfs", "get", "-H", "-o", "value", "mounted", ds).stdout.strip() == "yes"
+
+
+def mount_chain(ds: str) -> None:
+    """Mount ``ds`` and its ancestors top-down, as `zfs mount -a` orders them at boot. A dataset
+    mounted before its parent (an empty parent made on the target, mounted when made, under a
+    replica received unmounted) is hidden once the parent mounts over it: unmount what is under
+    each ancestor first, then mount again in order."""
+    parts = ds.split("/")
+    for i in range(2, len(parts) + 1):
+        a = "/".join(parts[:i])
+        if mounted(a) or sh("zfs", "get", "-H", "-o", "value", "canmount", a).stdout.strip() != "on":
+            continue
+        rows = [line.split("\t") for line in sh("zfs", "list", "-H", "-r", "-o", "name,mounted", a).stdout.splitlines()]
+        under = sorted((n for n, m in rows if n != a and m == "yes"), key=lambda n: n.count("/"))
+        for n in reversed(under):
+            sh("zfs", "unmount", n)
+        sh("zfs", "mount", a)
+        for n in under:
+            sh("zfs", "mount", n)
+
+
 def same(src_ds: str, dst_ds: str) -> None:
     """A dataset's own files (not its children's) equal on both sides."""
+    mount_chain(dst_ds)
     a = manifest(mountpoint(src_ds), exclude=_children(src_ds))
     b = manifest(backup_root(dst_ds), exclude=_children(src_ds) + _children(dst_ds))
     assert a == b, {k: (a.get(k), b.get(k)) for k in set(a) | set(b) if a.get(k) != b.get(k)}
 
 
-def excludes_scenario(src, dst, backup_host, tmp_path, tgt=None):
+def excludes_scenario(src, dst, backup_host, tmp_path, tgt=None, verify=True):
     """exclude / include patterns: the plan says what is in and out and why; what is out gets no
     snapshot and no backup; an included grandchild under an excluded child lands under an empty
     parent; a child excluded later keeps its backup, said."""
@@ -90,11 +114,12 @@ def excludes_scenario(src, dst, backup_host, tmp_path, tgt=None):
     assert r1["snapshot"] in snaps(f"{tgt}/a"), "a backup left out keeps its snapshots"
     same(f"{d}/scratch/keep", f"{tgt}/scratch/keep")
     assert not os.path.exists(os.path.join(backup_root(f"{tgt}/a"), "g"))
-    verified_ok(cfg, "ex", 3)
+    if verify:
+        verified_ok(cfg, "ex", 3)
     return r1, r2
 
 
-def property_scenario(src, dst, backup_host, tmp_path, tgt=None):
+def property_scenario(src, dst, backup_host, tmp_path, tgt=None, verify=True):
     """by_property: rebal:backup=JOB on a dataset takes it and its children; false on a child leaves
     it out; the job's name on a grandchild brings that one back; another job's name is out."""
     tgt = tgt or f"{dst.name}/copy"
@@ -126,7 +151,8 @@ def property_scenario(src, dst, backup_host, tmp_path, tgt=None):
     assert r2["outcome"] == "ok" and {x["kind"] for x in r2["datasets"]} == {"incremental"}, r2
     assert r2["placeholders"] == []
     same(f"{p}/data/child/grandchild", f"{tgt}/data/child/grandchild")
-    verified_ok(cfg, "prop", 3)
+    if verify:  # (a gated key lets no verify through: it reads the backup's files)
+        verified_ok(cfg, "prop", 3)
     return r, r2
 
 

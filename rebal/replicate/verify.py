@@ -36,6 +36,7 @@ class VerifyReport:
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     only_bookmark: str | None = None  # the common point, kept on the source as a bookmark only
+    gated: bool = False  # the other end's key is gated: guids compared, contents not
 
     @property
     def level(self) -> int:
@@ -115,8 +116,13 @@ def compare(rep: VerifyReport, subject: str, src_root: str, src_inv: dict, ssh: 
 def verify_zfs(job: Replicate, ssh: Ssh, sample_n: int | None, seed: int, runner=run) -> VerifyReport:
     """Every dataset the job replicates (the source alone, or for a recursive job each one its rules
     choose), each at the newest snapshot both sides have: the findings of all, the files and bytes
-    summed, the sample named per dataset."""
+    summed, the sample named per dataset. Through a gated key (rebal gate) only the snapshots' guids
+    are compared: the gate lets nothing read the backup's files."""
+    from .zfs_send import Remote
+
     rep = VerifyReport(job.name, seed=seed)
+    gated = not getattr(ssh, "local", False) and job.direction == "push" and Remote(ssh).gate_info() is not None
+    rep.gated = gated
     if job.recursive and job.direction == "push":
         from .select import select
 
@@ -126,7 +132,7 @@ def verify_zfs(job: Replicate, ssh: Ssh, sample_n: int | None, seed: int, runner
     for ds in datasets:
         one = VerifyReport(job.name, seed=seed)
         tds = job.target + ds[len(job.source):]
-        _verify_dataset(one, job, ssh, ds, tds, sample_n, runner, many=len(datasets) > 1)
+        _verify_dataset(one, job, ssh, ds, tds, sample_n, runner, many=len(datasets) > 1, contents=not gated)
         rep.findings += one.findings
         rep.notes += one.notes
         rep.snapshot = rep.snapshot or one.snapshot
@@ -139,7 +145,7 @@ def verify_zfs(job: Replicate, ssh: Ssh, sample_n: int | None, seed: int, runner
 
 
 def _verify_dataset(rep: VerifyReport, job: Replicate, ssh: Ssh, ds: str, tds: str, sample_n: int | None,
-                    runner, many: bool) -> None:
+                    runner, many: bool, contents: bool = True) -> None:
     from .zfs_send import Remote
 
     subject = f"job:{job.name}"
@@ -162,6 +168,12 @@ def _verify_dataset(rep: VerifyReport, job: Replicate, ssh: Ssh, ds: str, tds: s
         return
     base = max(common, key=lambda s: (s.txg, not s.bookmark))
     rep.snapshot = base.name
+    if not contents:
+        rep.findings.append(Finding(WARNING, subject, (
+            f"{said}contents not compared: the backup host's key is gated (rebal gate), which lets nothing read "
+            f"the backup's files; the backup's @{base.name} is the source's by guid. Run `zfs scrub` there, or "
+            "verify from a key that is not gated")))
+        return
     if base.bookmark:
         # the source keeps the point as a bookmark only (retention_source keeps no snapshot): the
         # backup is the same point by guid, but there is no source content of that time to compare

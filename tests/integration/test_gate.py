@@ -91,6 +91,11 @@ def test_push_through_the_gate_then_prune_on_the_backup_host(pools, gated, tmp_p
     r = rebal("replicate", "guarded", "--force-rollback", "--json", config=cfg, check=False)
     out = json.loads(r.stdout)
     assert out["outcome"] == "failed" and "--allow-rollback" in out["error"], out
+    # verify through the gate: guids compared for every dataset, contents not (the gate reads no files)
+    v = rebal("verify", "guarded", "--json", config=cfg, check=False)
+    rep = json.loads(v.stdout)
+    assert v.returncode == 1 and rep["level"] == "WARNING" and rep["snapshot"] == r3["snapshot"], (v.stderr, rep)
+    assert len(rep["findings"]) == 4 and all("key is gated" in f["message"] for f in rep["findings"]), rep
 
 
 HOSTILE = [
