@@ -114,7 +114,7 @@ def _verify_at_a_fresh_snapshot(cfg: Config, j, ssh: Ssh, n, seed: int, conn):
     rs = j.retention_source
     keep = replace(j, retention_source=replace(rs, last=max(1, rs.last)))
     outcome, details = run_job(replace(cfg, replicate=[keep if x.name == j.name else x for x in cfg.replicate]),
-                               j.name, conn=conn)
+                               j.name, conn=conn, every=True)  # a snapshot of every dataset, unchanged ones too
     snap = details.get("snapshot")
     if outcome not in ("ok", "warning") or not snap:
         return None

@@ -56,14 +56,15 @@ def find_job(cfg: Config, name: str) -> Replicate:
     return j
 
 
-def replicator(j: Replicate, ssh: Ssh, **kw):
+def replicator(j: Replicate, ssh: Ssh, every: bool = False, **kw):
+    """The mode's replicator. ``every``: snapshot and send every dataset, unchanged ones too."""
     if j.mode == "zfs":
         job = Job(j.name, j.source, j.target, j.recursive, j.raw, j.compressed, j.large_blocks, j.embedded,
                   parse_size(j.bwlimit) if j.bwlimit else None, j.stream_compress, j.mbuffer,
                   buckets(j.retention_source), buckets(j.retention_target), pull=j.direction == "pull",
                   stream_compress_level=j.stream_compress_level, mbuffer_size=j.mbuffer_size,
                   exclude=tuple(j.exclude), include=tuple(j.include), by_property=j.by_property,
-                  parallel=j.parallel or default_parallel())
+                  parallel=j.parallel or default_parallel(), skip_unchanged=not every)
         return ZfsReplicator(job, ssh, **kw)
     kw.pop("force_rollback", None)
     job = RsyncJob(j.name, j.source, j.target, j.recursive, f"{max(1, parse_size(j.bwlimit) // 1024)}K" if j.bwlimit else None,
@@ -76,22 +77,23 @@ def record_landed(conn, job: str, r, outcome: str) -> None:
     """What is now on the target, per dataset (health's snapshot ages): the zfs mode's datasets
     that landed, even in a run that failed for others; the rsync mode's after a run that got through."""
     rep = r.report
-    if not rep.snapshot:
-        return
-    parsed = parse_snapshot_name(rep.snapshot)
-    if parsed is None:
-        return
-    taken = parsed[1]
-    if hasattr(rep, "datasets"):
-        landed = [d.source for d in rep.datasets if d.kind in ("full", "incremental", "nothing")]
-    else:
-        landed = list(getattr(r, "datasets", [])) if outcome in ("ok", "warning") else []
-    if landed:
-        state.record_points(conn, job, [(d, rep.snapshot, taken.timestamp()) for d in landed])
+    rows = []
+    if hasattr(rep, "datasets"):  # a dataset that sat the run out (nothing written) is current as of now
+        rows += [(d.source, d.base, time.time()) for d in rep.datasets if d.kind == "unchanged"]
+    parsed = parse_snapshot_name(rep.snapshot) if rep.snapshot else None
+    if parsed is not None:
+        if hasattr(rep, "datasets"):
+            landed = [d.source for d in rep.datasets if d.kind in ("full", "incremental", "nothing")]
+        else:
+            landed = list(getattr(r, "datasets", [])) if outcome in ("ok", "warning") else []
+        rows += [(d, rep.snapshot, parsed[1].timestamp()) for d in landed]
+    if rows:
+        state.record_points(conn, job, rows)
 
 
 def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bool = False,
-            stop: threading.Event | None = None, progress=None, conn=None, on_wait=None) -> tuple[str, dict]:
+            stop: threading.Event | None = None, progress=None, conn=None, on_wait=None,
+            every: bool = False) -> tuple[str, dict]:
     """Run one job. Returns (outcome, details); outcome is ok, warning or failed. Never raises for a
     failed transfer: that is recorded; raises for bad input and for a run that is already going.
     Waits while a rebalance of data this job replicates runs (``on_wait`` is told)."""
@@ -99,7 +101,7 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
     stop = stop or threading.Event()
     if dry_run:
         with connect(j) as ssh:
-            r = replicator(j, ssh, dry_run=True, force_rollback=force_rollback, stop=stop)
+            r = replicator(j, ssh, every, dry_run=True, force_rollback=force_rollback, stop=stop)
             rep = r.run()
         hooks = {"pre_command": j.pre_command, "post_command": j.post_command}
         return "ok", {"job": name, "mode": j.mode, "dry_run": True, "local_target": j.local_target,
@@ -135,7 +137,7 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
                     raise HookFailed(f"{problem}; no snapshot was taken, nothing was sent")
             with connect(j) as ssh:
                 extra = {"cache": state.Cache(conn)} if j.mode == "zfs" else {}
-                r = replicator(j, ssh, force_rollback=force_rollback, stop=stop, progress=progress_and_record, **extra)
+                r = replicator(j, ssh, every, force_rollback=force_rollback, stop=stop, progress=progress_and_record, **extra)
                 rep = r.run()
             details |= asdict(rep)
             details["bytes"] = rep.bytes

@@ -47,7 +47,7 @@ from .transport import Here, Ssh
 class DatasetReport:
     source: str
     target: str
-    kind: str = ""  # full, incremental, resumed, nothing, renamed (not sent twice), failed
+    kind: str = ""  # full, incremental, resumed, nothing, unchanged (sat the run out), renamed (not sent twice), failed
     base: str | None = None
     bytes: int = 0
     expected: int | None = None
@@ -70,6 +70,7 @@ class ZfsReport:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # the run worked but needs the admin (a rename)
     planned: list[str] = field(default_factory=list)  # dry run: what would be done
+    phases: dict[str, float] = field(default_factory=dict)  # seconds of each part of the run
     excluded: list[str] = field(default_factory=list)  # datasets of the source left out, and why
     placeholders: list[str] = field(default_factory=list)  # parents made on the target for an included child
     remote_commands: int = 0  # ssh round trips of the run (streams included)
@@ -81,7 +82,7 @@ class ZfsReport:
 
     @property
     def expected(self) -> int | None:
-        vals = [d.expected for d in self.datasets if d.kind not in ("nothing",)]
+        vals = [d.expected for d in self.datasets if d.kind not in ("nothing", "unchanged")]
         return None if any(v is None for v in vals) else sum(v for v in vals if v)
 
     @property
@@ -113,6 +114,7 @@ class Job:
     exclude: tuple[str, ...] = ()  # which datasets (select.py)
     include: tuple[str, ...] = ()
     by_property: bool = False
+    skip_unchanged: bool = True  # a dataset with nothing written since its base sits the run out
 
 
 class ZfsReplicator(Capabilities):
@@ -142,6 +144,7 @@ class ZfsReplicator(Capabilities):
         self.bookmarks = True  # until this ZFS says it has none (zfs-fuse)
         self.procs: list = []
         self._lock = threading.Lock()
+        self._flight: dict[int, DatasetReport] = {}  # streams under way, for the progress sum
         self._sent = 0
 
     # -- the run ------------------------------------------------------------------------------
@@ -155,9 +158,10 @@ class ZfsReplicator(Capabilities):
             self.report.remote_commands = self.ssh.commands - remote0
 
     def _run_all(self) -> ZfsReport:
+        t0 = time.monotonic()
         self.detect()
         self.selection = select(self.job, self._run)
-        datasets = self.selection.included
+        datasets = chosen = self.selection.included
         self.report.excluded = [f"{c.dataset} ({c.why})" for c in self.selection.excluded]
         if not datasets:
             raise ReplicationError(f"no dataset under {self.job.source} is chosen by this job's rules: "
@@ -169,7 +173,17 @@ class ZfsReplicator(Capabilities):
                 if self.target_of(ds) in tokens:
                     self.resume(ds, tokens[self.target_of(ds)])
             self.target_tree, _ = self.remote.tree_tokens(self.job.target, False)  # what the resumes added
-        whole = self.selection.whole
+        self.report.phases["listing"] = round(time.monotonic() - t0, 3)
+        t0 = time.monotonic()
+        datasets = self.skip_unchanged(datasets)
+        self.report.phases["unchanged"] = round(time.monotonic() - t0, 3)
+        if not datasets:
+            self.report.notes.append("nothing was written since the last run: no snapshot taken, nothing sent")
+            return self.report
+        whole = self.selection.whole and not any(d.kind == "unchanged" for d in self.report.datasets)
+        left_out = [c.dataset for c in self.selection.excluded] + [d.source for d in self.report.datasets
+                                                                   if d.kind == "unchanged"]
+        t0 = time.monotonic()
         if self.dry_run:
             snap = snapshot_name(self.job.name, self.clock())
             self.report.planned.append(f"zfs snapshot {'-r ' if self.job.recursive and whole else ''}"
@@ -177,12 +191,13 @@ class ZfsReplicator(Capabilities):
         else:
             used = {s.name for snaps in self.target_tree.values() for s in snaps}
             snap = L.take_snapshot(self.local, self.job.source, self.job.name, self.job.recursive, self.clock,
-                                   avoid=used, datasets=None if whole else datasets,
-                                   left_out=[c.dataset for c in self.selection.excluded])
+                                   avoid=used, datasets=None if whole else datasets, left_out=left_out)
         self.report.snapshot = snap
+        self.report.phases["snapshot"] = round(time.monotonic() - t0, 3)
         # the source's snapshots and bookmarks, new one included, in one call for the whole tree
         self.source_tree = L.local_tree(self.job.source, self.job.recursive, self._run, bookmarks=True)
-        self.orphans = self.find_orphans(datasets)
+        self.orphans = self.find_orphans(chosen)
+        t0 = time.monotonic()
         levels: dict[int, list[str]] = {}
         for ds in datasets:
             levels.setdefault(ds.count("/"), []).append(ds)
@@ -201,12 +216,34 @@ class ZfsReplicator(Capabilities):
             # a child of a dataset that failed has no parent on the target: leave it for next time
             for deeper in [k for k in levels if k > depth]:
                 levels[deeper] = [d for d in levels[deeper] if not any(d.startswith(f + "/") for f in failed)]
+        self.report.phases["sends"] = round(time.monotonic() - t0, 3)
+        t0 = time.monotonic()
         if not self.dry_run and not self.stop.is_set():
-            self.prune(datasets)
+            self.prune(chosen)
+        self.report.phases["prune"] = round(time.monotonic() - t0, 3)
         return self.report
 
     def source_of(self, target: str) -> str:
         return self.job.source + target[len(self.job.target):]
+
+    def skip_unchanged(self, datasets: list[str]) -> list[str]:
+        """The datasets to snapshot and send this run: those with nothing written since their base
+        sit it out (unchanged.py), reported as such. Only where the ZFS can say (OpenZFS)."""
+        if not self.job.skip_unchanged or not self.send.dry_run_size:  # (old ZFS: no written@ either)
+            return datasets
+        from .unchanged import find_unchanged
+
+        tree = L.local_tree(self.job.source, self.job.recursive, self._run, bookmarks=True)
+        same, note = find_unchanged(self.job.source, self.job.recursive, datasets, tree, self.target_tree,
+                                    self.target_of, self._run)
+        if note:
+            self.report.notes.append(note)
+        for ds in datasets:
+            if ds in same:
+                b = same[ds]
+                self.report.datasets.append(DatasetReport(ds, self.target_of(ds), "unchanged", base=b.name,
+                                                          base_bookmark=b.bookmark, cursor="bookmark" if b.bookmark else "hold"))
+        return [d for d in datasets if d not in same]
 
     def find_orphans(self, datasets: list[str]) -> dict[str, list[Snap]]:
         """Backups whose source dataset is gone (destroyed or renamed): kept, never destroyed."""
@@ -393,12 +430,14 @@ class ZfsReplicator(Capabilities):
         def progress(n: int, rep=rep) -> None:
             rep.bytes = n
             if self.progress:
-                with self._lock:  # the datasets done, and this one's stream so far (it is not among them yet)
-                    others = [d for d in self.report.datasets if d is not rep]
-                    done = sum(d.bytes for d in others) + n
-                    # the total: zfs send -nP's estimate of each stream, where every one so far has one
-                    known = rep.expected and all(d.expected for d in others)
-                    total = sum(max(d.expected or 0, d.bytes) for d in others) + max(rep.expected or 0, n) if known else None
+                with self._lock:  # the streams done and those under way (sent in parallel), summed
+                    self._flight[id(rep)] = rep
+                    live = [d for d in self.report.datasets if d.kind not in ("unchanged", "nothing")]
+                    live += [d for d in self._flight.values() if all(d is not x for x in live)]
+                    done = sum(d.bytes for d in live)
+                    # the total: zfs send -nP's estimate of each stream begun so far, where each has one
+                    known = all(d.expected for d in live)
+                    total = sum(max(d.expected or 0, d.bytes) for d in live) if known else None
                     self.progress(done, total)
 
         if self.job.pull:  # the send (and its filters) runs there, in one ssh; the receive here

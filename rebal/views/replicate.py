@@ -18,7 +18,12 @@ def replication_text(outcome: str, d: dict) -> str:
         return lines(out)
     out = [f"{outcome}: job {d['job']} ({d['mode']}), snapshot {d.get('snapshot') or '-'}, "
            f"{human(d.get('bytes') or 0)} sent in {d.get('seconds', 0):.1f} s (run {d.get('run_id')})"]
+    same = [ds for ds in d.get("datasets", []) if ds["kind"] == "unchanged"]
+    if same:
+        out.append(f"  {len(same)} dataset(s) unchanged (nothing written since their last run): not snapshot, not sent")
     for ds in d.get("datasets", []):
+        if ds["kind"] == "unchanged":
+            continue
         if ds["kind"] == "resumed":
             of = f" of the {human(ds['expected'])} left" if ds.get("expected") else ""
             out.append(f"  {ds['source']} -> {ds['target']}: resumed {ds.get('base') or ''}, sent "
