@@ -44,6 +44,27 @@ def build_deb() -> Path:
     return Path(r.stdout.strip().splitlines()[-1])
 
 
+# the replication tools bench/replicate_tree.py measures rebal against that Debian 13 does not
+# package (syncoid comes with the image's sanoid): their wheels, fetched here once, pip-installed
+# in the offline guest
+ANCHORS = ("bzfs==1.25.0", "zfs-autobackup==3.3")
+ANCHOR_CACHE = Path("/var/cache/rebal-anchors")
+
+
+def anchor_wheels() -> list[Path]:
+    ANCHOR_CACHE.mkdir(parents=True, exist_ok=True)
+    want = {a.split("==")[0].replace("-", "_"): a for a in ANCHORS}
+    have = {p.name.split("-")[0]: p for p in ANCHOR_CACHE.glob("*.whl")}
+    missing = [spec for name, spec in want.items() if name not in have]
+    if missing:
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(ANCHOR_CACHE), *missing],
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            raise GuestError(f"cannot fetch the bench's other tools ({', '.join(missing)}): {r.stderr.strip()[-500:]}")
+        have = {p.name.split("-")[0]: p for p in ANCHOR_CACHE.glob("*.whl")}
+    return [have[name] for name in want]
+
+
 def install(g: Guest, work: Path, deb: Path | None = None) -> None:
     """This checkout's rebal, installed in the guest by its own pip from the source (its dependencies
     are Debian's, baked into the image: the guest has no network), and the tests beside it; the
@@ -56,6 +77,11 @@ def install(g: Guest, work: Path, deb: Path | None = None) -> None:
         g.put(deb, "/root/lane")
     if Path("/usr/bin/promtool").exists():
         g.put(Path("/usr/bin/promtool"), "/usr/local/bin")
+    g.ssh("mkdir -p /root/lane/anchors")
+    for w in anchor_wheels():
+        g.put(w, "/root/lane/anchors")
+    g.ssh("pip install -q --no-deps --no-index --break-system-packages /root/lane/anchors/*.whl 2>&1 "
+          "| grep -v -e WARNING -e 'as the .root. user' ; true", timeout=300)
     g.ssh("cp -a /root/lane/src /root/lane/pip-src && "
           "pip install -q --no-deps --no-index --no-build-isolation --break-system-packages --force-reinstall "
           "/root/lane/src 2>&1 | grep -v -e WARNING -e 'as the .root. user' ; rm -rf /root/lane/src/build "
@@ -94,18 +120,27 @@ def run_guest_tests(args, work: Path) -> tuple[int, dict]:
 
 
 def run_bench(args, g: Guest) -> int:
-    """bench/openzfs_rewrite.py in the guest, ``--bench-runs`` times; the exit code of the worst."""
+    """bench/openzfs_rewrite.py and bench/replicate_tree.py in the guest (``--benches``), ``--bench-runs``
+    times each; the exit code of the worst."""
     rc = 0
     # the guest tests' leftovers (pytest keeps its temporary directories) would leave the bench's
     # sparse vdevs too little room on the guest's root: seen, the bench's pool was suspended
     g.ssh("rm -rf /var/tmp/lane-pytest /var/tmp/rebal-rwbench*", check=False, timeout=600)
-    for i in range(args.bench_runs):
+    for i in range(args.bench_runs if "rewrite" in args.benches else 0):
         t1 = time.monotonic()
         b = subprocess.run(g._ssh_argv("cd /root/lane/src && python3 bench/openzfs_rewrite.py "
                                        f"--files {args.bench_files} 2>&1"),
                            stdout=subprocess.PIPE, text=True, timeout=7200)
         sys.stdout.write(b.stdout)
         print(f"lane: bench run {i + 1} of {args.bench_runs} (bench/openzfs_rewrite.py --files {args.bench_files}) "
+              f"took {time.monotonic() - t1:.0f} s, exit {b.returncode}", flush=True)
+        rc = rc or b.returncode
+    for i in range(args.bench_runs if "tree" in args.benches else 0):
+        t1 = time.monotonic()
+        b = subprocess.run(g._ssh_argv(f"cd /root/lane/src && python3 bench/replicate_tree.py --sizes {args.tree_sizes} 2>&1"),
+                           stdout=subprocess.PIPE, text=True, timeout=14400)
+        sys.stdout.write(b.stdout)
+        print(f"lane: bench run {i + 1} of {args.bench_runs} (bench/replicate_tree.py --sizes {args.tree_sizes}) "
               f"took {time.monotonic() - t1:.0f} s, exit {b.returncode}", flush=True)
         rc = rc or b.returncode
     return rc
@@ -132,6 +167,9 @@ def main() -> int:
                     help="skip bench/openzfs_rewrite.py after the guest tests")
     ap.add_argument("--bench-files", default="4000,40000", help="file counts of the rewrite bench")
     ap.add_argument("--bench-runs", type=int, default=1, help="how many times the bench runs")
+    ap.add_argument("--tree-sizes", default="10,100,300", help="dataset counts of the replication tree bench")
+    ap.add_argument("--benches", default="rewrite,tree", help="which benches: rewrite (bench/openzfs_rewrite.py), "
+                    "tree (bench/replicate_tree.py)")
     ap.add_argument("--bench-only", action="store_true", help="boot, install and run only the bench (no tests)")
     ap.add_argument("--quick", action="store_true",
                     help="leave out the tests marked lane_long (CI's lane: about 10 minutes instead of 30)")

@@ -1,0 +1,241 @@
+"""Replication of a tree of datasets: rebal against bzfs, syncoid and zfs_autobackup, in one run, in
+the lane's guest (tests/openzfs/vm/lane.py runs it in the full lane), as root, over a real sshd on
+loopback into a second pool.
+
+For each tree (N datasets, one level deep: N children of the root; two levels: about sqrt(N)
+groups of children), every tool in turn gets the same tree made afresh from the same seed and its own
+empty target, and runs three times, timed from start to end:
+  full       the first run (everything sent)
+  no change  a second run at once
+  1% changed a third run after ceil(N/100) datasets got a new file
+each in its documented nightly form: a snapshot of the tree taken and replicated over ssh
+  rebal           rebal replicate JOB              (recursive job; its defaults)
+  bzfs            bzfs SRC root@host:DST --recursive --create-src-snapshots (an ad hoc snapshot each run)
+  syncoid         syncoid -r SRC root@host:DST     (a sync snapshot each run; Debian's sanoid)
+  zfs_autobackup  zfs-autobackup --ssh-target root@host bench DST  (autobackup:bench=true on SRC)
+Printed: seconds per tool and run, rebal's ratio to the fastest of the others (goals: at most 1.0
+on the no-change and 1% runs at N=300, at most 1.1 on the full run), the ssh connections and remote
+commands rebal made (goal: the no-change count does not grow with N), its time per phase, and a
+no-change run of a one-dataset job for the last goal (N=300 no-change within 2x of it).
+Only ratios count: 2 vCPUs under TCG, where every process start costs many times a real server's.
+
+  python3 bench/replicate_tree.py [--sizes 10,100,300] [--depths 1,2] [--kib 1024] [--tools ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from sshenv import start_sshd  # noqa: E402  (the tests' real sshd on loopback)
+
+BASE = Path("/var/tmp/rebal-treebench")
+SRC, DST = "tbsrc", "tbdst"
+TOOLS = ("rebal", "bzfs", "syncoid", "zfs_autobackup")
+
+
+def sh(*argv: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    r = subprocess.run(argv, capture_output=True, text=True, **kw)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-800:]}")
+    return r
+
+
+def pools(size_gib: int) -> None:
+    for p in (SRC, DST):
+        sh("zpool", "destroy", "-f", p, check=False)
+    shutil.rmtree(BASE, ignore_errors=True)
+    (BASE / "vdev").mkdir(parents=True)
+    for p in (SRC, DST):
+        f = BASE / "vdev" / p
+        with open(f, "wb") as fh:
+            fh.truncate(size_gib << 30)
+        sh("zpool", "create", "-f", "-O", "atime=off", "-m", f"/{BASE.name}/{p}", p, str(f))
+
+
+def tree_names(n: int, depth: int) -> list[str]:
+    """The datasets under SRC/tree, parents first: n leaves (one level), or n leaves in groups."""
+    if depth == 1:
+        return [f"d{i:03d}" for i in range(n)]
+    groups = max(1, round(math.sqrt(n)))
+    out = [f"g{g:02d}" for g in range(groups)]
+    out += [f"g{i % groups:02d}/d{i:03d}" for i in range(n)]
+    return out
+
+
+def make_tree(n: int, depth: int, kib: int, seed: int = 7) -> list[str]:
+    sh("zfs", "create", f"{SRC}/tree")
+    rnd = random.Random(seed)
+    leaves = []
+    for name in tree_names(n, depth):
+        ds = f"{SRC}/tree/{name}"
+        sh("zfs", "create", ds)
+        if depth == 1 or "/" in name:
+            with open(f"/{BASE.name}/{SRC}/tree/{name}/data", "wb") as f:
+                f.write(rnd.randbytes(kib << 10))
+            leaves.append(ds)
+    sh("zpool", "sync", SRC, check=False)  # (zfs-fuse has no zpool sync: a trial run there)
+    return leaves
+
+
+def change(leaves: list[str], seed: int = 11) -> list[str]:
+    k = max(1, math.ceil(len(leaves) / 100))
+    rnd = random.Random(seed)
+    picked = rnd.sample(leaves, k)
+    for ds in picked:
+        with open(f"/{BASE.name}/{ds}/new", "wb") as f:
+            f.write(rnd.randbytes(64 << 10))
+    sh("zpool", "sync", SRC, check=False)  # (zfs-fuse has no zpool sync: a trial run there)
+    return picked
+
+
+class Host:
+    def __init__(self) -> None:
+        self.ssh = start_sshd(BASE / "sshd")
+        cfg = BASE / "bzfs_ssh_config"  # bzfs wants this substring in the file's name
+        cfg.write_text(f"Host {self.ssh.host}\n  Port {self.ssh.port}\n  IdentityFile {self.ssh.identity}\n"
+                       f"  UserKnownHostsFile {self.ssh.known_hosts}\n  StrictHostKeyChecking yes\n"
+                       "  BatchMode yes\n  User root\n")
+        self.ssh_config = cfg
+
+    def rebal_config(self, name: str, source: str, target: str, recursive: bool) -> Path:
+        p = BASE / f"rebal-{name}.toml"
+        p.write_text(f'state_db = "{BASE / "state.db"}"\n' + self.ssh.config_block(
+            name=name, source=source, target=target, recursive=recursive))
+        return p
+
+    def argv(self, tool: str, target: str) -> list[str]:
+        h = self.ssh
+        if tool == "rebal":
+            return ["rebal", "--config", str(self.rebal_config("bench", f"{SRC}/tree", target, True)),
+                    "replicate", "bench", "--json"]
+        if tool == "bzfs":
+            return ["bzfs", f"{SRC}/tree", f"root@{h.host}:{target}", "--recursive", "--quiet",
+                    "--ssh-dst-config-file", str(self.ssh_config), "--create-src-snapshots",
+                    "--create-src-snapshots-plan", "{'bench': {'onsite': {'adhoc': 1}}}",
+                    "--log-dir", str(BASE / "bzfs-logs")]
+        if tool == "syncoid":
+            return ["syncoid", "-r", "--quiet", f"--sshport={h.port}", f"--sshkey={h.identity}",
+                    f"--sshoption=UserKnownHostsFile={h.known_hosts}", f"{SRC}/tree", f"root@{h.host}:{target}"]
+        if tool == "zfs_autobackup":
+            return ["zfs-autobackup", "--ssh-config", str(self.ssh_config), "--ssh-target", f"root@{h.host}",
+                    "--no-progress", "bench", target]
+        raise ValueError(tool)
+
+
+def timed(argv: list[str]) -> tuple[float, str]:
+    t0 = time.monotonic()
+    r = sh(*argv)
+    return time.monotonic() - t0, r.stdout
+
+
+def destroy(ds: str) -> None:
+    """``ds`` and all under it, the holds a tool left on its snapshots released first."""
+    if sh("zfs", "list", ds, check=False).returncode != 0:
+        return
+    snaps = sh("zfs", "list", "-H", "-r", "-t", "snapshot", "-o", "name", ds).stdout.split()
+    if snaps:  # (zfs-fuse has no `zfs holds`: a trial run there leaves rebal's held tree behind)
+        for line in sh("zfs", "holds", "-H", *snaps, check=False).stdout.splitlines():
+            name, tag = line.split("\t")[:2]
+            sh("zfs", "release", tag, name)
+    sh("zfs", "destroy", "-r", ds)
+
+
+def one_tool(host: Host, tool: str, n: int, depth: int, kib: int) -> dict:
+    destroy(f"{SRC}/tree")
+    destroy(f"{DST}/{tool}")
+    (BASE / "state.db").unlink(missing_ok=True)
+    leaves = make_tree(n, depth, kib)
+    target = f"{DST}/{tool}"
+    if tool == "zfs_autobackup":  # it selects by property, and receives under a target that exists
+        sh("zfs", "set", "autobackup:bench=true", f"{SRC}/tree")
+        sh("zfs", "create", target)
+    out: dict = {"tool": tool}
+    for run in ("full", "no change", "1% changed"):
+        if run == "1% changed":
+            change(leaves)
+        secs, stdout = timed(host.argv(tool, target))
+        out[run] = round(secs, 2)
+        if tool == "rebal":
+            rep = json.loads(stdout)
+            out[f"{run} remote"] = rep["remote_commands"]
+            out[f"{run} phases"] = rep.get("phases", {})
+            out[f"{run} sent"] = sum(1 for d in rep["datasets"] if d["kind"] in ("full", "incremental"))
+    return out
+
+
+def single_baseline(host: Host, kib: int) -> float:
+    """A no-change run of a one-dataset job (the goal: a 300-dataset tree's within 2x of it)."""
+    destroy(f"{SRC}/one")
+    destroy(f"{DST}/one")
+    sh("zfs", "create", f"{SRC}/one")
+    with open(f"/{BASE.name}/{SRC}/one/data", "wb") as f:
+        f.write(random.Random(3).randbytes(kib << 10))
+    cfg = host.rebal_config("one", f"{SRC}/one", f"{DST}/one", False)
+    sh("rebal", "--config", str(cfg), "replicate", "one", "--json")
+    secs, _ = timed(["rebal", "--config", str(cfg), "replicate", "one", "--json"])
+    return round(secs, 2)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="10,100,300")
+    ap.add_argument("--depths", default="1,2")
+    ap.add_argument("--kib", type=int, default=1024, help="data per leaf dataset")
+    ap.add_argument("--tools", default=",".join(TOOLS))
+    ap.add_argument("--json", default="/var/tmp/replicate-tree.json", help="where the figures are kept")
+    args = ap.parse_args()
+    tools = [t for t in args.tools.split(",") if t]
+    missing = [t for t in tools if not shutil.which({"zfs_autobackup": "zfs-autobackup"}.get(t, t))]
+    if missing:
+        print(f"replicate_tree: not installed: {', '.join(missing)} (the lane's image and lane.py put them in)")
+        return 2
+    sizes = [int(x) for x in args.sizes.split(",")]
+    pools(max(2, math.ceil(max(sizes) * args.kib * 1.6 / (1 << 20)) + 1))
+    host = Host()
+    figures = []
+    try:
+        baseline = single_baseline(host, args.kib)
+        print(f"replicate_tree: one dataset, no change: rebal {baseline:.2f} s")
+        for depth in [int(x) for x in args.depths.split(",")]:
+            for n in sizes:
+                rows = [one_tool(host, t, n, depth, args.kib) for t in tools]
+                figures.append({"n": n, "depth": depth, "rows": rows, "one_dataset_no_change": baseline})
+                report(n, depth, rows, baseline)
+    finally:
+        host.ssh.stop()
+        for p in (SRC, DST):
+            sh("zpool", "destroy", "-f", p, check=False)
+        shutil.rmtree(BASE / "vdev", ignore_errors=True)
+    Path(args.json).write_text(json.dumps(figures, indent=1))
+    return 0
+
+
+def report(n: int, depth: int, rows: list[dict], baseline: float) -> None:
+    print(f"\nreplicate_tree: N={n} datasets, {depth} level(s) deep")
+    print(f"  {'run':12} " + " ".join(f"{r['tool']:>15}" for r in rows) + "   rebal / fastest other")
+    by = {r["tool"]: r for r in rows}
+    for run in ("full", "no change", "1% changed"):
+        others = [r[run] for r in rows if r["tool"] != "rebal"]
+        ratio = f"{by['rebal'][run] / min(others):.2f}x" if "rebal" in by and others else "-"
+        print(f"  {run:12} " + " ".join(f"{r[run]:>14.2f}s" for r in rows) + f"   {ratio}")
+    if "rebal" in by:
+        r = by["rebal"]
+        print("  rebal: 1 ssh connection (one master per run); remote commands " +
+              ", ".join(f"{run} {r[f'{run} remote']} ({r[f'{run} sent']} sent)" for run in ("full", "no change", "1% changed")))
+        for run in ("full", "no change", "1% changed"):
+            print(f"  rebal phases, {run}: " + ", ".join(f"{k} {v:.2f}s" for k, v in r[f"{run} phases"].items()))
+        print(f"  rebal no change vs one dataset: {r['no change'] / baseline:.2f}x (goal <= 2x)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
