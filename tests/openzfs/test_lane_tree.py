@@ -1,0 +1,96 @@
+"""Replication of trees on real OpenZFS (issue 38): the remote round trips of a run do not grow with
+the number of unchanged datasets, and a SIGKILL in the middle of parallel sends leaves resumable
+receives that the next run resumes, every one of them."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import rebal_json
+from lanelib import write_random
+from replscenarios import cfg_for, mountpoint
+from setupscenarios import same
+from treescenarios import make_wide_tree, touch
+from zfsenv import sh
+
+pytestmark = pytest.mark.openzfs
+
+
+def test_round_trips_do_not_grow_with_unchanged_datasets(make_pool, backup_host, tmp_path):
+    """A run with nothing new costs the same remote commands for 4 datasets as for 40, and takes no
+    snapshot; one changed dataset adds its one stream, whatever the size of the tree."""
+    src, dst = make_pool([[]], size="1G"), make_pool([[]], size="1G")
+    counts = {}
+    for n in (4, 40):
+        kids = make_wide_tree(src.name, n, root=f"t{n}")
+        (tmp_path / f"n{n}").mkdir()
+        cfg = cfg_for(tmp_path / f"n{n}", backup_host, name=f"t{n}", source=f"{src.name}/t{n}",
+                      target=f"{dst.name}/t{n}", recursive=True)
+        full = rebal_json("replicate", f"t{n}", config=cfg)
+        assert full["outcome"] == "ok" and len(full["datasets"]) == n + 1, full
+        assert not [x for x in full["notes"] if "readonly=on" in x]  # received read-only: no set after
+        idle = rebal_json("replicate", f"t{n}", config=cfg)
+        assert idle["outcome"] == "ok" and idle["snapshot"] == "", idle
+        assert {d["kind"] for d in idle["datasets"]} == {"unchanged"} and len(idle["datasets"]) == n + 1
+        touch(kids[1])
+        one = rebal_json("replicate", f"t{n}", config=cfg)
+        kinds = {d["source"]: d["kind"] for d in one["datasets"]}
+        assert kinds.pop(kids[1]) == "incremental" and set(kinds.values()) == {"unchanged"}, one
+        same(kids[1], f"{dst.name}/t{n}/{kids[1].rsplit('/', 1)[1]}")
+        counts[n] = (full["remote_commands"], idle["remote_commands"], one["remote_commands"],
+                     idle["local_commands"], one["local_commands"])
+    print("remote commands (full, no change, one changed) and local (no change, one changed):", counts)
+    assert counts[4][1] == counts[40][1] <= 2, counts  # listing the backup: one command (+ usage, kept a day)
+    assert counts[4][2] == counts[40][2] == counts[4][1] + 1, counts  # + the one stream
+    assert counts[4][3] == counts[40][3] and counts[4][4] == counts[40][4], counts  # local: constant too
+    assert counts[40][0] - counts[4][0] == 36, counts  # a full run: one stream per dataset, nothing else
+
+
+def test_sigkill_mid_run_resumes_every_partial_receive(make_pool, backup_host, tmp_path):
+    src, dst = make_pool([[]], size="2G"), make_pool([[]], size="2G")
+    sh("zfs", "create", f"{src.name}/big")
+    kids = []
+    for i in range(6):
+        ds = f"{src.name}/big/d{i}"
+        sh("zfs", "create", ds)
+        write_random(os.path.join(mountpoint(ds), "data"), 64, seed=i)
+        kids.append(ds)
+    sh("zpool", "sync", src.name)
+    cfg = cfg_for(tmp_path, backup_host, name="big", source=f"{src.name}/big", target=f"{dst.name}/big",
+                  recursive=True, parallel=6, bwlimit="12M")  # slow enough to be caught mid-stream
+    p = subprocess.Popen([sys.executable, "-m", "rebal", "--config", str(cfg), "replicate", "big", "--json"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def receiving() -> int:
+        return len([line for line in subprocess.run(["pgrep", "-af", "zfs receive"], capture_output=True,
+                                                    text=True).stdout.splitlines() if f"{dst.name}/big/d" in line])
+
+    def tokens() -> dict:
+        out = sh("zfs", "get", "-H", "-r", "-o", "name,value", "receive_resume_token", f"{dst.name}/big",
+                 check=False).stdout
+        return {ln.split("\t")[0]: ln.split("\t")[1] for ln in out.splitlines() if ln.split("\t")[1] not in ("-", "")}
+
+    deadline = time.monotonic() + 300
+    base = int(sh("zpool", "list", "-Hp", "-o", "alloc", dst.name).stdout)
+    # every child's stream under way, and some of each committed on the backup pool
+    while receiving() < 6 or int(sh("zpool", "list", "-Hp", "-o", "alloc", dst.name).stdout) - base < 150 << 20:
+        assert p.poll() is None and time.monotonic() < deadline, "the sends ended before they could be cut"
+        time.sleep(0.5)  # polling the system's state, bounded
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    deadline = time.monotonic() + 120
+    while receiving():
+        assert time.monotonic() < deadline, "receives still running after the kill"
+        time.sleep(0.5)
+    cut = tokens()
+    assert len(cut) >= 2, cut  # (a stream that ended before the kill leaves none)
+    r = rebal_json("replicate", "big", config=cfg)
+    assert r["outcome"] == "ok", r
+    resumed = {d["target"] for d in r["datasets"] if d["kind"] == "resumed"}
+    assert resumed == set(cut), (resumed, cut)
+    assert not tokens()
+    for ds in kids:
+        same(ds, f"{dst.name}/big/{ds.rsplit('/', 1)[1]}")
