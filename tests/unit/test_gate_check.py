@@ -239,3 +239,15 @@ def test_receive_may_set_readonly_on_and_nothing_else():
                 "zfs receive -A -o readonly=on backup/t/x"):
         with pytest.raises(Refused):
             check(pol, bad)
+
+
+def test_a_pull_job_may_ask_what_was_written_since_its_bases():
+    from rebal.replicate.gate import Policy, check
+    from rebal.replicate.policy import Snap
+    from rebal.replicate.unchanged import query
+
+    argv = query("tank/data", True, {"tank/data": Snap("rebal-j-20260101T000000Z", 1, 1, bookmark=True),
+                                     "tank/data/a": Snap("rebal-j-20260102T000000Z", 2, 2)})
+    assert check(Policy("send", "tank/data"), shlex.join(argv)) == [argv]
+    with pytest.raises(Refused):
+        check(Policy("send", "tank/data"), shlex.join(query("tank/other", True, {"x": Snap("s", 1, 1)})))
