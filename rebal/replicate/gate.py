@@ -35,7 +35,7 @@ INFO = "rebal-gate-info"  # the probe a job sends to learn it talks to a gate (a
 _SHELL = set("`$;&<>(){}[]*?~!\n\r\t\x00")
 _TOKEN = re.compile(r"^[A-Za-z0-9-]{1,4096}$")
 _SIZE = re.compile(r"^\d{1,12}[KMGkmg%]?$")
-_PROP = re.compile(r"^[a-z][a-z0-9_:.,@#-]{0,1023}$")  # (written@SNAP, written#BOOKMARK too)
+_PROP = re.compile(r"^[a-z][A-Za-z0-9_:.,@#-]{0,1023}$")  # (written@SNAP, written#BOOKMARK too)
 _TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,255}$")
 _OWN = re.compile(r"^rebal-[A-Za-z0-9][A-Za-z0-9_.-]*-\d{8}T\d{6}Z$")  # rebal's own snapshot names
 # rsync --server: option letters before the 'e' capability string (no -s protect-args, which would
