@@ -33,9 +33,9 @@ def sh(*argv: str) -> str:
     return subprocess.run(argv, check=True, capture_output=True, text=True).stdout
 
 
-def rebal_run(cfg: Path, target: str, jobs: int | None, env: dict | None = None) -> dict:
+def rebal_run(cfg: Path, target: str, jobs: int | None, env: dict | None = None, verify: str = "hash") -> dict:
     argv = [sys.executable, "-m", "rebal", "--config", str(cfg), "rebalance", target,
-            "--all", "--verify", "hash", "--method", "copy", "--json"]
+            "--all", "--verify", verify, "--method", "copy", "--json"]
     if jobs:
         argv += ["--jobs", str(jobs)]
     t0 = time.perf_counter()
@@ -125,6 +125,9 @@ def main() -> None:
         raw_fps = len(small_files) / rawsmall
         # large files
         rl = rebal_run(cfg, f"{pool}/large", a.jobs)
+        # the same with --verify size: what reading each copy back for its hash costs (issue 38)
+        rz = rebal_run(cfg, f"{pool}/large", a.jobs, verify="size")
+        r1j = rebal_run(cfg, f"{pool}/large", 1)  # one file at a time, as the raw copy goes
         large_files = sorted(large_root.glob("big*.bin"))
         raw = shell_loop(RAW, large_files, pool)
         for f in large_files:
@@ -141,6 +144,9 @@ def main() -> None:
         print(f"{'small  baseline cp/cmp/rm/mv loop':34} {len(small_files):7d} {bl:8.1f} {base_fps:9.0f}")
         print(f"{'small  raw copy (cat f > f.copy)':34} {len(small_files):7d} {rawsmall:8.1f} {raw_fps:9.0f}")
         print(f"{'large  rebal (hash verify)':34} {rl['files']:7d} {rl['wall']:8.1f} {'':9} {rebal_mbs:8.1f}")
+        print(f"{'large  rebal (size verify)':34} {rz['files']:7d} {rz['wall']:8.1f} {'':9} {rz['bytes'] / 1e6 / rz['wall']:8.1f}")
+        print(f"{'large  rebal (hash verify, 1 job)':34} {r1j['files']:7d} {r1j['wall']:8.1f} {'':9} "
+              f"{r1j['bytes'] / 1e6 / r1j['wall']:8.1f}")
         print(f"{'large  raw copy (cat f > g; sync)':34} {len(large_files):7d} {raw:8.1f} {'':9} {raw_mbs:8.1f}")
         print()
         r1 = rebal_fps / base_fps
@@ -149,11 +155,14 @@ def main() -> None:
         print(f"small files: rebal / cp-cmp-rm-mv loop = {r1:.1f}x files/s (goal >= 8x: {'met' if r1 >= 8 else 'NOT met'})")
         print(f"small files: rebal / raw copy = {r3:.2f}x files/s (goal >= 1.5x: {'met' if r3 >= 1.5 else 'NOT met'})")
         print(f"small files: one barrier per batch / rebal's default here = {batch_fps / rebal_fps:.2f}x files/s")
-        print(f"large files: rebal / raw copy = {r2:.2f}x MB/s (goal >= 1.2x: {'met' if r2 >= 1.2 else 'NOT met'})")
+        print(f"large files: rebal / raw copy = {r2:.2f}x MB/s (goal >= 1.2x: {'met' if r2 >= 1.2 else 'NOT met'}); "
+              f"with --verify size {rz['bytes'] / 1e6 / rz['wall'] / raw_mbs:.2f}x, one job {r1j['bytes'] / 1e6 / r1j['wall'] / raw_mbs:.2f}x")
         print("bench-json " + json.dumps({"small_vs_loop": round(r1, 2), "small_vs_raw": round(r3, 2),
                                           "large_vs_raw": round(r2, 2), "small_fps": round(rebal_fps),
                                           "small_fps_batch_barrier": round(batch_fps),
-                                          "large_mbs": round(rebal_mbs, 1)}))
+                                          "large_mbs": round(rebal_mbs, 1),
+                                          "large_size_verify_vs_raw": round(rz["bytes"] / 1e6 / rz["wall"] / raw_mbs, 2),
+                                          "large_one_job_vs_raw": round(r1j["bytes"] / 1e6 / r1j["wall"] / raw_mbs, 2)}))
         print(f"rebal jobs: {rs.get('jobs', 'default')}; wall time includes start-up, scan, journal and measurements")
     finally:
         for _ in range(50):
