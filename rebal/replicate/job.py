@@ -136,7 +136,8 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
                 if problem:  # nothing was snapshot or sent
                     raise HookFailed(f"{problem}; no snapshot was taken, nothing was sent")
             with connect(j) as ssh:
-                extra = {"cache": state.Cache(conn)} if j.mode == "zfs" else {}
+                # a bar's total needs zfs send -nP per stream: asked only when someone watches a bar
+                extra = {"cache": state.Cache(conn), "estimates": progress is not None} if j.mode == "zfs" else {}
                 r = replicator(j, ssh, every, force_rollback=force_rollback, stop=stop, progress=progress_and_record, **extra)
                 rep = r.run()
             details |= asdict(rep)

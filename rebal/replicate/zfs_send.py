@@ -120,7 +120,7 @@ class Job:
 class ZfsReplicator(Capabilities):
     def __init__(self, job: Job, ssh: Ssh | Here, *, local=None, runner=run, force_rollback: bool = False,
                  dry_run: bool = False, stop: threading.Event | None = None, progress=None,
-                 clock=lambda: datetime.now(timezone.utc), cache=None) -> None:
+                 clock=lambda: datetime.now(timezone.utc), cache=None, estimates: bool = True) -> None:
         names.dataset(job.source)
         names.dataset(job.target)
         self.job, self.ssh = job, ssh
@@ -138,6 +138,7 @@ class ZfsReplicator(Capabilities):
         self.force_rollback, self.dry_run = force_rollback, dry_run
         self.stop = stop or threading.Event()
         self.progress = progress
+        self.estimates = estimates  # zfs send -nP per stream, for a bar's total (one local command each)
         self.clock = clock
         self.throttle = Throttle(job.bwlimit)
         self.report = ZfsReport()
@@ -365,7 +366,7 @@ class ZfsReplicator(Capabilities):
             else:
                 send = ["zfs", "send", *flags, *base_args(ds, plan.base), f"{ds}@{snap}"]
             rep.kind = plan.kind
-            rep.expected = self.estimate(send, ds, snap, plan.kind)
+            rep.expected = self.estimate(send, ds, snap, plan.kind) if self.estimates or self.dry_run else None
             force = plan.kind == "incremental" and self.force_rollback
             recv = self.receive_argv(target, force=force, full=plan.kind == "full")
             if self.dry_run:
