@@ -243,7 +243,7 @@ class ZfsReplicator(Capabilities):
             if ds in same:
                 b = same[ds]
                 self.report.datasets.append(DatasetReport(ds, self.target_of(ds), "unchanged", base=b.name,
-                                                          base_bookmark=b.bookmark, cursor="bookmark" if b.bookmark else "hold"))
+                                                          base_bookmark=b.bookmark, cursor="bookmark" if b.bookmark else "snapshot"))
         return [d for d in datasets if d not in same]
 
     def find_orphans(self, datasets: list[str]) -> dict[str, list[Snap]]:
