@@ -180,6 +180,7 @@ def last_ok(job: str) -> dict | None:
     return next((r for r in runs if r["outcome"] == "ok"), None)
 
 
+@pytest.mark.lane_long  # about 6 minutes under TCG: the full lane runs it, CI's quick lane does not
 def test_four_jobs_from_the_timer_three_rounds(server):
     src, dst, usb = server
     cfg = ETC / "config.toml"
