@@ -126,8 +126,10 @@ class Host:
             return ["syncoid", "-r", "--quiet", f"--sshport={h.port}", f"--sshkey={h.identity}",
                     f"--sshoption=UserKnownHostsFile={h.known_hosts}", f"{SRC}/tree", f"root@{h.host}:{target}"]
         if tool == "zfs_autobackup":
+            # --exclude-received: source and target are on one host here, and the received copies
+            # carry the selecting property too (its documentation's advice for this case)
             return ["zfs-autobackup", "--ssh-config", str(self.ssh_config), "--ssh-target", f"root@{h.host}",
-                    "--no-progress", "bench", target]
+                    "--no-progress", "--exclude-received", "bench", target]
         raise ValueError(tool)
 
 
