@@ -137,7 +137,8 @@ def run_bench(args, g: Guest) -> int:
         rc = rc or b.returncode
     for i in range(args.bench_runs if "tree" in args.benches else 0):
         t1 = time.monotonic()
-        b = subprocess.run(g._ssh_argv(f"cd /root/lane/src && python3 bench/replicate_tree.py --sizes {args.tree_sizes} 2>&1"),
+        b = subprocess.run(g._ssh_argv(f"cd /root/lane/src && python3 bench/replicate_tree.py --sizes {args.tree_sizes} "
+                                       f"--depths {args.tree_depths} 2>&1"),
                            stdout=subprocess.PIPE, text=True, timeout=14400)
         sys.stdout.write(b.stdout)
         print(f"lane: bench run {i + 1} of {args.bench_runs} (bench/replicate_tree.py --sizes {args.tree_sizes}) "
@@ -168,6 +169,7 @@ def main() -> int:
     ap.add_argument("--bench-files", default="4000,40000", help="file counts of the rewrite bench")
     ap.add_argument("--bench-runs", type=int, default=1, help="how many times the bench runs")
     ap.add_argument("--tree-sizes", default="10,100,300", help="dataset counts of the replication tree bench")
+    ap.add_argument("--tree-depths", default="1,2", help="levels of the replication tree bench's trees")
     ap.add_argument("--benches", default="rewrite,tree", help="which benches: rewrite (bench/openzfs_rewrite.py), "
                     "tree (bench/replicate_tree.py)")
     ap.add_argument("--bench-only", action="store_true", help="boot, install and run only the bench (no tests)")
