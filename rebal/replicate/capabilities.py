@@ -46,7 +46,10 @@ class Capabilities:
                 return program in self.gate.get("filters", [])
             return Remote(self.ssh).has(program)
 
-        buffer = ["mbuffer", "-q", "-m", j.mbuffer_size]
+        from ..units import parse_size
+
+        # in KiB, a whole number: "1.5G" is a size rebal takes, and a gate checks digits and a unit
+        buffer = ["mbuffer", "-q", "-m", f"{max(1, parse_size(j.mbuffer_size) // 1024)}k"]
         if self.ssh.local:  # no wire: compressing would only cost CPU; one buffer between send and receive
             if j.stream_compress == "zstd":
                 self.report.notes.append("a local target: the stream is not compressed (no network to save)")
