@@ -218,3 +218,23 @@ def test_four_jobs_from_the_timer_three_rounds(server):
     h = json.loads(rebal("health", "--json", config=cfg, check=False).stdout)
     assert not [f for f in h["findings"] if f["subject"].startswith("job:") and f["level"] != "OK"
                 and "verified" not in f["message"]], h["findings"]
+
+
+def test_the_wire_through_a_gated_key(pools, gated, tmp_path):
+    """zstd at a level, mbuffer of a size given with a fraction, a chosen cipher: through a gated key,
+    which checks every filter on the command line it is given."""
+    src, dst = pools
+    gate_key(gated, f"--receive-into {dst.name}/gate", tmp_path / "gate.log")
+    sh("zfs", "create", f"{dst.name}/gate")
+    d = f"{src.name}/data"
+    sh("zfs", "create", d)
+    write_random(os.path.join(sh("zfs", "get", "-H", "-o", "value", "mountpoint", d).stdout.strip(), "f"), 4)
+    cfg = write_cfg(tmp_path, [gated.config_block(
+        name="w", source=d, target=f"{dst.name}/gate/w", stream_compress="zstd", stream_compress_level=5,
+        mbuffer=True, mbuffer_size="1.5M", ssh_options=["Ciphers=aes128-ctr", "ClearAllForwardings=yes"])])
+    r = rebal_json("replicate", "w", config=cfg)
+    assert r["outcome"] == "ok" and r["datasets"][0]["kind"] == "full", r
+    assert not [n for n in r["notes"] if "not installed" in n], r["notes"]
+    log = (tmp_path / "gate.log").read_text()
+    assert "mbuffer -q -m 1536k" in log and "zstd -dc" in log, log[-2000:]
+    same(d, f"{dst.name}/gate/w")
