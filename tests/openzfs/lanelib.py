@@ -61,3 +61,18 @@ def inodes(root) -> dict[str, int]:
 
 def run(argv: list[str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, **kw)
+
+
+def restore_etc(etc, saved: bytes | None, state_db: str, *more: str) -> None:
+    """Put /etc/rebal back as a test found it: its config (or none), no copied key or host key, and
+    the test's state database (with its WAL files) and ``more`` files gone."""
+    from pathlib import Path
+
+    if saved is None:
+        (etc / "config.toml").unlink(missing_ok=True)
+    else:
+        (etc / "config.toml").write_bytes(saved)
+    for f in ("lane-id", "lane-known_hosts"):
+        (etc / f).unlink(missing_ok=True)
+    for f in (state_db, state_db + "-wal", state_db + "-shm", *more):
+        Path(f).unlink(missing_ok=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import rebal, rebal_json
-from lanelib import write_random
+from lanelib import restore_etc, write_random
 from replscenarios import snaps
 from setupscenarios import (
     excludes_scenario,
@@ -129,14 +129,7 @@ def server(backup_host, zfs_ready, request):
             Path(f"/etc/systemd/system/{u}").unlink(missing_ok=True)
         sh("systemctl", "daemon-reload")
         sh("systemctl", "reset-failed", check=False)
-        if saved is None:
-            (ETC / "config.toml").unlink(missing_ok=True)
-        else:
-            (ETC / "config.toml").write_bytes(saved)
-        for f in ("lane-id", "lane-known_hosts"):
-            (ETC / f).unlink(missing_ok=True)
-        for f in (STATE, STATE + "-wal", STATE + "-shm"):
-            Path(f).unlink(missing_ok=True)
+        restore_etc(ETC, saved, STATE)
         for p in (src, dst, usb):
             sh("zpool", "destroy", "-f", p, check=False)
         for disk in DISKS:

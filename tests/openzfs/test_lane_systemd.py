@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import rebal_json
-from lanelib import write_random
+from lanelib import restore_etc, write_random
 from zfsenv import sh
 
 pytestmark = [pytest.mark.openzfs, pytest.mark.lane_long]
@@ -57,14 +57,7 @@ def server(backup_host, zfs_ready, request):
             shutil.rmtree(f"/etc/systemd/system/{u}.d", ignore_errors=True)
         systemctl("daemon-reload")
         systemctl("reset-failed", check=False)
-        if saved is None:
-            (ETC / "config.toml").unlink(missing_ok=True)
-        else:
-            (ETC / "config.toml").write_bytes(saved)
-        for f in ("lane-id", "lane-known_hosts"):
-            (ETC / f).unlink(missing_ok=True)
-        for f in (STATE, STATE + "-wal", STATE + "-shm", ALERTS):
-            Path(f).unlink(missing_ok=True)
+        restore_etc(ETC, saved, STATE, ALERTS)
         for p in (src, dst):
             sh("zpool", "destroy", "-f", p, check=False)
         for d in DISKS:

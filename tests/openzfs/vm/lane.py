@@ -126,24 +126,17 @@ def run_bench(args, g: Guest) -> int:
     # the guest tests' leftovers (pytest keeps its temporary directories) would leave the bench's
     # sparse vdevs too little room on the guest's root: seen, the bench's pool was suspended
     g.ssh("rm -rf /var/tmp/lane-pytest /var/tmp/rebal-rwbench*", check=False, timeout=600)
-    for i in range(args.bench_runs if "rewrite" in args.benches else 0):
-        t1 = time.monotonic()
-        b = subprocess.run(g._ssh_argv("cd /root/lane/src && python3 bench/openzfs_rewrite.py "
-                                       f"--files {args.bench_files} 2>&1"),
-                           stdout=subprocess.PIPE, text=True, timeout=7200)
-        sys.stdout.write(b.stdout)
-        print(f"lane: bench run {i + 1} of {args.bench_runs} (bench/openzfs_rewrite.py --files {args.bench_files}) "
-              f"took {time.monotonic() - t1:.0f} s, exit {b.returncode}", flush=True)
-        rc = rc or b.returncode
-    for i in range(args.bench_runs if "tree" in args.benches else 0):
-        t1 = time.monotonic()
-        b = subprocess.run(g._ssh_argv(f"cd /root/lane/src && python3 bench/replicate_tree.py --sizes {args.tree_sizes} "
-                                       f"--depths {args.tree_depths} 2>&1"),
-                           stdout=subprocess.PIPE, text=True, timeout=14400)
-        sys.stdout.write(b.stdout)
-        print(f"lane: bench run {i + 1} of {args.bench_runs} (bench/replicate_tree.py --sizes {args.tree_sizes}) "
-              f"took {time.monotonic() - t1:.0f} s, exit {b.returncode}", flush=True)
-        rc = rc or b.returncode
+    benches = {"rewrite": (f"bench/openzfs_rewrite.py --files {args.bench_files}", 7200),
+               "tree": (f"bench/replicate_tree.py --sizes {args.tree_sizes} --depths {args.tree_depths}", 14400)}
+    for name, (command, limit) in benches.items():
+        for i in range(args.bench_runs if name in args.benches else 0):
+            t1 = time.monotonic()
+            b = subprocess.run(g._ssh_argv(f"cd /root/lane/src && python3 {command} 2>&1"),
+                               stdout=subprocess.PIPE, text=True, timeout=limit)
+            sys.stdout.write(b.stdout)
+            print(f"lane: bench run {i + 1} of {args.bench_runs} ({command}) "
+                  f"took {time.monotonic() - t1:.0f} s, exit {b.returncode}", flush=True)
+            rc = rc or b.returncode
     return rc
 
 
