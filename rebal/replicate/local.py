@@ -14,7 +14,7 @@ import time
 
 from .. import names
 from ..errors import CommandFailed, RebalError
-from ..process.command import Result, run
+from ..process.command import run
 from .policy import Snap, snapshot_name
 
 
@@ -133,6 +133,13 @@ def take_snapshot(local, source: str, job: str, recursive: bool, clock, sleep=ti
     raise LocalError(f"no free snapshot name for {source} after {tries} tries (is the clock stuck?)")
 
 
+def planned_snapshot(source: str, snap: str, recursive: bool, datasets: list[str] | None) -> str:
+    """What take_snapshot would run, for a dry run's plan."""
+    if datasets is None:
+        return f"zfs snapshot {'-r ' if recursive else ''}{source}@{snap}"
+    return "zfs snapshot " + " ".join(f"{d}@{snap}" for d in datasets)
+
+
 def _snapshot_some(local, source: str, snap: str, datasets: list[str], left_out: list[str]) -> None:
     """Snapshot ``datasets`` at one instant: one `zfs snapshot a@s b@s ...`. A ZFS that takes one name
     per command (zfs-fuse: "too many arguments") gets the source's recursive snapshot, then the
@@ -219,12 +226,3 @@ def local_tree(root: str, recursive: bool, runner=run, bookmarks: bool = False) 
 
 def local_snapshots(dataset: str, runner=run, bookmarks: bool = False) -> list[Snap]:
     return snapshots_from(runner(guid_query(dataset, recursive=False)).stdout, dataset, bookmarks)
-
-
-def local_datasets(source: str, recursive: bool, runner=run) -> list[str]:
-    """The source and, for a recursive job, its child file systems and volumes, parents first."""
-    if not recursive:
-        return [source]
-    res: Result = runner(["zfs", "list", "-H", "-r", "-o", "name", "-t", "filesystem,volume", source])
-    found = [x.strip() for x in res.stdout.splitlines() if x.strip()]
-    return sorted(found, key=lambda n: (n.count("/"), n))

@@ -124,8 +124,7 @@ class RsyncReplicator:
         mounts = {c.dataset: self._mountpoint(c.dataset) for c in sel.choices}
         if self.dry_run:
             snap = self.report.snapshot = snapshot_name(job.name, self.clock())
-            self.report.planned.append(f"zfs snapshot {'-r ' if job.recursive and sel.whole else ''}"
-                                       + (f"{job.source}@{snap}" if sel.whole else " ".join(f"{d}@{snap}" for d in datasets)))
+            self.report.planned.append(L.planned_snapshot(job.source, snap, job.recursive, None if sel.whole else datasets))
             self.report.planned.append(f"rsync {' '.join(self.flags())} <snapshot of {job.source}>/ "
                                        f"{self.ssh.rsync_path(job.target)}/")
             return self.report
@@ -134,7 +133,7 @@ class RsyncReplicator:
         snap = self.report.snapshot = L.take_snapshot(self.local, job.source, job.name, job.recursive, self.clock,
                                                       datasets=None if sel.whole else datasets,
                                                       left_out=[c.dataset for c in sel.excluded])
-        self.datasets, self.whole = datasets, sel.whole
+        self.datasets = datasets
         root_mp = mounts[job.source]
         for ds in datasets:
             if self.stop.is_set():

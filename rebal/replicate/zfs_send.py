@@ -146,7 +146,6 @@ class ZfsReplicator(Capabilities):
         self.procs: list = []
         self._lock = threading.Lock()
         self._flight: dict[int, DatasetReport] = {}  # streams under way, for the progress sum
-        self._sent = 0
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -187,8 +186,8 @@ class ZfsReplicator(Capabilities):
         t0 = time.monotonic()
         if self.dry_run:
             snap = snapshot_name(self.job.name, self.clock())
-            self.report.planned.append(f"zfs snapshot {'-r ' if self.job.recursive and whole else ''}"
-                                       + (f"{self.job.source}@{snap}" if whole else " ".join(f"{d}@{snap}" for d in datasets)))
+            self.report.planned.append(L.planned_snapshot(self.job.source, snap, self.job.recursive,
+                                                          None if whole else datasets))
         else:
             used = {s.name for snaps in self.target_tree.values() for s in snaps}
             snap = L.take_snapshot(self.local, self.job.source, self.job.name, self.job.recursive, self.clock,
