@@ -7,6 +7,10 @@ bytes were written since its base (the newest point both sides have, which must 
 newest too). Zero: the backup already equals the source, and the dataset sits this run out
 ("unchanged", its base kept as the next one). Anything else, an error, or a ZFS without the
 property (zfs-fuse): it is sent as always.
+
+`written` counts only what a transaction group has synced: a file written a second before the run
+is still dirty in memory and the property says 0 for it. The pool is synced first (`zpool sync`,
+which a snapshot would do anyway); where it cannot be, nothing sits out.
 """
 
 from __future__ import annotations
@@ -55,6 +59,9 @@ def find_unchanged(source: str, recursive: bool, datasets: list[str], source_tre
     bases = bases_of(datasets, source_tree, target_tree, target_of)
     if not bases:
         return {}, None
+    pool = source.split("/", 1)[0]
+    if runner(["zpool", "sync", pool], check=False).returncode != 0:
+        return {}, f"could not sync pool {pool} to read what was written since the last run: every dataset is sent"
     res = runner(query(source, recursive, bases), check=False)
     if res.returncode != 0:
         return {}, "this ZFS cannot say what was written since the last run (no written@ property): every dataset is sent"

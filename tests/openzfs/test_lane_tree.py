@@ -94,3 +94,29 @@ def test_sigkill_mid_run_resumes_every_partial_receive(make_pool, backup_host, t
     assert not tokens()
     for ds in kids:
         same(ds, f"{dst.name}/big/{ds.rsplit('/', 1)[1]}")
+
+
+def test_a_write_not_yet_synced_is_not_taken_for_unchanged(make_pool, backup_host, tmp_path):
+    """`written@` counts only synced transaction groups: a file written just before a run is dirty in
+    memory, the property says 0. With the txg held open for two minutes, a run right after the write
+    still sends it (rebal syncs the pool before it reads `written`)."""
+    src, dst = make_pool([[]], size="1G"), make_pool([[]], size="1G")
+    kids = make_wide_tree(src.name, 2, root="w")
+    cfg = cfg_for(tmp_path, backup_host, name="w", source=f"{src.name}/w", target=f"{dst.name}/w", recursive=True)
+    assert rebal_json("replicate", "w", config=cfg)["outcome"] == "ok"
+    knob = "/sys/module/zfs/parameters/zfs_txg_timeout"
+    with open(knob) as f:
+        was = f.read().strip()
+    try:
+        with open(knob, "w") as f:
+            f.write("120")
+        sh("zpool", "sync", src.name)  # a fresh txg, open for two minutes
+        touch(kids[0], name="just-now")
+        unsynced = sh("zfs", "get", "-Hp", "-o", "value", "written", kids[0]).stdout.strip()
+        r = rebal_json("replicate", "w", config=cfg)
+    finally:
+        with open(knob, "w") as f:
+            f.write(was)
+    kinds = {d["source"]: d["kind"] for d in r["datasets"]}
+    assert r["outcome"] == "ok" and kinds.pop(kids[0]) == "incremental" and set(kinds.values()) == {"unchanged"}, (unsynced, r)
+    same(kids[0], f"{dst.name}/w/{kids[0].rsplit('/', 1)[1]}")
