@@ -169,7 +169,10 @@ def scrub_job(cfg: Config, conn, zpool) -> dict:
     return out
 
 
-def rebalance_job(cfg: Config, conn, zpool, zfs, stop: threading.Event) -> dict:
+def rebalance_job(cfg: Config, conn, zpool, zfs, stop: threading.Event, on_wait=None) -> dict:
+    from contextlib import ExitStack
+
+    from .locks import Together
     from .rebalance import engine
     from .rebalance.prepare import check_pinned, check_writable, options_from, prepare
 
@@ -178,18 +181,32 @@ def rebalance_job(cfg: Config, conn, zpool, zfs, stop: threading.Event) -> dict:
         return {"skipped": "no [rebalance] targets configured"}
     opts = options_from(cfg, list(rb.targets), until=cfg.schedule.rebalance_end, listing=True)
     prep = None
-    try:
-        prep = prepare(opts, zpool, zfs, conn)
-        check_writable(prep)
-        check_pinned(prep, opts)
-    except RebalError as e:  # a refusal is a run that could not do its job: recorded as failed
-        spec = rb.targets[0]
-        pool = prep.pool.name if prep else (None if spec.startswith("/") else spec.split("/")[0])
-        rid = state.start_run(conn, "rebalance", pool=pool)  # no key: a refusal is not a run to continue
-        state.end_run(conn, rid, "failed", error=str(e), details={"refused": True})
-        raise
-    rep = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, stop=stop)
+    with ExitStack() as held:
+        try:
+            prep = prepare(opts, zpool, zfs, conn)
+            check_writable(prep)
+            ours = _own_pins(prep)
+            if ours:  # a run of those jobs may be about to drop them (a verify's snapshot): wait for it, look again
+                jobs = ours + [r["job"] for r in (prep.costs or {}).get("replication", [])]  # all at once, in order
+                held.enter_context(Together(cfg.state_db, jobs, f"rebalance of pool {prep.pool.name}",
+                                            stop=stop, on_wait=on_wait))
+                prep = prepare(opts, zpool, zfs, conn)
+            check_pinned(prep, opts)
+        except RebalError as e:  # a refusal is a run that could not do its job: recorded as failed
+            spec = rb.targets[0]
+            pool = prep.pool.name if prep else (None if spec.startswith("/") else spec.split("/")[0])
+            rid = state.start_run(conn, "rebalance", pool=pool)  # no key: a refusal is not a run to continue
+            state.end_run(conn, rid, "failed", error=str(e), details={"refused": True})
+            raise
+        rep = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, stop=stop)
     return rep.as_dict()
+
+
+def _own_pins(prep) -> list[str]:
+    """The replication jobs whose snapshots pin data this rebalance would rewrite."""
+    if not prep.scan.pinned_bytes:
+        return []
+    return sorted({s["owner"][6:] for s in (prep.costs or {}).get("snapshots", []) if s["owner"].startswith("rebal:")})
 
 
 def rebalance_summary(conn) -> list[dict]:

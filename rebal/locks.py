@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 
 from .errors import RebalError
 
@@ -51,24 +52,35 @@ class FileLock:
         os.close(self.fd)
 
 
+_held = threading.local()  # the together- keys this thread holds (a nested Together takes them again)
+
+
 class Together:
     """Rebalance and replication of overlapping data take turns: each holds ``together-<job>`` for
     every replication job involved while it runs, and waits (blocking, in key order, so two waiters
     never deadlock) while the other holds it. A rebalance's copies then go into one replication run
     whole, and the replication's snapshot is never taken half way through a rewrite.
-    ``on_wait(text)`` is told once per key it waits for; ``stop`` ends the wait (LockedError)."""
+    ``on_wait(text)`` is told once per key it waits for; ``stop`` ends the wait (LockedError).
+    Within one thread it nests: keys the thread already holds are not taken twice (a verify holds
+    its job's key around the replication run it makes and the compare after it)."""
 
     def __init__(self, state_db: str, jobs: list[str], what: str, *, stop=None, on_wait=None,
                  timeout: float | None = None) -> None:
         self.paths = [lock_path(state_db, f"together-{j}") for j in sorted(set(jobs))]
         self.what, self.stop, self.on_wait, self.timeout = what, stop, on_wait, timeout
         self.fds: list[int] = []
+        self.mine: list[str] = []
 
     def __enter__(self) -> Together:
         import time
 
+        held = _held.__dict__.setdefault("paths", set())
         try:
             for path in self.paths:
+                if path in held:
+                    continue
+                held.add(path)
+                self.mine.append(path)
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
                 self.fds.append(fd)
                 told, t0 = False, time.monotonic()
@@ -98,3 +110,7 @@ class Together:
         for fd in self.fds:
             os.close(fd)
         self.fds = []
+        held = _held.__dict__.setdefault("paths", set())
+        for path in self.mine:
+            held.discard(path)
+        self.mine = []

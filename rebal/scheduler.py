@@ -94,7 +94,7 @@ def run_one(cfg: Config, name: str, stop: threading.Event | None = None) -> str:
         elif name == "metrics":
             res = jobs.record(conn, "metrics", lambda: jobs.metrics_job(cfg, conn, zpool))
         elif name == "rebalance":
-            res = jobs.rebalance_job(cfg, conn, zpool, Zfs(), stop)
+            res = jobs.rebalance_job(cfg, conn, zpool, Zfs(), stop, on_wait=jlog.info)
             outcome = res.get("outcome", "ok")
             if outcome in ("failed", "interrupted"):
                 jlog.error("%s: %s (run %s)", outcome, res.get("reason"), res.get("run_id"))

@@ -111,20 +111,25 @@ def _verify_at_a_fresh_snapshot(cfg: Config, j, ssh: Ssh, n, seed: int, conn):
     from .policy import is_ours
     from .verify import verify_zfs
 
+    from ..locks import Together
+
     rs = j.retention_source
     keep = replace(j, retention_source=replace(rs, last=max(1, rs.last)))
-    outcome, details = run_job(replace(cfg, replicate=[keep if x.name == j.name else x for x in cfg.replicate]),
-                               j.name, conn=conn, every=True)  # a snapshot of every dataset, unchanged ones too
-    snap = details.get("snapshot")
-    if outcome not in ("ok", "warning") or not snap:
-        return None
-    try:
-        rep = verify_zfs(j, ssh, n, seed)
-    finally:
-        if rs.last == 0 and not (rs.hourly or rs.daily or rs.weekly or rs.monthly) and is_ours(snap, j.name):
-            tree = L.local_tree(j.source, j.recursive)  # only where it was taken (a job may leave some out)
-            for ds in sorted(d for d, v in tree.items() if any(s.name == snap and not s.bookmark for s in v)):
-                L.CliLocal().destroy_snapshots(ds, [snap])
+    # the job's together- key held from the run to the snapshot's end: a rebalance that starts meanwhile
+    # waits rather than finds its data pinned by a snapshot that is about to go
+    with Together(cfg.state_db, [j.name], f"verify of job {j.name}"):
+        outcome, details = run_job(replace(cfg, replicate=[keep if x.name == j.name else x for x in cfg.replicate]),
+                                   j.name, conn=conn, every=True)  # a snapshot of every dataset, unchanged ones too
+        snap = details.get("snapshot")
+        if outcome not in ("ok", "warning") or not snap:
+            return None
+        try:
+            rep = verify_zfs(j, ssh, n, seed)
+        finally:
+            if rs.last == 0 and not (rs.hourly or rs.daily or rs.weekly or rs.monthly) and is_ours(snap, j.name):
+                tree = L.local_tree(j.source, j.recursive)  # only where it was taken (a job may leave some out)
+                for ds in sorted(d for d, v in tree.items() if any(s.name == snap and not s.bookmark for s in v)):
+                    L.CliLocal().destroy_snapshots(ds, [snap])
     rep.notes.append(f"replicated first (run {details.get('run_id')}) so that the source and the backup share "
                      f"@{snap} to compare; the source keeps it only as a bookmark again, as its retention says")
     return rep

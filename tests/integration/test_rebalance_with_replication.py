@@ -127,3 +127,48 @@ def test_rebalance_and_replication_take_turns_and_chain(make_pool, backup_host, 
     runs = rebal_json("runs", "--limit", "2", config=cfg)["runs"]
     assert [r["kind"] for r in runs] == ["rebalance", "replicate"], runs
     assert runs[1]["outcome"] == "ok" and runs[1]["ended"] <= runs[0]["started"], runs
+
+
+HOLDER = """
+import subprocess, sys
+sys.path.insert(0, sys.argv[1])
+from rebal.locks import Together
+with Together(sys.argv[2], ["nightly"], "verify of job nightly"):
+    subprocess.run(["zfs", "snapshot", sys.argv[3]], check=True)
+    print("snapshot taken", flush=True)
+    sys.stdin.readline()
+    subprocess.run(["zfs", "destroy", sys.argv[3]], check=True)
+"""
+
+
+def test_a_scheduled_rebalance_waits_for_a_run_that_drops_its_snapshot(make_pool, backup_host, tmp_path):
+    """A verify keeps a job's snapshot only for its compare, holding the job's key meanwhile: a scheduled
+    rebalance that starts then waits for it and rewrites once the snapshot is gone, rather than be
+    refused (and recorded failed) for data that snapshot pinned for a minute."""
+    import os
+
+    src, dst, data, cfg = setup(make_pool, backup_host, tmp_path, target_spread=5)
+    os.sync()  # (zfs-fuse: the files in the snapshot, not in FUSE's write-back cache)
+    before = manifest(data)
+    snap = f"{src.name}/data@rebal-nightly-20261126T000000Z"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, os.getcwd(), str(tmp_path / "state.db"), snap],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "snapshot taken"
+    plan = rebal_json("plan", f"{src.name}/data", config=cfg)
+    assert plan["pinned_bytes"] > 0 and plan["snapshots"][0]["owner"] == "rebal:nightly", plan["snapshots"]
+    reb = subprocess.Popen([sys.executable, "-m", "rebal", "--config", str(cfg), "run", "rebalance"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    said = []
+    for line in reb.stderr:  # until it says it waits (or ends without having waited: the assert below)
+        said.append(line)
+        if "waits for the verify of job nightly" in line:
+            break
+    assert "waits for the verify of job nightly" in "".join(said), ("".join(said), reb.poll())
+    holder.stdin.write("\n")
+    holder.stdin.flush()
+    assert holder.wait(timeout=60) == 0
+    out, err = reb.communicate(timeout=600)
+    assert reb.returncode == 0, "".join(said) + err
+    runs = rebal_json("runs", "--kind", "rebalance", config=cfg)["runs"]
+    assert [r["outcome"] for r in runs] == ["ok"], runs  # one run, not a refusal recorded first
+    assert manifest(data) == before
