@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from dataclasses import asdict
@@ -163,7 +164,10 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
         finally:
             if r is not None:
                 kill_all(r.procs)
-                record_landed(conn, name, r, outcome)
+                try:
+                    record_landed(conn, name, r, outcome)
+                except (sqlite3.Error, OSError) as e:  # the run's own outcome and error stand, and get recorded
+                    details.setdefault("warnings", []).append(f"could not record the snapshots that landed: {e}")
             if j.post_command:
                 problem = run_hook(j.post_command, "post", hook_env | {
                     "REBAL_SNAPSHOT": details.get("snapshot", ""), "REBAL_OUTCOME": outcome,
