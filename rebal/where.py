@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from .errors import RebalError, ToolMissing, UsageError
 from .process.command import run
 from .walk import regular_files
-from .zfs import placement
+from .zfs import blocks, placement
 
 BATCH = 1000  # objects per zdb process (each costs about a second of start-up on zfs-fuse, whatever its size)
 
@@ -103,16 +103,18 @@ def _zdb_name(ds: str, runner) -> str:
     return _ROOT_FORM[ds]
 
 
-def read_objects(ds: str, inos: list[int], runner=run) -> tuple[dict[int, Counter], list[int]]:
+def read_objects(ds: str, inos: list[int], runner=run, full: bool = False) -> tuple[dict, list[int]]:
     """Block placement of these objects of ``ds`` (one zdb for the lot). An object that went away (a
-    file deleted since it was listed) makes zdb stop: it is dropped and the rest read again."""
+    file deleted since it was listed) makes zdb stop: it is dropped and the rest read again.
+    ``full``: every block pointer in full instead (zfs/blocks.py: compression, checksum, copies, birth)."""
     gone: list[int] = []
     todo = list(inos)
+    argv, parse = (["-ddddd", "-bbbbbb"], blocks.parse_objects) if full else (["-ddddd"], placement.parse_objects)
     for _ in range(20):
         if not todo:
             return {}, gone
         try:
-            return placement.parse_objects(zdb(["-ddddd", _zdb_name(ds, runner), *map(str, todo)], runner)), gone
+            return parse(zdb([*argv, _zdb_name(ds, runner), *map(str, todo)], runner)), gone
         except RebalError as e:
             m = _MISSING.search(str(e))
             if not m or int(m.group(1)) not in todo:

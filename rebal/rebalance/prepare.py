@@ -45,6 +45,7 @@ class Options:
     placement: str = "auto"  # measured (zdb, block pointers), model, or auto: measured where zdb can read
     measure_seconds: float = 30.0  # time limit of the measurement
     listing: bool = False  # a run follows (not a plan): the scan keeps the first directories' files for it
+    purpose: str = "balance"  # or "refresh": rewrite the files the filters name, on any pool, no spread goal
 
 
 @dataclass
@@ -75,17 +76,20 @@ class Prepared:
     reserve: int = 0  # bytes the rebalance leaves free
     costs: dict | None = None  # snapcost.assess: snapshots that pin data, replication growth, pool growth
     scan_seconds: float = 0.0  # how long the walk of the targets took
+    purpose: str = "balance"
 
     @property
     def key(self) -> str:
-        return run_key(self.pool.name, [t.root for t in self.targets])
+        return run_key(self.pool.name, [t.root for t in self.targets], self.purpose)
 
 
 # -- resolve and plan ---------------------------------------------------------------------------
 
 
-def run_key(pool: str, roots: list[bytes]) -> str:
-    return json.dumps({"pool": pool, "roots": sorted(os.fsdecode(r) for r in roots)})
+def run_key(pool: str, roots: list[bytes], purpose: str = "balance") -> str:
+    """What a later run continues: the same pool, roots and purpose (a refresh never continues a balance)."""
+    key = {"pool": pool, "roots": sorted(os.fsdecode(r) for r in roots)}
+    return json.dumps(key if purpose == "balance" else key | {"purpose": purpose})
 
 
 def fills(pool: Pool) -> list[VdevFill]:
@@ -172,8 +176,9 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
     if any(not e.done for e in expansions):
         raise RefusedError(f"a RAIDZ expansion of pool {pool_name} is still running: wait for it "
                            f"(zpool wait -t raidz_expand {pool_name}), then rewrite the old blocks")
-    expanded = [e for e in expansions if e.done and e.ended is not None]
-    if len(pool.data_vdevs) < 2 and not expanded:
+    # (a refresh rewrites what its filter names, whatever an expansion left at the old ratio)
+    expanded = [e for e in expansions if e.done and e.ended is not None and opts.purpose == "balance"]
+    if len(pool.data_vdevs) < 2 and not expanded and opts.purpose == "balance":
         raise RefusedError(f"pool {pool_name} has {len(pool.data_vdevs)} data vdev and no expanded RAIDZ vdev: "
                            "nothing to balance or reclaim")
     # one data vdev, expanded: the goal is the capacity the old data:parity ratio holds back
@@ -214,7 +219,7 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
 
     # resume: directories finished by an earlier, unfinished run of the same targets
     resume_run, done = None, set()
-    key = run_key(pool_name, [t.root for t in targets])
+    key = run_key(pool_name, [t.root for t in targets], opts.purpose)
     if conn is not None:
         from .. import state
 
@@ -300,7 +305,7 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
     jobs = opts.jobs or default_jobs(len(pool.data_vdevs))
     prep = Prepared(pool, targets, sc, plan, method, physical, jobs, snaps, warnings, notes, resume_run, done,
                     reclaim=reclaim, reclaim_only=reclaim_only, filters=filters, available=avail, reserve=int(reserve),
-                    scan_seconds=scan_seconds)
+                    scan_seconds=scan_seconds, purpose=opts.purpose)
     from .snapcost import assess
 
     prep.costs = assess(prep, opts.replication_jobs, budget=opts.max_growth)

@@ -31,6 +31,7 @@ class Filters:
     now: float = field(default_factory=time.time)
     expanded_at: float | None = None  # a RAIDZ expansion completed then: older data is at the old ratio
     only_old: bool = False  # only files written before expanded_at (a reclaim after the expansion)
+    only: frozenset | None = None  # only these files, as (st_dev, st_ino) (a refresh: those measured old)
 
     def excluded(self, rel: bytes) -> bool:
         if not self.exclude:
@@ -42,9 +43,11 @@ class Filters:
     @property
     def plain(self) -> bool:
         """No size or age filter: every file passes ``wants``."""
-        return not (self.min_size > 0 or self.max_size is not None or self.min_age_days)
+        return not (self.min_size > 0 or self.max_size is not None or self.min_age_days or self.only is not None)
 
     def wants(self, st: os.stat_result) -> bool:
+        if self.only is not None and (st.st_dev, st.st_ino) not in self.only:
+            return False
         if st.st_size < self.min_size:
             return False
         if self.max_size is not None and st.st_size > self.max_size:

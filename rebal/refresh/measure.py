@@ -1,0 +1,279 @@
+"""Which bytes were written under properties a dataset no longer has, measured from block pointers.
+
+After `zfs set compression=zstd` (or checksum, copies, dedup, recordsize) only new writes follow. Each
+data block pointer says what it was written with (zfs/blocks.py); this compares every measured block
+with what a write now would get, and sums the difference per dataset, per directory and per property.
+A big tree is sampled as `rebal where` samples it (the largest files whole, a seeded random sample of
+the rest; totals scaled, with a 95% interval).
+
+A block stored uncompressed under a compressing property is either old or data that did not compress
+when it was written (ZFS keeps a block uncompressed unless it saves an eighth): it counts as old only
+where a quick compression of its data (zlib, level 1) saves an eighth, so incompressible data is never
+rewritten again and again. The saving a refresh of compression buys is predicted by compressing a sample
+of the old blocks' data, block by block, with the new algorithm (zstd and lz4 by their programs, gzip
+by zlib), rounded to the pool's sector size as ZFS allocates it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import re
+import shutil
+import time
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ..errors import UsageError
+from ..process.command import PIPE, run, spawn
+from ..where import BATCH, FileObj, collect, read_objects, stratify, zdb
+from ..zfs.blocks import Block, ObjectBlocks, expected_checksum, expected_compression
+
+REWRITE_APPLIES = ("compression", "checksum", "copies", "dedup")  # zfs rewrite applies these; recordsize needs a copy
+PREDICT_BYTES = 32 << 20  # old blocks' data compressed to predict the saving
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What a block written now in a dataset gets."""
+    compression: str
+    checksum: str
+    copies: int
+    dedup: bool
+    recordsize: int
+    values: dict = field(default_factory=dict)  # the properties as `zfs get` gives them
+
+
+def wanted(ds: str, runner=run) -> Wanted:
+    out = runner(["zfs", "get", "-Hp", "-o", "property,value", "compression,checksum,copies,recordsize,dedup", ds]).stdout
+    v = dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
+    pool = ds.split("/")[0]
+    lz4 = runner(["zpool", "get", "-H", "-o", "value", "feature@lz4_compress", pool], check=False)
+    has_lz4 = lz4.returncode == 0 and lz4.stdout.strip() in ("active", "enabled")
+    return Wanted(expected_compression(v.get("compression", "off"), has_lz4),
+                  expected_checksum(v.get("checksum", "on"), v.get("dedup", "off")),
+                  int(v.get("copies", "1") or 1), v.get("dedup", "off") not in ("off", "-"),
+                  int(v.get("recordsize", "131072") or 131072), v)
+
+
+def ashift(pool: str, runner=run) -> int:
+    m = re.search(r"^\s+ashift:\s+(\d+)", zdb(["-C", pool], runner), re.M)
+    return int(m.group(1)) if m else 9
+
+
+def compressible(data: bytes) -> bool:
+    """Whether a quick compression saves the eighth ZFS asks of a block."""
+    return len(zlib.compress(data, 1)) <= len(data) - len(data) // 8
+
+
+def block_reasons(b: Block, want: Wanted, data=None) -> set[str]:
+    """The properties this block differs in. ``data()`` gives its bytes, asked only for an uncompressed
+    block under a compressing property (None: counted as old)."""
+    out = set()
+    if b.compression != want.compression:
+        if b.compression != "uncompressed" or want.compression == "uncompressed" or data is None:
+            out.add("compression")
+        else:
+            got = data()
+            if got is not None and compressible(got):
+                out.add("compression")
+    if b.checksum != want.checksum:
+        out.add("checksum")
+    if b.copies != want.copies:
+        out.add("copies")
+    if b.dedup != want.dedup:
+        out.add("dedup")
+    return out
+
+
+def record_stale(ob: ObjectBlocks, want: Wanted) -> bool:
+    """Whether the file's blocks have another size than a copy written now would get."""
+    n = len(ob.blocks) + ob.embedded
+    return (n > 1 and ob.dblk != want.recordsize) or (n == 1 and ob.dblk > want.recordsize)
+
+
+@dataclass
+class FileStale:
+    path: bytes
+    dataset: str
+    alloc: int  # the file's allocated bytes (every block)
+    by_reason: Counter  # property -> allocated bytes of the blocks old in it (recordsize: the whole file)
+    blocks: list[tuple[Block, bool]]  # (block, old in compression), for the prediction
+    stale: int = 0  # bytes in blocks old in any property (a file old in recordsize: all of it)
+
+    @property
+    def method(self) -> str:
+        """zfs rewrite applies every property but the block size: that takes a copy."""
+        return "copy" if self.by_reason.get("recordsize") else "rewrite"
+
+
+def _reader(path: bytes):
+    def read(b: Block):
+        def data():
+            try:
+                with open(path, "rb") as f:
+                    f.seek(b.offset)
+                    return f.read(b.lsize)
+            except OSError:
+                return None
+        return data
+    return read
+
+
+def judge(o: FileObj, ob: ObjectBlocks, want: Wanted) -> FileStale:
+    by: Counter = Counter()
+    rows = []
+    anyb = 0
+    read = _reader(o.path)
+    for b in ob.blocks:
+        why = block_reasons(b, want, read(b))
+        for r in why:
+            by[r] += b.asize
+        if why:
+            anyb += b.asize
+        rows.append((b, "compression" in why))
+    alloc = sum(b.asize for b in ob.blocks)
+    if record_stale(ob, want) and ob.blocks:
+        by["recordsize"] += alloc
+        anyb = alloc
+    return FileStale(o.path, o.dataset, alloc, by, rows, anyb)
+
+
+@dataclass
+class Measured:
+    pool: str
+    paths: list[str]
+    files: int
+    sampled: list[tuple[FileObj, FileStale, bool]]  # (file, its judgement, measured whole: not a sample)
+    rest_population: int
+    wants: dict[str, Wanted]
+    sector: int
+    seconds: float
+    notes: list[str]
+
+
+def measure(paths: list[str], zpool, zfs, *, sample: int | None = 2000, seed: int = 0, runner=run,
+            progress=None) -> Measured:
+    """Read the block pointers of the files under ``paths`` (all of them with ``sample=None``)."""
+    t0 = time.monotonic()
+    pool, objs = collect(paths, zfs)
+    if shutil.which("zdb") is None:
+        raise UsageError("zdb is not installed: it ships with zfsutils-linux (OpenZFS) and zfs-fuse")
+    zpool.settle(pool)  # the newest writes show in the block pointers once their transaction group is on disk
+    notes: list[str] = []
+    if sample is None or len(objs) <= sample:
+        whole, rest, chosen = list(objs), [], list(objs)
+    else:
+        whole, rest, chosen = stratify(objs, sample, seed)
+        notes.append(f"the {len(whole)} largest file(s) measured whole and a random sample of "
+                     f"{len(chosen) - len(whole)} of {len(rest)} other files (seed {seed})")
+    wants = {ds: wanted(ds, runner) for ds in sorted({o.dataset for o in chosen})}
+    in_whole = {id(o) for o in whole}
+    by_ds: dict[str, list[FileObj]] = {}
+    for o in chosen:
+        by_ds.setdefault(o.dataset, []).append(o)
+    out: list[tuple[FileObj, FileStale, bool]] = []
+    done = 0
+    for ds, group in sorted(by_ds.items()):
+        for i in range(0, len(group), BATCH):
+            batch = group[i:i + BATCH]
+            found, gone = read_objects(ds, [o.ino for o in batch], runner, full=True)
+            for o in batch:
+                if o.ino in gone:
+                    continue
+                ob = found.get(o.ino) or ObjectBlocks(o.ino, 0)
+                out.append((o, judge(o, ob, wants[ds]), id(o) in in_whole or not rest))
+            done += len(batch)
+            if progress:
+                progress(done, len(chosen))
+    return Measured(pool, [os.path.realpath(p) for p in paths], len(objs), out, len(rest), wants,
+                    1 << ashift(pool, runner), time.monotonic() - t0, notes)
+
+
+def total(m: Measured, value) -> tuple[float, float]:
+    """An estimated total over every file of ``value(FileStale)``, and its 95% half-width."""
+    whole = sum(value(f) for _, f, w in m.sampled if w)
+    ys = [value(f) for _, f, w in m.sampled if not w]
+    n, big_n = len(ys), m.rest_population
+    if not n:
+        return float(whole), 0.0
+    mean = sum(ys) / n
+    est = whole + big_n * mean
+    if n < 2:
+        return est, float(est)
+    s2 = sum((y - mean) ** 2 for y in ys) / (n - 1)
+    return est, 1.96 * math.sqrt(max(0.0, 1 - n / big_n) * big_n ** 2 * s2 / n)
+
+
+# -- the saving a new compression buys ----------------------------------------------------------------
+
+def compressor(name: str):
+    """bytes -> compressed length under the ZFS algorithm ``name`` (as a block names it), or None
+    where this machine cannot compress with it. zstd-N and zstd-fast-N by the zstd program."""
+    if name == "uncompressed":
+        return len
+    m = re.fullmatch(r"gzip-(\d)", name)
+    if m:
+        return lambda d: len(zlib.compress(d, int(m.group(1))))
+    prog = {"zstd": ["zstd", "-3", "-c", "-q"], "lz4": ["lz4", "-c", "-q"]}.get(name)
+    if prog and shutil.which(prog[0]):
+        return lambda d: _piped(prog, d)
+    return None
+
+
+def _piped(argv: list[str], data: bytes) -> int:
+    """The length of what ``argv`` writes for ``data`` on its input."""
+    p = spawn(argv, stdin=PIPE, stdout=PIPE, new_session=False)
+    out, _ = p.communicate(data, timeout=60)
+    if p.returncode != 0:
+        raise UsageError(f"{argv[0]} failed (exit {p.returncode}) compressing a sample block")
+    return len(out)
+
+
+def zstd_level(value: str) -> list[str]:
+    m = re.fullmatch(r"zstd-(fast-)?(\d+)", value)
+    if not m:
+        return ["-3"]
+    return [f"--fast={m.group(2)}"] if m.group(1) else [f"-{m.group(2)}"]
+
+
+def predict_compression(m: Measured, seed: int = 0, budget: int = PREDICT_BYTES) -> dict | None:
+    """Bytes a refresh of compression saves: a seeded sample of the old blocks compressed with the new
+    algorithm, each rounded up to the sector (stored uncompressed where it does not save an eighth);
+    the fraction saved, applied to the old bytes' estimated total."""
+    rows = [(o, b, m.wants[o.dataset]) for o, f, _ in m.sampled for b, old in f.blocks if old]
+    if not rows:
+        return None
+    algos = {w.compression for _, _, w in rows}
+    if len(algos) > 1:
+        return {"predicted": False, "why": f"the datasets differ in compression ({', '.join(sorted(algos))})"}
+    algo = algos.pop()
+    comp = compressor(algo)
+    if algo == "zstd" and comp is not None:
+        level = zstd_level(rows[0][2].values.get("compression", "zstd"))
+        comp = lambda d: _piped(["zstd", *level, "-c", "-q"], d)  # noqa: E731
+    if comp is None:
+        return {"predicted": False, "why": f"this machine has no {algo} compressor to measure with"}
+    random.Random(seed).shuffle(rows)
+    before = after = used = 0
+    for o, b, _w in rows:
+        if used >= budget:
+            break
+        data = _reader(o.path)(b)()
+        if data is None:
+            continue
+        data += bytes(b.lsize - len(data))  # a file's last block: zeros past its end
+        used += len(data)
+        c = comp(data)
+        psize = b.lsize if c > b.lsize - b.lsize // 8 else min(b.lsize, -(-c // m.sector) * m.sector)
+        before += b.asize
+        after += b.asize * psize / b.psize if b.psize else b.asize
+    if not before:
+        return {"predicted": False, "why": "no old block could be read"}
+    old_total, half = total(m, lambda f: f.by_reason.get("compression", 0))
+    frac = (before - after) / before
+    return {"predicted": True, "algorithm": algo, "sampled_bytes": used, "saved_fraction": round(frac, 4),
+            "old_bytes": int(old_total), "saved_bytes": int(old_total * frac),
+            "how": f"{used} bytes of old blocks compressed with {algo}, block by block, rounded to {m.sector}-byte sectors"}
