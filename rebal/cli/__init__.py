@@ -4,6 +4,7 @@
 - io.py             what every command shares: config, state, output, errors, signals
 - status_cmd.py     status, history, where
 - rebalance_cmd.py  plan, rebalance, runs
+- refresh_cmd.py    refresh
 - replicate_cmd.py  replicate, backups, restore, verify
 - service_cmd.py    health, notify, metrics, scrub, run, daemon
 - config_cmd.py     config check, units

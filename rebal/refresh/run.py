@@ -1,0 +1,150 @@
+"""`rebal refresh`: rewrite the data written under properties its dataset no longer has.
+
+The plan (measure.py) says which files hold old blocks, by property. A refresh rewrites exactly those
+files through the rebalance's machinery (journal, limits, snapshot budget, replication awareness,
+resume), by the method that can apply the change: `zfs rewrite` where the pool has it and only
+compression, checksum, copies or dedup differ (in place, same inode); a copy where the block size must
+change (zfs rewrite keeps a multi-block file's block size) or where there is no `zfs rewrite`. Then it
+measures again, the same way, and reports what is still old, with `used` and `compressratio` of
+each dataset before and after.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import replace
+
+from ..process.command import run
+from .measure import REWRITE_APPLIES, Measured, measure, predict_compression, total
+
+REASONS = (*REWRITE_APPLIES, "recordsize")
+TOP_DIRS = 20
+
+
+def summary(m: Measured) -> dict:
+    """Per dataset, per directory and per property: the bytes in old blocks (estimated totals where
+    sampled, with a 95% half-width), and by which method a refresh would rewrite them."""
+    datasets = []
+    for ds, w in sorted(m.wants.items()):
+        mine = lambda f, ds=ds: f.dataset == ds  # noqa: E731
+        old = {}
+        for r in REASONS:
+            est, half = total(m, lambda f, r=r, mine=mine: f.by_reason.get(r, 0) if mine(f) else 0)
+            if est:
+                old[r] = {"bytes": int(est), "ci95": int(half)}
+        alloc, _ = total(m, lambda f, mine=mine: f.alloc if mine(f) else 0)
+        stale, half = total(m, lambda f, mine=mine: f.stale if mine(f) else 0)
+        datasets.append({"dataset": ds, "properties": w.values, "bytes": int(alloc), "old_bytes": int(stale),
+                         "old_ci95": int(half), "by_property": old})
+    dirs: dict[str, Counter] = {}
+    for _o, f, _w in m.sampled:
+        if f.stale:
+            d = dirs.setdefault(os.fsdecode(os.path.dirname(f.path)), Counter())
+            for r, n in f.by_reason.items():
+                d[r] += n
+            d["files"] += 1
+    top = sorted(dirs.items(), key=lambda kv: -sum(v for k, v in kv[1].items() if k != "files"))[:TOP_DIRS]
+    methods = {k: int(total(m, lambda f, k=k: f.stale if f.stale and f.method == k else 0)[0]) for k in ("rewrite", "copy")}
+    sizes = {}
+    for ds, w in m.wants.items():
+        got = Counter(len(f.blocks) and max(b.lsize for b, _ in f.blocks) for _o, f, _w in m.sampled
+                      if f.dataset == ds and f.by_reason.get("recordsize"))
+        if got:
+            sizes[ds] = {"recordsize": w.recordsize, "files_measured": sum(got.values()),
+                         "block_sizes_now": {str(k): v for k, v in sorted(got.items())}}
+    return {"pool": m.pool, "paths": m.paths, "files": m.files, "measured_files": len(m.sampled),
+            "datasets": datasets, "dirs": [{"path": p, "files": c["files"], "by_property": {k: v for k, v in c.items() if k != "files"}}
+                                          for p, c in top],
+            "methods": methods, "recordsize": sizes, "seconds": round(m.seconds, 2), "notes": list(m.notes)}
+
+
+def plan(paths: list[str], zpool, zfs, *, sample: int = 2000, seed: int = 0) -> dict:
+    m = measure(paths, zpool, zfs, sample=sample, seed=seed)
+    out = summary(m)
+    out["compression"] = predict_compression(m, seed)
+    return out
+
+
+def usage(datasets: list[str], runner=run) -> dict[str, dict]:
+    """`used` and `compressratio` of each dataset, and `logicalused` where the ZFS has it (not zfs-fuse)."""
+    out = {}
+    for ds in datasets:
+        v = {}
+        for props, check in (("used,compressratio", True), ("logicalused", False)):
+            res = runner(["zfs", "get", "-Hp", "-o", "property,value", props, ds], check=check)
+            if res.returncode == 0:
+                v |= dict(line.split("\t", 1) for line in res.stdout.splitlines() if "\t" in line)
+        out[ds] = {"used": int(v.get("used", 0) or 0), "compressratio": v.get("compressratio", "")} | (
+            {"logicalused": int(v["logicalused"])} if v.get("logicalused", "").isdigit() else {})
+    return out
+
+
+def passes(m: Measured) -> dict[str, list[tuple]]:
+    """The old files by the method that refreshes them: (path, st_dev, st_ino) as they are now (a file
+    replaced since it was measured is left for the next run)."""
+    out: dict[str, list[tuple]] = {"rewrite": [], "copy": []}
+    for o, f, _w in m.sampled:
+        if not f.stale:
+            continue
+        try:
+            st = os.lstat(o.path)
+        except OSError:
+            continue
+        if st.st_ino == o.ino:
+            out[f.method].append((o.path, st.st_dev, st.st_ino))
+    return out
+
+
+def refresh(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, events=None, stop=None,
+            dry_run: bool = False, progress=None) -> dict:
+    """Measure every file, rewrite the old ones (rewrite pass, then copy pass), measure again."""
+    from ..rebalance import engine
+    from ..rebalance.prepare import check_pinned, check_writable, options_from, prepare
+
+    before_m = measure(paths, zpool, zfs, sample=None, progress=progress)
+    todo = passes(before_m)
+    datasets = sorted(before_m.wants)
+    out = {"pool": before_m.pool, "paths": before_m.paths, "files": before_m.files, "dry_run": dry_run,
+           "before": summary(before_m), "passes": []}
+    if not any(todo.values()):
+        out["outcome"], out["reason"] = "ok", "nothing was written under old properties"
+        return out
+    used_before = usage(datasets)
+    for method, files in todo.items():
+        if not files or (stop is not None and stop.is_set()):
+            continue
+        opts = options_from(cfg, paths, **(given | {"method": "copy" if method == "copy" else given.get("method")}),
+                            rewrite_all=True, listing=not dry_run)
+        opts = replace(opts, purpose="refresh", filters=replace(opts.filters, only=frozenset((d, i) for _p, d, i in files)))
+        prep = prepare(opts, zpool, zfs, conn)
+        one = {"method": prep.method, "files": len(files), "why": "block size" if method == "copy" else
+               "compression, checksum, copies or dedup", "planned_files": prep.plan.files, "planned_bytes": prep.plan.bytes}
+        if dry_run:
+            out["passes"].append(one | {"notes": prep.notes, "warnings": prep.warnings})
+            continue
+        check_writable(prep)
+        check_pinned(prep, opts)
+        rep = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, events, stop)
+        out["passes"].append(one | {"run_id": rep.run_id, "outcome": rep.outcome, "reason": rep.reason,
+                                    "rewritten_files": rep.files, "rewritten_bytes": rep.bytes})
+    if dry_run:
+        out["outcome"] = "ok"
+        out["reason"] = f"would rewrite {sum(len(f) for f in todo.values())} file(s) in {len(out['passes'])} pass(es)"
+        return out
+    after_m = measure(paths, zpool, zfs, sample=None)
+    used_after = usage(datasets)
+    left = summary(after_m)
+    eligible = sum(d["old_bytes"] for d in out["before"]["datasets"])
+    still = sum(d["old_bytes"] for d in left["datasets"])
+    out["after"] = left
+    out["usage"] = {ds: {"before": used_before[ds], "after": used_after[ds],
+                         "saved_bytes": used_before[ds]["used"] - used_after[ds]["used"]} for ds in datasets}
+    out["old_bytes_before"], out["old_bytes_after"] = eligible, still
+    out["old_share_after"] = round(still / eligible, 4) if eligible else 0.0
+    outcomes = [p.get("outcome") for p in out["passes"]]
+    out["outcome"] = "ok" if all(o == "ok" for o in outcomes) else next(o for o in outcomes if o != "ok")
+    out["reason"] = next((p.get("reason") for p in out["passes"] if p.get("outcome") != "ok"), None) or (
+        f"{sum(p.get('rewritten_files', 0) for p in out['passes'])} file(s) rewritten; "
+        f"{still} bytes still under old properties")
+    return out
