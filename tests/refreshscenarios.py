@@ -1,0 +1,95 @@
+"""Scenarios of `rebal refresh` shared by the zfs-fuse integration tests and the OpenZFS lane: data
+written under one property value, the property changed, the plan's prediction against what the
+refresh then does, and a second run that finds nothing."""
+
+import json
+import os
+import random
+
+from conftest import rebal, rebal_json
+from fsenv import manifest
+from zfsenv import sh, write_cfg
+
+
+def text_like(path, mib: int, seed: int = 0) -> None:
+    """Compressible data much like logs: lines of words and numbers (zstd and gzip about 3-5x)."""
+    rnd = random.Random(seed)
+    words = [w.encode() for w in "error warning info debug request response user disk pool vdev txg "
+             "scrub resilver snapshot send receive bytes seconds ok failed retry".split()]
+    with open(path, "wb") as f:
+        left = mib << 20
+        while left > 0:
+            line = b"%d %s %s id=%d %s\n" % (rnd.randrange(10**9), rnd.choice(words), rnd.choice(words),
+                                               rnd.randrange(10**6), b" ".join(rnd.choices(words, k=6)))
+            f.write(line[:left])
+            left -= len(line)
+
+
+def incompressible(path, mib: int) -> None:
+    with open(path, "wb") as f:
+        for _ in range(mib):
+            f.write(os.urandom(1 << 20))
+
+
+def used(ds: str) -> int:
+    return int(sh("zfs", "get", "-Hp", "-o", "value", "used", ds).stdout.strip())
+
+
+def compression_scenario(pool, tmp_path, new: str, mib: int = 24) -> dict:
+    """A dataset written with compression=off, set to ``new``: the plan predicts the saving, the refresh
+    saves it (within 15%), nothing stays old, incompressible files are not taken for old, and a second
+    run rewrites nothing. Returns the refresh's report."""
+    ds = f"{pool.name}/logs"
+    sh("zfs", "create", "-o", "compression=off", ds)
+    root = pool.mountpoint / "logs"
+    for i in range(4):
+        text_like(root / f"app{i}.log", mib // 4, seed=i)
+    incompressible(root / "random.bin", 2)
+    os.sync()
+    before = manifest(root)
+    sh("zfs", "set", f"compression={new}", ds)
+    cfg = write_cfg(tmp_path)
+    plan = rebal_json("refresh", str(root), "--plan", config=cfg)
+    [d] = plan["datasets"]
+    assert set(d["by_property"]) == {"compression"}, d  # the random file's blocks are not counted old
+    pred = plan["compression"]
+    assert pred["predicted"], pred
+    inodes = {n: os.stat(root / n).st_ino for n in os.listdir(root)}
+    r = rebal("refresh", str(root), "--json", config=cfg)
+    rep = json.loads(r.stdout.splitlines()[-1])
+    assert rep["outcome"] == "ok" and rep["old_share_after"] == 0.0, rep
+    kept = inodes == {n: os.stat(root / n).st_ino for n in os.listdir(root)}
+    saved = rep["usage"][ds]["saved_bytes"]
+    assert abs(pred["saved_bytes"] - saved) <= 0.15 * saved, (pred, rep["usage"])
+    assert manifest(root) == before
+    again = json.loads(rebal("refresh", str(root), "--json", config=cfg).stdout.splitlines()[-1])
+    assert again["passes"] == [] and "nothing" in again["reason"], again
+    return {"plan": plan, "run": rep, "saved": saved, "inodes_kept": kept}
+
+
+def recordsize_scenario(pool, tmp_path, old: str, new: str, new_bytes: int, mib: int = 3) -> dict:
+    """Files written with recordsize ``old``, the dataset set to ``new``: the refresh copies them (a
+    block size takes a copy), every file then has ``new_bytes`` blocks, and the tree equals its manifest."""
+    ds = f"{pool.name}/media"
+    sh("zfs", "create", "-o", f"recordsize={old}", ds)
+    root = pool.mountpoint / "media"
+    for i in range(3):
+        incompressible(root / f"v{i}.bin", mib)
+    (root / "small.txt").write_bytes(b"x" * 3000)  # one small block: already as a write now makes it
+    os.sync()
+    before = manifest(root)
+    sh("zfs", "set", f"recordsize={new}", ds)
+    cfg = write_cfg(tmp_path)
+    plan = rebal_json("refresh", str(root), "--plan", config=cfg)
+    [d] = plan["datasets"]
+    assert set(d["by_property"]) == {"recordsize"} and plan["recordsize"][ds]["files_measured"] == 3, plan
+    r = rebal("refresh", str(root), "--json", config=cfg)
+    rep = json.loads(r.stdout.splitlines()[-1])
+    assert [p["method"] for p in rep["passes"]] == ["copy"] and rep["passes"][0]["rewritten_files"] == 3, rep
+    assert rep["outcome"] == "ok" and rep["old_share_after"] == 0.0, rep
+    assert manifest(root) == before
+    objs = [str(os.stat(root / f"v{i}.bin").st_ino) for i in range(3)]
+    out = sh("zdb", "-dd", ds, *objs).stdout
+    sizes = [ln.split()[3] for ln in out.splitlines() if ln.strip().split()[:1] in ([o] for o in objs)]
+    assert len(sizes) == 3 and all(s == {1 << 20: "1M", 1 << 17: "128K", 32 << 10: "32K"}[new_bytes] for s in sizes), out
+    return rep
