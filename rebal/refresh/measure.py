@@ -33,6 +33,7 @@ from ..zfs.blocks import Block, ObjectBlocks, expected_checksum, expected_compre
 
 REWRITE_APPLIES = ("compression", "checksum", "copies", "dedup")  # zfs rewrite applies these; recordsize needs a copy
 PREDICT_BYTES = 32 << 20  # old blocks' data compressed to predict the saving
+BATCH_BYTES = 4 << 30  # allocated bytes of files per zdb (32K lines of 128K blocks)
 
 
 @dataclass(frozen=True)
@@ -177,8 +178,7 @@ def measure(paths: list[str], zpool, zfs, *, sample: int | None = 2000, seed: in
     out: list[tuple[FileObj, FileStale, bool]] = []
     done = 0
     for ds, group in sorted(by_ds.items()):
-        for i in range(0, len(group), BATCH):
-            batch = group[i:i + BATCH]
+        for batch in batches(group):
             found, gone = read_objects(ds, [o.ino for o in batch], runner, full=True)
             for o in batch:
                 if o.ino in gone:
@@ -190,6 +190,21 @@ def measure(paths: list[str], zpool, zfs, *, sample: int | None = 2000, seed: in
                 progress(done, len(chosen))
     return Measured(pool, [os.path.realpath(p) for p in paths], len(objs), out, len(rest), wants,
                     1 << ashift(pool, runner), time.monotonic() - t0, notes)
+
+
+def batches(group: list[FileObj], most: int = BATCH_BYTES) -> list[list[FileObj]]:
+    """Runs of at most BATCH objects and about ``most`` allocated bytes: zdb prints a line of some 250
+    characters per block, read whole, so a batch of big files is kept to some tens of MB of text."""
+    out: list[list[FileObj]] = []
+    cur: list[FileObj] = []
+    size = 0
+    for o in group:
+        if cur and (len(cur) >= BATCH or size + o.alloc > most):
+            out.append(cur)
+            cur, size = [], 0
+        cur.append(o)
+        size += o.alloc
+    return out + ([cur] if cur else [])
 
 
 def total(m: Measured, value) -> tuple[float, float]:

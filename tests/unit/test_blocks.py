@@ -1,0 +1,76 @@
+"""The full block pointers of zdb (zfs/blocks.py) and what refresh/measure.py makes of them, on real
+recorded output: zfs-fuse's (tests/fixtures/zfs-fuse/zfsfuse_refresh_*) and OpenZFS 2.4's
+(tests/fixtures/openzfs/refresh_*)."""
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from rebal.refresh.measure import Wanted, block_reasons, compressible, record_stale, zstd_level
+from rebal.zfs.blocks import expected_checksum, expected_compression, parse_objects, size_of
+
+FX = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def test_zfs_fuse_blocks_say_compression_copies_size_and_birth():
+    objs = parse_objects((FX / "zfs-fuse" / "zfsfuse_refresh_zdb-ddddd-bbbbbb.txt").read_text())
+    assert sorted(objs) == [5, 6, 7]
+    plain, gz2, tiny = objs[5], objs[6], objs[7]
+    assert plain.dblk == 128 << 10 and len(plain.blocks) == 3
+    assert {(b.compression, b.copies, b.lsize, b.psize, b.birth) for b in plain.blocks} == {("uncompressed", 1, 0x20000, 0x20000, 98)}
+    assert [b.offset for b in plain.blocks] == [0, 0x20000, 0x40000]
+    assert {(b.compression, b.checksum, b.copies, b.asize, b.dedup) for b in gz2.blocks} == {("gzip-6", "fletcher4", 2, 0x2000, False)}
+    assert tiny.dblk == 512 and [(b.compression, b.copies) for b in tiny.blocks] == [("uncompressed", 2)]
+
+
+def test_what_is_old_under_the_datasets_properties_now():
+    objs = parse_objects((FX / "zfs-fuse" / "zfsfuse_refresh_zdb-ddddd-bbbbbb.txt").read_text())
+    now = Wanted(expected_compression("gzip"), expected_checksum("on"), 2, False, 128 << 10)
+    text = (b"hello world " * 20000)[:0x20000]
+    assert block_reasons(objs[5].blocks[0], now, lambda: text) == {"compression", "copies"}
+    assert block_reasons(objs[5].blocks[0], now) == {"compression", "copies"}  # no data asked: counted
+    assert all(block_reasons(b, now) == set() for b in objs[6].blocks)
+    # a 3-byte block stored uncompressed is what a write now makes of it too: not old
+    assert block_reasons(objs[7].blocks[0], now, lambda: b"abc") == set()
+    assert not any(record_stale(o, now) for o in objs.values())
+    bigger = Wanted("gzip-6", "fletcher4", 2, False, 1 << 20)
+    assert [record_stale(objs[i], bigger) for i in (5, 6, 7)] == [True, True, False]
+
+
+def test_property_values_map_to_what_a_block_shows():
+    assert expected_compression("on", lz4=True) == "lz4" and expected_compression("on", lz4=False) == "lzjb"
+    assert expected_compression("off") == "uncompressed" and expected_compression("gzip") == "gzip-6"
+    assert expected_compression("zstd-19") == "zstd" and expected_compression("gzip-9") == "gzip-9"
+    assert expected_checksum("on") == "fletcher4" and expected_checksum("on", "on") == "sha256"
+    assert expected_checksum("blake3", "verify") == "blake3" and expected_checksum("sha512") == "sha512"
+    assert zstd_level("zstd") == ["-3"] and zstd_level("zstd-12") == ["-12"] and zstd_level("zstd-fast-5") == ["--fast=5"]
+
+
+def test_compressible_is_the_eighth_zfs_asks():
+    import os
+
+    assert compressible(b"abc" * 40000) and not compressible(os.urandom(1 << 17))
+
+
+@pytest.mark.parametrize("text,n", [("512", 512), ("128K", 128 << 10), ("1M", 1 << 20), ("1.50K", 1536)])
+def test_sizes(text, n):
+    assert size_of(text) == n
+
+
+def test_openzfs_blocks_are_read_alike():
+    path = FX / "openzfs" / "refresh_zdb-ddddd-bbbbbb.txt"
+    objs = parse_objects(path.read_text())
+    kinds = Counter((b.compression, b.checksum, b.copies) for o in objs.values() for b in o.blocks)
+    assert kinds, "no block read from the OpenZFS recording"
+    assert {c for c, _, _ in kinds} >= {"uncompressed", "zstd"}, kinds
+
+
+def test_zdb_batches_are_bounded_by_objects_and_bytes():
+    from rebal.refresh.measure import batches
+    from rebal.where import FileObj
+
+    objs = [FileObj("p/d", i, 3 << 30, b"f") for i in range(5)] + [FileObj("p/d", 9, 1, b"s")] * 2500
+    got = batches(objs)
+    assert [len(b) for b in got][:4] == [1, 1, 1, 1] and sum(len(b) for b in got) == 2505
+    assert all(len(b) <= 1000 and (len(b) == 1 or sum(o.alloc for o in b) <= 4 << 30) for b in got)
