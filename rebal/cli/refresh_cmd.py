@@ -34,7 +34,7 @@ def refresh(
     """Rewrite data written under properties its dataset no longer has (compression, checksum, copies,
     dedup, recordsize), measured from the block pointers: `zfs rewrite` where it can apply the change,
     a verified copy where the block size changes."""
-    from ..refresh import run as refresh_run
+    from .. import refresh as refresh_run
     from ..zfs.cli import Zfs, Zpool
 
     zpool, zfs = Zpool(), Zfs()

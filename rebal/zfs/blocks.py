@@ -35,6 +35,7 @@ class Block:
     checksum: str  # fletcher4, sha256, blake3, ...
     dedup: bool
     birth: int  # logical birth txg
+    dvas: tuple = ()  # (top-level vdev id, allocated bytes) of each copy
 
 
 @dataclass
@@ -68,7 +69,8 @@ def parse_block(offset: int, text: str) -> Block | None:
     checksum, compression = words[0], words[1]
     birth = _BIRTH.search(text)
     return Block(offset, int(size.group(1), 16), int(size.group(2), 16), sum(int(d[2], 16) for d in dvas),
-                 len(dvas), compression, checksum, " dedup " in f" {kind.group(1)} ", int(birth.group(1)) if birth else 0)
+                 len(dvas), compression, checksum, " dedup " in f" {kind.group(1)} ", int(birth.group(1)) if birth else 0,
+                 tuple((int(d[0]), int(d[2], 16)) for d in dvas))
 
 
 def parse_objects(text: str) -> dict[int, ObjectBlocks]:

@@ -46,6 +46,20 @@ def reclaim_fraction(w0: int, w1: int, parity: int) -> float:
     return 1.0 - (w0 - parity) / w0 * w1 / (w1 - parity)
 
 
+def raidz_asize(psize: int, width: int, parity: int, ashift: int) -> int:
+    """What a raidz of ``width`` disks allocates for a block of ``psize`` bytes (vdev_raidz_asize):
+    the data sectors, a parity sector per row, rounded up to a multiple of parity + 1 sectors."""
+    sectors = ((psize - 1) >> ashift) + 1
+    sectors += parity * ((sectors + width - parity - 1) // (width - parity))
+    return -(-sectors // (parity + 1)) * (parity + 1) << ashift
+
+
+def deflate_ratio(width: int, parity: int, ashift: int) -> int:
+    """vdev_deflate_ratio: `used` counts (asize >> 9) * this; fixed when the vdev was made (an
+    expansion does not change it)."""
+    return (1 << 17) // (raidz_asize(1 << 17, width, parity, ashift) >> 9)
+
+
 def parse_expansions(st: PoolStatus) -> list[Expansion]:
     """The expansion `zpool status` reports (running or done) with the vdev's widths."""
     out = []

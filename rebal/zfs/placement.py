@@ -66,6 +66,8 @@ class TopVdev:
     nparity: int
     is_log: bool
     bias: str  # "special", "dedup" or ""
+    ashift: int = 0
+    width: int = 1  # its children (the disks of a raidz or a mirror; 1 for a lone disk)
 
 
 def parse_config(text: str) -> list[TopVdev]:
@@ -83,7 +85,9 @@ def parse_config(text: str) -> list[TopVdev]:
             if indent == root_indent:
                 if cur is not None:
                     tops.append(_top(cur))
-                cur, cur_indent = {"id": int(m.group(2))}, indent
+                cur, cur_indent = {"id": int(m.group(2)), "width": 0}, indent
+            elif cur is not None and indent == cur_indent + 4:
+                cur["width"] += 1
             continue
         if cur is None:
             continue
@@ -103,7 +107,8 @@ def parse_config(text: str) -> list[TopVdev]:
 
 def _top(d: dict) -> TopVdev:
     return TopVdev(int(d.get("id", d["id"])), d.get("type", "?"), d.get("path", ""), int(d.get("nparity", 0) or 0),
-                   d.get("is_log", "0") == "1", d.get("alloc_bias", d.get("vdev_alloc_bias", "")))
+                   d.get("is_log", "0") == "1", d.get("alloc_bias", d.get("vdev_alloc_bias", "")),
+                   int(d.get("ashift", 0) or 0), d.get("width") or 1)
 
 
 def data_vdev_ids(tops: list[TopVdev]) -> list[int]:

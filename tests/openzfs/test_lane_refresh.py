@@ -2,10 +2,15 @@
 predicted saving within 15% of what the refresh saves, a second run rewrites nothing) and recordsize
 128K -> 1M by a verified copy (the files' block size is 1M after, the tree equals its manifest)."""
 
+import json
+import os
+
 import pytest
 from refreshscenarios import compression_scenario, recordsize_scenario
 
 pytestmark = pytest.mark.openzfs
+
+FIGURES = os.environ.get("REBAL_LANE_FIGURES", "/var/tmp/lane-figures.jsonl")
 
 
 def test_compression_off_to_zstd_in_place(make_pool, tmp_path):
@@ -13,7 +18,9 @@ def test_compression_off_to_zstd_in_place(make_pool, tmp_path):
     out = compression_scenario(pool, tmp_path, "zstd", mib=48)
     assert [p["method"] for p in out["run"]["passes"]] == ["rewrite"], out["run"]["passes"]
     assert out["inodes_kept"]  # zfs rewrite: in place
-    print("refresh off->zstd: predicted", out["plan"]["compression"]["saved_bytes"], "saved", out["saved"])
+    with open(FIGURES, "a") as f:
+        f.write(json.dumps({"test": "refresh-compression", "predicted_saving": out["plan"]["compression"]["saved_bytes"],
+                            "saved": out["saved"], "usage": out["run"]["usage"]}) + "\n")
 
 
 def test_recordsize_128k_to_1m_by_copy(make_pool, tmp_path):

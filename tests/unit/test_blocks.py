@@ -1,4 +1,4 @@
-"""The full block pointers of zdb (zfs/blocks.py) and what refresh/measure.py makes of them, on real
+"""The full block pointers of zdb (zfs/blocks.py) and what oldblocks.py makes of them, on real
 recorded output: zfs-fuse's (tests/fixtures/zfs-fuse/zfsfuse_refresh_*) and OpenZFS 2.4's
 (tests/fixtures/openzfs/refresh_*)."""
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rebal.refresh.measure import Wanted, block_reasons, compressible, record_stale, zstd_level
+from rebal.oldblocks import Wanted, block_reasons, compressible, record_stale, zstd_level
 from rebal.zfs.blocks import expected_checksum, expected_compression, parse_objects, size_of
 
 FX = Path(__file__).resolve().parents[1] / "fixtures"
@@ -58,16 +58,41 @@ def test_sizes(text, n):
     assert size_of(text) == n
 
 
-def test_openzfs_blocks_are_read_alike():
-    path = FX / "openzfs" / "refresh_zdb-ddddd-bbbbbb.txt"
-    objs = parse_objects(path.read_text())
-    kinds = Counter((b.compression, b.checksum, b.copies) for o in objs.values() for b in o.blocks)
-    assert kinds, "no block read from the OpenZFS recording"
-    assert {c for c, _, _ in kinds} >= {"uncompressed", "zstd"}, kinds
+def test_openzfs_blocks_old_in_compression_checksum_and_copies():
+    fx = FX / "openzfs"
+    objs = parse_objects((fx / "refresh_zdb-ddddd-bbbbbb.txt").read_text())
+    props = dict(line.split("\t") for line in (fx / "refresh_zfs-get-Hp-props.txt").read_text().splitlines())
+    lz4 = (fx / "refresh_zpool-get-lz4.txt").read_text().strip() in ("active", "enabled")
+    now = Wanted(expected_compression(props["compression"], lz4), expected_checksum(props["checksum"], props["dedup"]),
+                 int(props["copies"]), False, int(props["recordsize"]))
+    plain, zs, tiny = objs[2], objs[128], objs[129]
+    assert plain.dblk == 128 << 10 and [b.offset for b in plain.blocks] == [0, 0x20000, 0x40000]
+    text = (b"hello world " * 20000)[:0x20000]
+    assert {frozenset(block_reasons(b, now, lambda: text)) for b in plain.blocks} == {frozenset({"compression", "checksum", "copies"})}
+    # written under zstd: so small compressed that the data lives in the pointers (nothing to refresh)
+    assert (zs.blocks, zs.embedded, tiny.blocks, tiny.embedded) == ([], 3, [], 1)
+    assert not record_stale(plain, now) and not record_stale(zs, now)
+
+
+def test_openzfs_raidz_blocks_written_before_the_expansion_txg_are_at_the_old_ratio():
+    from rebal.oldblocks import old_ratio
+    from rebal.zfs.expansion import deflate_ratio, raidz_asize
+    from rebal.zfs.placement import parse_config
+
+    fx = FX / "openzfs"
+    [top] = parse_config((fx / "rz-expanded_zdb-C.txt").read_text())
+    assert (top.type, top.nparity, top.width, top.ashift) == ("raidz", 1, 4, 12)
+    objs = parse_objects((fx / "rz-expanded_zdb-ddddd-bbbbbb.txt").read_text())
+    old_bin, new_bin, later_bin = objs[2], objs[128], objs[3]
+    assert raidz_asize(0x20000, 3, 1, 12) == 0x30000 and raidz_asize(0x20000, 4, 1, 12) == 0x2C000
+    for ob in (old_bin, new_bin):  # new.bin: written after `zpool wait` returned, before the expansion's txg
+        assert len(ob.blocks) == 8 and all(old_ratio(b, {0: top}) == (0x30000, Counter({0: 0x30000}), Counter({0: 0x4000})) for b in ob.blocks)
+    assert all(old_ratio(b, {0: top}) == (0, Counter(), Counter()) for b in later_bin.blocks) and len(later_bin.blocks) == 8
+    assert deflate_ratio(3, 1, 12) == 341  # `used` of a block: (asize >> 9) * 341
 
 
 def test_zdb_batches_are_bounded_by_objects_and_bytes():
-    from rebal.refresh.measure import batches
+    from rebal.oldblocks import batches
     from rebal.where import FileObj
 
     objs = [FileObj("p/d", i, 3 << 30, b"f") for i in range(5)] + [FileObj("p/d", 9, 1, b"s")] * 2500

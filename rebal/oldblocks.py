@@ -26,12 +26,15 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..errors import UsageError
-from ..process.command import PIPE, run, spawn
-from ..where import BATCH, FileObj, collect, read_objects, stratify, zdb
-from ..zfs.blocks import Block, ObjectBlocks, expected_checksum, expected_compression
+from .errors import UsageError
+from .process.command import PIPE, run, spawn
+from .where import BATCH, FileObj, collect, read_objects, stratify, zdb
+from .zfs.blocks import Block, ObjectBlocks, expected_checksum, expected_compression
+from .zfs.expansion import deflate_ratio, raidz_asize
+from .zfs.placement import parse_config
 
-REWRITE_APPLIES = ("compression", "checksum", "copies", "dedup")  # zfs rewrite applies these; recordsize needs a copy
+# zfs rewrite applies these (raidz: a block at the ratio of before an expansion); recordsize needs a copy
+REWRITE_APPLIES = ("compression", "checksum", "copies", "dedup", "raidz")
 PREDICT_BYTES = 32 << 20  # old blocks' data compressed to predict the saving
 BATCH_BYTES = 4 << 30  # allocated bytes of files per zdb (32K lines of 128K blocks)
 
@@ -47,6 +50,9 @@ class Wanted:
     values: dict = field(default_factory=dict)  # the properties as `zfs get` gives them
 
 
+ANY = Wanted("", "", 0, False, 0)  # properties not judged (a raidz ratio measurement alone)
+
+
 def wanted(ds: str, runner=run) -> Wanted:
     out = runner(["zfs", "get", "-Hp", "-o", "property,value", "compression,checksum,copies,recordsize,dedup", ds]).stdout
     v = dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
@@ -59,11 +65,6 @@ def wanted(ds: str, runner=run) -> Wanted:
                   int(v.get("recordsize", "131072") or 131072), v)
 
 
-def ashift(pool: str, runner=run) -> int:
-    m = re.search(r"^\s+ashift:\s+(\d+)", zdb(["-C", pool], runner), re.M)
-    return int(m.group(1)) if m else 9
-
-
 def compressible(data: bytes) -> bool:
     """Whether a quick compression saves the eighth ZFS asks of a block."""
     return len(zlib.compress(data, 1)) <= len(data) - len(data) // 8
@@ -72,6 +73,8 @@ def compressible(data: bytes) -> bool:
 def block_reasons(b: Block, want: Wanted, data=None) -> set[str]:
     """The properties this block differs in. ``data()`` gives its bytes, asked only for an uncompressed
     block under a compressing property (None: counted as old)."""
+    if want is ANY:
+        return set()
     out = set()
     if b.compression != want.compression:
         if b.compression != "uncompressed" or want.compression == "uncompressed" or data is None:
@@ -91,6 +94,8 @@ def block_reasons(b: Block, want: Wanted, data=None) -> set[str]:
 
 def record_stale(ob: ObjectBlocks, want: Wanted) -> bool:
     """Whether the file's blocks have another size than a copy written now would get."""
+    if want is ANY:
+        return False
     n = len(ob.blocks) + ob.embedded
     return (n > 1 and ob.dblk != want.recordsize) or (n == 1 and ob.dblk > want.recordsize)
 
@@ -103,6 +108,8 @@ class FileStale:
     by_reason: Counter  # property -> allocated bytes of the blocks old in it (recordsize: the whole file)
     blocks: list[tuple[Block, bool]]  # (block, old in compression), for the prediction
     stale: int = 0  # bytes in blocks old in any property (a file old in recordsize: all of it)
+    reclaim: Counter = field(default_factory=Counter)  # raidz vdev id -> allocated bytes a rewrite returns
+    old_ratio: Counter = field(default_factory=Counter)  # raidz vdev id -> allocated bytes at an older ratio
 
     @property
     def method(self) -> str:
@@ -123,14 +130,43 @@ def _reader(path: bytes):
     return read
 
 
-def judge(o: FileObj, ob: ObjectBlocks, want: Wanted) -> FileStale:
+def old_ratio(b: Block, raidz: dict) -> tuple[int, Counter, Counter]:
+    """(allocated bytes of the block's copies on raidz vdevs stored at an older, wider-parity ratio than
+    the vdev stores them now, vdev id -> what a rewrite returns of them). A copy's size says the width
+    it was written at: after an expansion a block keeps its old data:parity ratio; a rewrite
+    allocates at the new one (vdev_raidz_asize, zfs/expansion.py)."""
+    old = 0
+    by: Counter = Counter()
+    back: Counter = Counter()
+    for vdev, asize in b.dvas:
+        top = raidz.get(vdev)
+        if top is None:
+            continue
+        now = raidz_asize(b.psize, top.width, top.nparity, top.ashift)
+        if asize > now:
+            old += asize
+            by[vdev] += asize
+            back[vdev] += asize - now
+    return old, by, back
+
+
+def judge(o: FileObj, ob: ObjectBlocks, want: Wanted, raidz: dict | None = None) -> FileStale:
     by: Counter = Counter()
     rows = []
     anyb = 0
+    back: Counter = Counter()
+    old_on: Counter = Counter()
     read = _reader(o.path)
     for b in ob.blocks:
         why = block_reasons(b, want, read(b))
-        for r in why:
+        if raidz:
+            old, on, got = old_ratio(b, raidz)
+            if old:
+                why.add("raidz")
+                by["raidz"] += old
+                old_on.update(on)
+                back.update(got)
+        for r in why - {"raidz"}:
             by[r] += b.asize
         if why:
             anyb += b.asize
@@ -139,7 +175,7 @@ def judge(o: FileObj, ob: ObjectBlocks, want: Wanted) -> FileStale:
     if record_stale(ob, want) and ob.blocks:
         by["recordsize"] += alloc
         anyb = alloc
-    return FileStale(o.path, o.dataset, alloc, by, rows, anyb)
+    return FileStale(o.path, o.dataset, alloc, by, rows, anyb, back, old_on)
 
 
 @dataclass
@@ -153,11 +189,13 @@ class Measured:
     sector: int
     seconds: float
     notes: list[str]
+    raidz: dict = field(default_factory=dict)  # top-level vdev id -> placement.TopVdev, the raidz ones
 
 
 def measure(paths: list[str], zpool, zfs, *, sample: int | None = 2000, seed: int = 0, runner=run,
-            progress=None) -> Measured:
-    """Read the block pointers of the files under ``paths`` (all of them with ``sample=None``)."""
+            progress=None, properties: bool = True) -> Measured:
+    """Read the block pointers of the files under ``paths`` (all of them with ``sample=None``).
+    ``properties`` False: only the raidz ratio is judged (no property asked, no data read)."""
     t0 = time.monotonic()
     pool, objs = collect(paths, zfs)
     if shutil.which("zdb") is None:
@@ -170,7 +208,9 @@ def measure(paths: list[str], zpool, zfs, *, sample: int | None = 2000, seed: in
         whole, rest, chosen = stratify(objs, sample, seed)
         notes.append(f"the {len(whole)} largest file(s) measured whole and a random sample of "
                      f"{len(chosen) - len(whole)} of {len(rest)} other files (seed {seed})")
-    wants = {ds: wanted(ds, runner) for ds in sorted({o.dataset for o in chosen})}
+    wants = {ds: wanted(ds, runner) if properties else ANY for ds in sorted({o.dataset for o in chosen})}
+    tops = parse_config(zdb(["-C", pool], runner))
+    raidz = {t.id: t for t in tops if t.type == "raidz" and t.nparity and t.width > t.nparity}
     in_whole = {id(o) for o in whole}
     by_ds: dict[str, list[FileObj]] = {}
     for o in chosen:
@@ -184,12 +224,42 @@ def measure(paths: list[str], zpool, zfs, *, sample: int | None = 2000, seed: in
                 if o.ino in gone:
                     continue
                 ob = found.get(o.ino) or ObjectBlocks(o.ino, 0)
-                out.append((o, judge(o, ob, wants[ds]), id(o) in in_whole or not rest))
+                out.append((o, judge(o, ob, wants[ds], raidz), id(o) in in_whole or not rest))
             done += len(batch)
             if progress:
                 progress(done, len(chosen))
+    sector = 1 << max((t.ashift for t in tops if t.ashift), default=9)
     return Measured(pool, [os.path.realpath(p) for p in paths], len(objs), out, len(rest), wants,
-                    1 << ashift(pool, runner), time.monotonic() - t0, notes)
+                    sector, time.monotonic() - t0, notes, raidz)
+
+
+def reclaim_estimate(m: Measured, made: dict[int, int]) -> dict | None:
+    """What rewriting the blocks stored at an old raidz ratio returns, from their sizes, in the units
+    of `used` and `available` (allocated bytes deflated by each vdev's ratio from when it was made:
+    ``made`` gives its width then, e.g. from `zpool status`'s expansion; an expansion keeps it)."""
+    if not m.raidz:
+        return None
+    files, _ = total(m, lambda f: 1 if f.by_reason.get("raidz") else 0)
+    old = back = half = 0.0
+    for vid, top in m.raidz.items():
+        k = deflate_ratio(made.get(vid, top.width), top.nparity, top.ashift) / 512
+        o, h = total(m, lambda f, vid=vid: f.old_ratio.get(vid, 0))
+        got, _ = total(m, lambda f, vid=vid: f.reclaim.get(vid, 0))
+        old, half, back = old + o * k, half + h * k, back + got * k
+    return {"old_ratio_bytes": int(old), "old_ratio_ci95": int(half), "old_ratio_files": int(round(files)),
+            "reclaim_bytes": int(back), "files_measured": len(m.sampled)}
+
+
+def measure_reclaim(roots: list[str], zpool, zfs, widths_before: dict[str, int], sample: int = 2000) -> dict | None:
+    """The plan's RAIDZ-expansion figures measured from the block pointers of (a sample of) the files
+    under ``roots``; ``widths_before``: expanded vdev name (raidz1-0) -> its width before, as
+    `zpool status` says (the trailing number of the name is the vdev's id)."""
+    m = measure(roots, zpool, zfs, sample=sample, properties=False)
+    made = {int(name.rsplit("-", 1)[1]): w for name, w in widths_before.items() if name.rsplit("-", 1)[-1].isdigit()}
+    out = reclaim_estimate(m, made)
+    if out is not None:
+        out["notes"] = m.notes
+    return out
 
 
 def batches(group: list[FileObj], most: int = BATCH_BYTES) -> list[list[FileObj]]:

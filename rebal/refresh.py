@@ -1,6 +1,6 @@
 """`rebal refresh`: rewrite the data written under properties its dataset no longer has.
 
-The plan (measure.py) says which files hold old blocks, by property. A refresh rewrites exactly those
+The plan (oldblocks.py) says which files hold old blocks, by property. A refresh rewrites exactly those
 files through the rebalance's machinery (journal, limits, snapshot budget, replication awareness,
 resume), by the method that can apply the change: `zfs rewrite` where the pool has it and only
 compression, checksum, copies or dedup differ (in place, same inode); a copy where the block size must
@@ -15,8 +15,8 @@ import os
 from collections import Counter
 from dataclasses import replace
 
-from ..process.command import run
-from .measure import REWRITE_APPLIES, Measured, measure, predict_compression, total
+from .oldblocks import REWRITE_APPLIES, Measured, measure, predict_compression, total
+from .process.command import run
 
 REASONS = (*REWRITE_APPLIES, "recordsize")
 TOP_DIRS = 20
@@ -99,8 +99,8 @@ def passes(m: Measured) -> dict[str, list[tuple]]:
 def refresh(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, events=None, stop=None,
             dry_run: bool = False, progress=None) -> dict:
     """Measure every file, rewrite the old ones (rewrite pass, then copy pass), measure again."""
-    from ..rebalance import engine
-    from ..rebalance.prepare import check_pinned, check_writable, options_from, prepare
+    from .rebalance import engine
+    from .rebalance.prepare import check_pinned, check_writable, options_from, prepare
 
     before_m = measure(paths, zpool, zfs, sample=None, progress=progress)
     todo = passes(before_m)
