@@ -49,6 +49,11 @@ class TestPool:
     def add(self, *spec: str) -> None:
         sh("zpool", "add", "-f", self.name, *spec)
 
+    def cycle(self) -> None:
+        """Export and import the pool: nothing of it is left in the ARC (a cold reading next)."""
+        sh_busy_retry("zpool", "export", self.name)
+        sh("zpool", "import", "-d", str(self.dir), self.name)
+
     def destroy(self) -> None:
         """Destroy the pool. zfs-fuse answers "pool is busy" for a moment after files were open."""
         for attempt in range(50):

@@ -27,7 +27,7 @@ MethodOpt = Annotated[Optional[str], typer.Option("--method", metavar="auto|copy
 HardlinksOpt = Annotated[bool, typer.Option("--hardlinks", help="Re-create hardlink groups that lie wholly in the targets [default: config].")]
 PlacementOpt = Annotated[str, typer.Option("--placement", metavar="auto|measured|model", help="Where old data lies: measured (zdb reads the block pointers), model (a guess from the fill), or auto (measured where zdb can).")]
 
-_NOT_OPTIONS = ("targets", "dry_run", "as_json")
+_NOT_OPTIONS = ("targets", "dry_run", "as_json", "measure_read", "read_bytes")
 
 
 def _options(ctx: typer.Context, cfg, **extra):
@@ -85,6 +85,8 @@ def rebalance(
     hardlinks: HardlinksOpt = False,
     rewrite_all: Annotated[bool, typer.Option("--all", help="Rewrite every eligible file, whatever the spread (e.g. after a RAIDZ expansion).")] = False,
     placement: PlacementOpt = "auto",
+    measure_read: Annotated[bool, typer.Option("--measure-read", help="Read a sample of the targets before and after (as `rebal where --read`) and record which vdevs served it, and how fast.")] = False,
+    read_bytes: Annotated[str, typer.Option("--read-bytes", metavar="SIZE", help="With --measure-read: read about this much each time.")] = "1G",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan and change nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON line per directory done, and one at the end.")] = False,
 ) -> None:
@@ -109,6 +111,7 @@ def rebalance(
     prep = prepare.prepare(opts, zpool, zfs, conn)
     prepare.check_writable(prep)
     prepare.check_pinned(prep, opts)
+    reads = _read_measure(prep, zpool, zfs, read_bytes) if measure_read else None
     with Signals() as sig:
         if as_json:
             from .progress import JsonEvents
@@ -129,12 +132,36 @@ def rebalance(
 
         report.outcome, report.reason = "interrupted", f"stopped by signal {signal.Signals(sig.got[0]).name}"
         state.set_outcome(conn, report.run_id, "interrupted")
+    done = report.as_dict()
+    if reads is not None:
+        done["read"] = {"before": reads.as_dict(), "after": _read_measure(prep, zpool, zfs, read_bytes).as_dict()}
+        _record_reads(conn, report.run_id, done["read"])
     if as_json:
-        print(json.dumps({"event": "done"} | report.as_dict()), flush=True)
+        print(json.dumps({"event": "done"} | done), flush=True)
     else:
         out_text(report_text(report))
+        if reads is not None:
+            from ..views.rebalance import reads_text
+
+            out_text(reads_text(done["read"]))
     if report.outcome == "interrupted" and sig.exit_code():
         raise typer.Exit(sig.exit_code())
+
+
+def _read_measure(prep, zpool, zfs, read_bytes: str):
+    from ..readspeed import measure_read
+    from ..units import parse_size
+
+    return measure_read([os.fsdecode(t.root) for t in prep.targets], zpool, zfs, budget=parse_size(read_bytes))
+
+
+def _record_reads(conn, run_id: int, reads: dict) -> None:
+    """The run's record gets the readings (rebal runs shows them)."""
+    from .. import state
+
+    row = state.run_row(conn, run_id)
+    details = json.loads(row["details"] or "{}") if row else {}
+    state.set_details(conn, run_id, details | {"read": reads})
 
 
 @app.command()

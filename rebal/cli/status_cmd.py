@@ -72,13 +72,28 @@ def where(
     sample: Annotated[int, typer.Option(min=1, help="Measure at most this many files (a random sample) of a big tree.")] = 2000,
     seed: Annotated[int, typer.Option(help="Seed of the sample.")] = 0,
     time_limit: Annotated[float, typer.Option("--time-limit", min=1, help="Stop measuring after this many seconds.")] = 60.0,
+    read: Annotated[bool, typer.Option("--read", help="Read a sample of the files and say which vdevs served the reads, and how fast (zpool iostat per second).")] = False,
+    read_bytes: Annotated[str, typer.Option("--read-bytes", metavar="SIZE", help="With --read: read about this much.")] = "1G",
     as_json: JsonOpt = False,
 ) -> None:
     """Where data lives: the share of the paths' allocated bytes on each data vdev, read from the
-    block pointers with zdb (a sample of a big tree, with a 95% interval)."""
+    block pointers with zdb (a sample of a big tree, with a 95% interval). --read: the share of the
+    reads each vdev serves, and the throughput, measured while reading a sample."""
     from ..where import where as measure
     from ..zfs.cli import Zfs, Zpool
 
+    if read:
+        from ..readspeed import measure_read
+        from ..units import parse_size
+
+        got = measure_read(paths, Zpool(), Zfs(), budget=parse_size(read_bytes), seed=seed)
+        if as_json:
+            out_json(got.as_dict())
+        else:
+            from ..views.where import read_text
+
+            out_text(read_text(got))
+        return
     rep = measure(paths, Zpool(), Zfs(), sample=sample, seed=seed, time_limit=time_limit)
     if as_json:
         out_json(rep.as_dict())

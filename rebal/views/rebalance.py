@@ -177,7 +177,25 @@ def runs_text(runs: list[dict]) -> str:
             outcome += f" (in {d['parts']} parts: {d.get('continued', 'continued')})"
         rows.append((str(r["id"]), r["kind"], r["job"] or r["pool"] or "", r["started"][5:16].replace("T", " "),
                      _figure(d.get("files"), str), _figure(d.get("bytes"), human), spread, outcome))
-    return lines(table(rows, right={0, 4, 5}))
+    out = table(rows, right={0, 4, 5})
+    for r in runs:
+        if r["details"].get("read"):
+            out += [f"run {r['id']}: {line}" for line in reads_text(r["details"]["read"]).splitlines()]
+    return lines(out)
+
+
+def reads_text(read: dict) -> str:
+    """A rebalance's readings before and after (--measure-read): each vdev's share of the bytes the
+    disks read, the throughput, and how much came from the disks rather than the ARC."""
+    out = []
+    for when in ("before", "after"):
+        m = read.get(when)
+        if not m:
+            continue
+        shares = ", ".join(f"{v['name']} {100 * v['share_bytes']:.0f}%" for v in m["vdevs"])
+        out.append(f"reads {when}: {shares}; {human(m['throughput_bytes_per_second'])}/s, "
+                   f"{100 * m['from_disk']:.0f}% from the disks")
+    return "\n".join(out) + "\n"
 
 
 def _figure(v, fmt) -> str:

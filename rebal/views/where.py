@@ -20,3 +20,17 @@ def where_text(rep) -> str:
     out += [f"note: {n}" for n in rep.notes]
     out.append(f"({rep.seconds:.1f} s)")
     return "\n".join(out) + "\n"
+
+
+def read_text(res) -> str:
+    d = res.as_dict()
+    out = [f"{', '.join(res.paths)} (pool {res.pool}): {res.files_read} file(s), {human(res.bytes_read)} read in "
+           f"{res.seconds:.1f} s ({human(res.throughput)}/s); {human(res.disk_bytes)} of it from the data vdevs "
+           f"({100 * d['from_disk']:.0f}%)"]
+    rows = [("VDEV", "READ", "SHARE", "OPS", "SHARE", "")]
+    for v in res.vdevs:
+        rows.append((v["name"], human(v["bytes"]), f"{100 * v['share_bytes']:.1f}%", str(v["ops"]),
+                     f"{100 * v['share_ops']:.1f}%", fill.bar(100 * v["share_bytes"])))
+    out += table(rows, right={1, 2, 3, 4})
+    out += [f"note: {n}" for n in res.notes]
+    return "\n".join(out) + "\n"
