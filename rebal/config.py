@@ -81,12 +81,22 @@ class Rebalance(Model):
 
 
 @dataclass(kw_only=True)
+class Refresh(Model):
+    # directories or datasets the scheduled refresh works on (data written under old properties);
+    # verify, method, rate, snapshots and excludes come from [rebalance]
+    targets: list[str] = spec(factory=list)
+    max_bytes: str | None = spec(None, check=size_problem)  # rewrite at most this much a run
+
+
+@dataclass(kw_only=True)
 class Schedule(Model):
     fill: str | None = spec("*/15 * * * *", check_ctx=_cron_problem)
     health: str | None = spec("*/10 * * * *", check_ctx=_cron_problem)
     rebalance: str | None = spec(None, check_ctx=_cron_problem)
     rebalance_after: str | None = None  # a replication job: the rebalance runs right after its run lands
     rebalance_end: str | None = spec(None, pattern=HHMM, hint="give a time of day as HH:MM, like 06:30")
+    refresh: str | None = spec(None, check_ctx=_cron_problem)  # `rebal refresh` of [refresh].targets
+    refresh_end: str | None = spec(None, pattern=HHMM, hint="give a time of day as HH:MM, like 06:30")
     scrub: str | None = spec(None, check_ctx=_cron_problem)
     metrics: str | None = spec(None, check_ctx=_cron_problem)  # write metrics_file for node_exporter's textfile collector (e.g. "*/5 * * * *")
 
@@ -227,6 +237,7 @@ class Config(Model):
     metrics_file: str = "/var/lib/prometheus/node-exporter/rebal.prom"
     pools: list[str] = spec(factory=list, each=names.pool_problem)  # pools to watch; empty: every imported pool
     rebalance: Rebalance = spec(factory=Rebalance)
+    refresh: Refresh = spec(factory=Refresh)
     schedule: Schedule = spec(factory=Schedule)
     health: Health = spec(factory=Health)
     notify: Notify = spec(factory=Notify)

@@ -209,6 +209,18 @@ def _own_pins(prep) -> list[str]:
     return sorted({s["owner"][6:] for s in (prep.costs or {}).get("snapshots", []) if s["owner"].startswith("rebal:")})
 
 
+def refresh_job(cfg: Config, conn, zpool, zfs, stop: threading.Event) -> dict:
+    """`rebal refresh` of [refresh].targets (datasets or directories), with [rebalance]'s settings."""
+    from . import refresh
+
+    rf = cfg.refresh
+    if not rf.targets:
+        return {"skipped": "no [refresh] targets configured"}
+    paths = [t if t.startswith("/") else zfs.mountpoint(t) for t in rf.targets]
+    given = {"max_bytes": rf.max_bytes, "until": cfg.schedule.refresh_end}
+    return refresh.refresh(cfg, paths, zpool, zfs, conn, given=given, stop=stop)
+
+
 def rebalance_summary(conn) -> list[dict]:
     import json
 

@@ -23,7 +23,7 @@ class DropIn:
 
 
 def writable_paths(cfg, zfs) -> list[str]:
-    """The state directory, every rebalance target's directory (a dataset's mount point) and, where
+    """The state directory, every rebalance and refresh target's directory (a dataset's mount point) and, where
     the metrics schedule writes, the metrics file's directory ("-" before it: a unit still starts
     while it does not exist, e.g. before node_exporter is installed)."""
     from . import names
@@ -32,7 +32,7 @@ def writable_paths(cfg, zfs) -> list[str]:
     optional = []
     if cfg.schedule.metrics:
         optional.append(os.path.dirname(os.path.abspath(cfg.metrics_file)))
-    for spec in cfg.rebalance.targets:
+    for spec in [*cfg.rebalance.targets, *cfg.refresh.targets]:
         if spec.startswith("/"):
             paths.append(os.path.normpath(spec))
         else:
@@ -54,7 +54,7 @@ def drop_ins(cfg, zfs, unit_dir: str, source: str) -> list[DropIn]:
             raise UsageError(f"{p}: a path with spaces or quotes cannot go into ReadWritePaths as it is; "
                              "give the rebalance a target without them")
     text = (f"# Written by `rebal units` from {source}: the paths rebal writes (its state, the\n"
-            "# [rebalance] targets, the metrics file's directory). The unit's ProtectSystem=strict makes\n"
+            "# [rebalance] and [refresh] targets, the metrics file's directory). The unit's ProtectSystem=strict makes\n"
             "# everything else read-only.\n"
             "# Run `rebal units` again after changing the targets.\n"
             "[Service]\n"

@@ -19,7 +19,7 @@ from .errors import RebalError, UsageError
 from .notify import notify_outcome
 
 log = logging.getLogger(__name__)
-BUILTIN = ("fill", "health", "scrub", "rebalance", "metrics")
+BUILTIN = ("fill", "health", "scrub", "rebalance", "refresh", "metrics")
 GRACE = 600  # seconds a missed run may still start late
 
 
@@ -93,6 +93,16 @@ def run_one(cfg: Config, name: str, stop: threading.Event | None = None) -> str:
             res = jobs.record(conn, "scrub", lambda: jobs.scrub_job(cfg, conn, zpool))
         elif name == "metrics":
             res = jobs.record(conn, "metrics", lambda: jobs.metrics_job(cfg, conn, zpool))
+        elif name == "refresh":
+            res = jobs.record(conn, "refresh", lambda: jobs.refresh_job(cfg, conn, zpool, Zfs(), stop))
+            outcome = res.get("outcome", "ok")
+            if outcome in ("failed", "interrupted"):
+                jlog.error("%s: %s", outcome, res.get("reason"))
+                notify_outcome(cfg.notify, conn, "job:refresh", "failed", res.get("reason"))
+                return "failed"
+            jlog.info("%s: %s", outcome, res.get("reason") or res.get("skipped"))
+            notify_outcome(cfg.notify, conn, "job:refresh", "ok", None)
+            return "ok"
         elif name == "rebalance":
             res = jobs.rebalance_job(cfg, conn, zpool, Zfs(), stop, on_wait=jlog.info)
             outcome = res.get("outcome", "ok")

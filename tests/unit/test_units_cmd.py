@@ -51,3 +51,16 @@ def test_units_let_the_metrics_schedule_write_its_file(tmp_path):
     c.write_text(c.read_text().replace('metrics = "*/5 * * * *"', ""))
     rebal("units", "--dir", str(tmp_path / "units"), config=c)
     assert "/srv/prom" not in (tmp_path / "units" / "rebal-due.service.d" / "50-rebal-paths.conf").read_text()
+
+
+def test_units_let_the_scheduled_refresh_write_its_targets(tmp_path):
+    target, other = tmp_path / "data", tmp_path / "old"
+    target.mkdir()
+    other.mkdir()
+    c = tmp_path / "config.toml"
+    c.write_text(f'state_db = "{tmp_path / "state" / "state.db"}"\n[rebalance]\ntargets = ["{target}"]\n'
+                 f'[refresh]\ntargets = ["{other}"]\n[schedule]\nrefresh = "0 2 * * 6"\n')
+    rebal("units", "--dir", str(tmp_path / "units"), config=c)
+    text = (tmp_path / "units" / "rebal-due.service.d" / "50-rebal-paths.conf").read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("ReadWritePaths="))
+    assert sorted(line.split("=", 1)[1].split()) == sorted([str(tmp_path / "state"), str(target), str(other)]), line
