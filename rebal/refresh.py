@@ -119,7 +119,7 @@ def refresh(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, events=None
         opts = replace(opts, purpose="refresh", filters=replace(opts.filters, only=frozenset((d, i) for _p, d, i in files)))
         prep = prepare(opts, zpool, zfs, conn)
         one = {"method": prep.method, "files": len(files), "why": "block size" if method == "copy" else
-               "compression, checksum, copies or dedup", "planned_files": prep.plan.files, "planned_bytes": prep.plan.bytes}
+               "compression, checksum, copies, dedup or an old raidz ratio", "planned_files": prep.plan.files, "planned_bytes": prep.plan.bytes}
         if dry_run:
             out["passes"].append(one | {"notes": prep.notes, "warnings": prep.warnings})
             continue

@@ -124,6 +124,55 @@ class ProgressEvents:
             print(f"note: {text}", flush=True)
 
 
+class LineEvents:
+    """rebal refresh: a line on stderr per directory done and per note, and the measurement's progress
+    at most every few seconds (the block pointers of a big tree take a while to read)."""
+
+    def __init__(self, every: float = 5.0) -> None:
+        self.every, self.last = every, 0.0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    @staticmethod
+    def _line(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    def measuring(self, done: int, total: int) -> None:
+        import time
+
+        now = time.monotonic()
+        if done == total or now - self.last >= self.every:
+            self.last = now
+            self._line(f"block pointers read: {done} of {total} file(s)")
+
+    def start(self, prep, total_files, total_bytes):
+        from ..units import human
+
+        self._line(f"rewriting {total_files} file(s), {human(total_bytes)}, by {prep.method}")
+
+    def file_done(self, ref, result):
+        pass
+
+    def dir_done(self, rep):
+        from ..units import human
+
+        if rep.files:
+            self._line(f"{os.fsdecode(rep.path)}: {rep.files} file(s), {human(rep.bytes)}")
+
+    def measured(self, spread):
+        pass
+
+    def progress(self, files, nbytes):
+        pass
+
+    def note(self, text):
+        self._line(f"note: {text}")
+
+
 class ByteBar:
     """A bytes/rate bar on a terminal's stderr for replicate and restore; nothing elsewhere.
     Use as a context manager; `update(n, total)` sets the bytes done and, where known, the total

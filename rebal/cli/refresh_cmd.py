@@ -55,20 +55,13 @@ def refresh(
     conn = open_state(cfg)
     given = {"max_bytes": max_bytes, "until": until, "max_rate": max_rate, "verify": verify, "method": method,
              "jobs": jobs, "exclude": exclude, "allow_snapshots": allow_snapshots, "max_growth": max_growth}
-    from contextlib import nullcontext
+    from .progress import JsonEvents, LineEvents
 
     with Signals() as sig:
-        if as_json:
-            from .progress import JsonEvents
-
-            events = JsonEvents()
-        else:
-            from ..rebalance.runstate import Events
-
-            events = Events()  # (notes to the log; the passes' figures come at the end)
-        with events if as_json else nullcontext():
+        events = JsonEvents() if as_json else LineEvents()
+        with events:
             rep = refresh_run.refresh(cfg, paths, zpool, zfs, conn, given=given, events=events, stop=sig.stop,
-                                      dry_run=dry_run)
+                                      dry_run=dry_run, progress=getattr(events, "measuring", None))
     if as_json:
         print(json.dumps({"event": "done"} | rep), flush=True)
     else:
