@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from .oldblocks import REWRITE_APPLIES, Measured, measure, predict_compression, total
 from .process.command import run
+from .units import parse_size
 
 REASONS = (*REWRITE_APPLIES, "recordsize")
 TOP_DIRS = 20
@@ -111,11 +112,19 @@ def refresh(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, events=None
         out["outcome"], out["reason"] = "ok", "nothing was written under old properties"
         return out
     used_before = usage(datasets)
+    budget = parse_size(given["max_bytes"]) if given.get("max_bytes") else None
     for method, files in todo.items():
         if not files or (stop is not None and stop.is_set()):
             continue
-        opts = options_from(cfg, paths, **(given | {"method": "copy" if method == "copy" else given.get("method")}),
-                            rewrite_all=True, listing=not dry_run)
+        if budget is not None and budget <= 0:
+            out["passes"].append({"method": method, "files": len(files), "outcome": "incomplete",
+                                  "reason": "--max-bytes reached before this pass", "rewritten_files": 0,
+                                  "rewritten_bytes": 0, "why": "left for the next run", "run_id": None})
+            continue
+        this = given | {"method": "copy" if method == "copy" else given.get("method")}
+        if budget is not None:
+            this["max_bytes"] = str(budget)  # (the run's limit, shared by both passes)
+        opts = options_from(cfg, paths, **this, rewrite_all=True, listing=not dry_run)
         opts = replace(opts, purpose="refresh", filters=replace(opts.filters, only=frozenset((d, i) for _p, d, i in files)))
         prep = prepare(opts, zpool, zfs, conn)
         one = {"method": prep.method, "files": len(files), "why": "block size" if method == "copy" else
@@ -128,6 +137,11 @@ def refresh(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, events=None
         rep = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, events, stop)
         out["passes"].append(one | {"run_id": rep.run_id, "outcome": rep.outcome, "reason": rep.reason,
                                     "rewritten_files": rep.files, "rewritten_bytes": rep.bytes})
+        if budget is not None:
+            budget -= rep.bytes
+    if stop is not None and stop.is_set():  # not measured again: asked to stop
+        out["outcome"], out["reason"] = "interrupted", "stopped by a signal; the next refresh continues"
+        return out
     if dry_run:
         out["outcome"] = "ok"
         out["reason"] = f"would rewrite {sum(len(f) for f in todo.values())} file(s) in {len(out['passes'])} pass(es)"

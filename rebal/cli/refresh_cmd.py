@@ -68,5 +68,7 @@ def refresh(
         from ..views.refresh import report_text
 
         out_text(report_text(rep))
-    if rep["outcome"] not in ("ok",) and sig.exit_code():
+    if rep["outcome"] == "interrupted" and sig.exit_code():
         raise typer.Exit(sig.exit_code())
+    if rep["outcome"] == "failed":
+        raise typer.Exit(1)

@@ -54,8 +54,9 @@ def report_text(r: dict) -> str:
             out.append(f"would rewrite {p['files']} file(s) by {p['method']} ({p['why']})")
             out += [f"  warning: {w}" for w in p.get("warnings", [])] + [f"  note: {n}" for n in p.get("notes", [])]
         else:
+            run = f" (run {p['run_id']})" if p.get("run_id") is not None else f" ({p.get('reason')})"
             out.append(f"{p['method']}: {p['rewritten_files']} file(s), {human(p['rewritten_bytes'])} rewritten "
-                       f"({p['why']}): {p['outcome']} (run {p['run_id']})")
+                       f"({p['why']}): {p['outcome']}{run}")
     for ds, u in sorted(r.get("usage", {}).items()):
         b, a = u["before"], u["after"]
         out.append(f"{ds}: used {human(b['used'])} -> {human(a['used'])}, compressratio {b['compressratio']} -> "

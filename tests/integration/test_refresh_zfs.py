@@ -47,3 +47,40 @@ def test_the_scheduled_refresh_runs_from_the_config_and_then_finds_nothing(make_
     r2 = rebal("run", "refresh", config=cfg)
     assert "nothing was written under old properties" in r2.stderr, r2.stderr
     assert manifest(root) == before
+
+
+def test_two_passes_share_one_max_bytes_and_the_next_run_finishes(make_pool, tmp_path):
+    """Files old only in compression (one block each) and a file whose block size must change: two
+    passes (a rewrite, where zfs-fuse copies, then a copy). --max-bytes bounds the run, not each pass:
+    what the first pass used is gone for the second, which leaves the big file for the next run."""
+    import json
+    import os
+
+    from conftest import rebal
+    from fsenv import manifest
+    from refreshscenarios import text_like
+    from zfsenv import sh, write_cfg
+
+    pool = make_pool([[]], size="256M")
+    ds = f"{pool.name}/mixed"
+    sh("zfs", "create", "-o", "compression=off", "-o", "recordsize=128K", ds)
+    root = pool.mountpoint / "mixed"
+    (root / "small").mkdir()
+    for i in range(3):
+        with open(root / "small" / f"s{i}.txt", "wb") as f:
+            f.write((b"row %d of a small table\n" % i) * 800)  # about 19 KiB: one block
+    text_like(root / "big.log", 1)  # 1 MiB in 8 blocks of 128K
+    os.sync()
+    sh("zfs", "set", "compression=gzip", ds)
+    sh("zfs", "set", "recordsize=32K", ds)
+    before = manifest(root)
+    cfg = write_cfg(tmp_path)
+    first = json.loads(rebal("refresh", str(root), "--max-bytes", "100K", "--json", config=cfg).stdout.splitlines()[-1])
+    passes = {p["why"]: p for p in first["passes"]}
+    assert passes["block size"]["rewritten_files"] == 0, first  # the budget went to the first pass
+    assert sum(p["rewritten_files"] for p in first["passes"]) == 3 and first["old_bytes_after"] > 0, first
+    second = json.loads(rebal("refresh", str(root), "--json", config=cfg).stdout.splitlines()[-1])
+    assert [(p["why"], p["rewritten_files"]) for p in second["passes"]] == [("block size", 1)], second
+    assert second["old_share_after"] == 0.0
+    third = json.loads(rebal("refresh", str(root), "--json", config=cfg).stdout.splitlines()[-1])
+    assert third["passes"] == [] and manifest(root) == before
