@@ -292,6 +292,10 @@ def _rsync(policy: Policy, argv: list[str]) -> None:
 
 
 def _send_mode(policy: Policy, argv: list[str]) -> None:
+    if argv[:2] == ["zpool", "sync"]:  # before `written@` is read: what a second old write made counts only once synced
+        if argv[2:] != [policy.root.split("/")[0]]:
+            raise Refused(f"zpool sync: only of {policy.root.split('/')[0]}, the pool of {policy.root}")
+        return None
     if argv[0] != "zfs" or len(argv) < 2:
         raise Refused(f"{argv[0]}: not a command this key may run")
     sub, args = argv[1], argv[2:]

@@ -251,3 +251,10 @@ def test_a_pull_job_may_ask_what_was_written_since_its_bases():
     assert check(Policy("send", "tank/data"), shlex.join(argv)) == [argv]
     with pytest.raises(Refused):
         check(Policy("send", "tank/data"), shlex.join(query("tank/other", True, {"x": Snap("s", 1, 1)})))
+    # the pool synced first (a write a second old counts in written@ only once synced): that pool only
+    assert check(Policy("send", "tank/data"), "zpool sync tank") == [["zpool", "sync", "tank"]]
+    for bad in ("zpool sync", "zpool sync other", "zpool sync tank other", "zpool scrub tank", "zpool sync -f tank"):
+        with pytest.raises(Refused):
+            check(Policy("send", "tank/data"), bad)
+    with pytest.raises(Refused):
+        check(RECV, "zpool sync bk")  # a receiving key has no use for it
