@@ -53,6 +53,8 @@ def rebal_run(cfg: Path, target: str, jobs: int | None, env: dict | None = None,
 LOOP = 'while IFS= read -r f; do cp -a "$f" "$f.tmp" && cmp -s "$f" "$f.tmp" && rm "$f" && mv "$f.tmp" "$f"; done'
 # the copies stay until the pool has committed them (as rebal's do); removed after the clock stops
 RAW = 'while IFS= read -r f; do cat "$f" > "$f.raw" && sync "$f.raw"; done'
+# the same, then the copy read back once: what a copy that is checked against its source reads
+RAW_READBACK = 'while IFS= read -r f; do cat "$f" > "$f.raw" && sync "$f.raw" && cat "$f.raw" > /dev/null; done'
 # issue 14's small-file baseline: a raw copy of each file (no fsync, no verify, no metadata), timed
 # to the pool's commit like the others; the copies are removed after the clock stops
 SMALL_RAW = 'while IFS= read -r f; do cat "$f" > "$f.copy"; done'
@@ -128,8 +130,13 @@ def main() -> None:
         # the same with --verify size: what reading each copy back for its hash costs (issue 38)
         rz = rebal_run(cfg, f"{pool}/large", a.jobs, verify="size")
         r1j = rebal_run(cfg, f"{pool}/large", 1)  # one file at a time, as the raw copy goes
+        rn = rebal_run(cfg, f"{pool}/large", a.jobs, verify="none")  # no check at all: the copy's own cost
         large_files = sorted(large_root.glob("big*.bin"))
         raw = shell_loop(RAW, large_files, pool)
+        for f in large_files:
+            os.unlink(f"{f}.raw")
+        commit(pool)
+        rawrb = shell_loop(RAW_READBACK, large_files, pool)
         for f in large_files:
             os.unlink(f"{f}.raw")
         mb = a.large * a.large_mib * 2**20 / 1e6
@@ -147,7 +154,9 @@ def main() -> None:
         print(f"{'large  rebal (size verify)':34} {rz['files']:7d} {rz['wall']:8.1f} {'':9} {rz['bytes'] / 1e6 / rz['wall']:8.1f}")
         print(f"{'large  rebal (hash verify, 1 job)':34} {r1j['files']:7d} {r1j['wall']:8.1f} {'':9} "
               f"{r1j['bytes'] / 1e6 / r1j['wall']:8.1f}")
+        print(f"{'large  rebal (no verify)':34} {rn['files']:7d} {rn['wall']:8.1f} {'':9} {rn['bytes'] / 1e6 / rn['wall']:8.1f}")
         print(f"{'large  raw copy (cat f > g; sync)':34} {len(large_files):7d} {raw:8.1f} {'':9} {raw_mbs:8.1f}")
+        print(f"{'large  raw copy, then g read back':34} {len(large_files):7d} {rawrb:8.1f} {'':9} {mb / rawrb:8.1f}")
         print()
         r1 = rebal_fps / base_fps
         r2 = rebal_mbs / raw_mbs
@@ -156,13 +165,17 @@ def main() -> None:
         print(f"small files: rebal / raw copy = {r3:.2f}x files/s (goal >= 1.5x: {'met' if r3 >= 1.5 else 'NOT met'})")
         print(f"small files: one barrier per batch / rebal's default here = {batch_fps / rebal_fps:.2f}x files/s")
         print(f"large files: rebal / raw copy = {r2:.2f}x MB/s (goal >= 1.2x: {'met' if r2 >= 1.2 else 'NOT met'}); "
-              f"with --verify size {rz['bytes'] / 1e6 / rz['wall'] / raw_mbs:.2f}x, one job {r1j['bytes'] / 1e6 / r1j['wall'] / raw_mbs:.2f}x")
+              f"with --verify size {rz['bytes'] / 1e6 / rz['wall'] / raw_mbs:.2f}x, one job {r1j['bytes'] / 1e6 / r1j['wall'] / raw_mbs:.2f}x, "
+              f"no verify {rn['bytes'] / 1e6 / rn['wall'] / raw_mbs:.2f}x; hash verify against a raw copy read back once: "
+              f"{rebal_mbs / (mb / rawrb):.2f}x")
         print("bench-json " + json.dumps({"small_vs_loop": round(r1, 2), "small_vs_raw": round(r3, 2),
                                           "large_vs_raw": round(r2, 2), "small_fps": round(rebal_fps),
                                           "small_fps_batch_barrier": round(batch_fps),
                                           "large_mbs": round(rebal_mbs, 1),
                                           "large_size_verify_vs_raw": round(rz["bytes"] / 1e6 / rz["wall"] / raw_mbs, 2),
-                                          "large_one_job_vs_raw": round(r1j["bytes"] / 1e6 / r1j["wall"] / raw_mbs, 2)}))
+                                          "large_one_job_vs_raw": round(r1j["bytes"] / 1e6 / r1j["wall"] / raw_mbs, 2),
+                                          "large_no_verify_vs_raw": round(rn["bytes"] / 1e6 / rn["wall"] / raw_mbs, 2),
+                                          "large_vs_raw_readback": round(rebal_mbs / (mb / rawrb), 2)}))
         print(f"rebal jobs: {rs.get('jobs', 'default')}; wall time includes start-up, scan, journal and measurements")
     finally:
         for _ in range(50):
