@@ -188,9 +188,17 @@ def rebalance_job(cfg: Config, conn, zpool, zfs, stop: threading.Event, on_wait=
             ours = _own_pins(prep)
             if ours:  # a run of those jobs may be about to drop them (a verify's snapshot): wait for it, look again
                 jobs = ours + [r["job"] for r in (prep.costs or {}).get("replication", [])]  # all at once, in order
+                waited: list[str] = []
+
+                def told(text: str) -> None:
+                    waited.append(text)
+                    if on_wait:
+                        on_wait(text)
+
                 held.enter_context(Together(cfg.state_db, jobs, f"rebalance of pool {prep.pool.name}",
-                                            stop=stop, on_wait=on_wait))
-                prep = prepare(opts, zpool, zfs, conn)
+                                            stop=stop, on_wait=told))
+                if waited:  # (no run was under way: the snapshots stay, and the plan stands)
+                    prep = prepare(opts, zpool, zfs, conn)
             check_pinned(prep, opts)
         except RebalError as e:  # a refusal is a run that could not do its job: recorded as failed
             spec = rb.targets[0]

@@ -106,12 +106,11 @@ def _verify_at_a_fresh_snapshot(cfg: Config, j, ssh: Ssh, n, seed: int, conn):
     have left it). None when that run did not land (the report of the bookmark check stands)."""
     from dataclasses import replace
 
+    from ..locks import Together
     from . import local as L
     from .job import run_job
     from .policy import is_ours
     from .verify import verify_zfs
-
-    from ..locks import Together
 
     rs = j.retention_source
     keep = replace(j, retention_source=replace(rs, last=max(1, rs.last)))
