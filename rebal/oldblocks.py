@@ -1,4 +1,5 @@
-"""Which bytes were written under properties a dataset no longer has, measured from block pointers.
+"""Which bytes were written under properties a dataset no longer has, or at a raidz vdev's data:parity
+ratio from before its expansion, measured from block pointers.
 
 After `zfs set compression=zstd` (or checksum, copies, dedup, recordsize) only new writes follow. Each
 data block pointer says what it was written with (zfs/blocks.py); this compares every measured block
@@ -12,6 +13,9 @@ where a quick compression of its data (zlib, level 1) saves an eighth, so incomp
 rewritten again and again. The saving a refresh of compression buys is predicted by compressing a sample
 of the old blocks' data, block by block, with the new algorithm (zstd and lz4 by their programs, gzip
 by zlib), rounded to the pool's sector size as ZFS allocates it.
+
+A raidz block's allocated size says the width it was written at (vdev_raidz_asize): one stored wider
+than the vdev stores a block of its size now is at an old ratio, and a rewrite returns the difference.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .errors import UsageError
+from .errors import ToolMissing, UsageError
 from .process.command import PIPE, run, spawn
 from .where import BATCH, FileObj, collect, read_objects, stratify, zdb
 from .zfs.blocks import Block, ObjectBlocks, expected_checksum, expected_compression
@@ -199,7 +203,7 @@ def measure(paths: list[str], zpool, zfs, *, sample: int | None = 2000, seed: in
     t0 = time.monotonic()
     pool, objs = collect(paths, zfs)
     if shutil.which("zdb") is None:
-        raise UsageError("zdb is not installed: it ships with zfsutils-linux (OpenZFS) and zfs-fuse")
+        raise ToolMissing("zdb is not installed: it ships with zfsutils-linux (OpenZFS) and zfs-fuse")
     zpool.settle(pool)  # the newest writes show in the block pointers once their transaction group is on disk
     notes: list[str] = []
     if sample is None or len(objs) <= sample:
