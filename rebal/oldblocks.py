@@ -30,7 +30,7 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .errors import ToolMissing, UsageError
+from .errors import RebalError, ToolMissing
 from .process.command import PIPE, run, spawn
 from .where import BATCH, FileObj, collect, read_objects, stratify, zdb
 from .zfs.blocks import Block, ObjectBlocks, expected_checksum, expected_compression
@@ -317,7 +317,7 @@ def _piped(argv: list[str], data: bytes) -> int:
     p = spawn(argv, stdin=PIPE, stdout=PIPE, new_session=False)
     out, _ = p.communicate(data, timeout=60)
     if p.returncode != 0:
-        raise UsageError(f"{argv[0]} failed (exit {p.returncode}) compressing a sample block")
+        raise RebalError(f"{argv[0]} failed (exit {p.returncode}) compressing a sample block")
     return len(out)
 
 
