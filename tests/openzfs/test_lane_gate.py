@@ -165,10 +165,12 @@ def test_unprivileged_push_and_pull_through_gates(make_pool, user):
         p2 = json.loads(rebal_as_user(home, cfg2, "replicate", "down", "--json").stdout)
         assert p2["outcome"] == "ok" and p2["datasets"][0]["kind"] == "incremental", p2
         assert p2["datasets"][0]["base_bookmark"], p2
+        # nothing new (and no file read since: reading would write atimes): through the gate (zpool sync
+        # of its pool, then written#) the dataset sits the run out
+        p3 = json.loads(rebal_as_user(home, cfg2, "replicate", "down", "--json").stdout)
+        assert p3["outcome"] == "ok" and p3["datasets"][0]["kind"] == "unchanged" and p3["snapshot"] == "", (
+            p3["datasets"], p3["notes"])
         assert not [s for s in snaps(f"{src.name}/data") if s.startswith("rebal-down-")], "the source keeps none"
         assert manifest(root) == manifest(backup_root(f"{dst.name}/pull/data"))
-        # nothing new: through the gate (zpool sync of its pool, then written#) the dataset sits the run out
-        p3 = json.loads(rebal_as_user(home, cfg2, "replicate", "down", "--json").stdout)
-        assert p3["outcome"] == "ok" and p3["datasets"][0]["kind"] == "unchanged" and p3["snapshot"] == "", p3
     finally:
         host.stop()
