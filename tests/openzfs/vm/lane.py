@@ -107,6 +107,9 @@ def run_guest_tests(args, work: Path) -> tuple[int, dict]:
         r = subprocess.run(g._ssh_argv(" ".join(pytest) + " 2>&1"), stdout=subprocess.PIPE, text=True,
                            timeout=3600)
         sys.stdout.write(r.stdout)
+        figures = g.ssh("cat /var/tmp/lane-figures.jsonl", check=False).stdout  # the tests' measured figures
+        for line in figures.splitlines():
+            print(f"lane figure: {line}", flush=True)
         print(f"lane: guest tests took {time.monotonic() - t0:.0f} s", flush=True)
         rc = r.returncode
         if args.bench and not args.k:
