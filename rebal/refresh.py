@@ -97,13 +97,33 @@ def passes(m: Measured) -> dict[str, list[tuple]]:
     return out
 
 
+def leave_out(m: Measured, filters) -> Measured:
+    """The measurement without the files the excludes leave alone (a glob on a directory: all below it)."""
+    if not filters.exclude:
+        return m
+    roots = [os.fsencode(p).rstrip(b"/") for p in m.paths]
+
+    def out(path: bytes) -> bool:
+        root = next((r for r in roots if path.startswith(r + b"/")), None)
+        if root is None:
+            return False
+        parts = path[len(root) + 1:].split(b"/")
+        return any(filters.excluded(b"/".join(parts[:i + 1])) for i in range(len(parts)))
+
+    kept = [row for row in m.sampled if not out(row[0].path)]
+    m.files -= len(m.sampled) - len(kept)
+    m.sampled = kept
+    return m
+
+
 def refresh(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, events=None, stop=None,
             dry_run: bool = False, progress=None) -> dict:
     """Measure every file, rewrite the old ones (rewrite pass, then copy pass), measure again."""
     from .rebalance import engine
     from .rebalance.prepare import check_pinned, check_writable, options_from, prepare
 
-    before_m = measure(paths, zpool, zfs, sample=None, progress=progress)
+    filters = options_from(cfg, paths, **given).filters  # (the run's excludes: out of the count as of the run)
+    before_m = leave_out(measure(paths, zpool, zfs, sample=None, progress=progress), filters)
     todo = passes(before_m)
     datasets = sorted(before_m.wants)
     out = {"pool": before_m.pool, "paths": before_m.paths, "files": before_m.files, "dry_run": dry_run,
@@ -146,7 +166,7 @@ def refresh(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, events=None
         out["outcome"] = "ok"
         out["reason"] = f"would rewrite {sum(len(f) for f in todo.values())} file(s) in {len(out['passes'])} pass(es)"
         return out
-    after_m = measure(paths, zpool, zfs, sample=None)
+    after_m = leave_out(measure(paths, zpool, zfs, sample=None), filters)
     used_after = usage(datasets)
     left = summary(after_m)
     eligible = sum(d["old_bytes"] for d in out["before"]["datasets"])

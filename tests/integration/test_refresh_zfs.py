@@ -84,3 +84,28 @@ def test_two_passes_share_one_max_bytes_and_the_next_run_finishes(make_pool, tmp
     assert second["old_share_after"] == 0.0
     third = json.loads(rebal("refresh", str(root), "--json", config=cfg).stdout.splitlines()[-1])
     assert third["passes"] == [] and manifest(root) == before
+
+
+def test_excluded_files_are_neither_rewritten_nor_counted(make_pool, tmp_path):
+    import json
+    import os
+
+    from conftest import rebal
+    from refreshscenarios import text_like
+    from zfsenv import sh, write_cfg
+
+    pool = make_pool([[]], size="256M")
+    ds = f"{pool.name}/logs"
+    sh("zfs", "create", "-o", "compression=off", ds)
+    root = pool.mountpoint / "logs"
+    (root / "keep" / "deep").mkdir(parents=True)
+    text_like(root / "a.log", 1)
+    text_like(root / "keep" / "deep" / "b.log", 1)
+    os.sync()
+    sh("zfs", "set", "compression=gzip", ds)
+    ino = os.stat(root / "keep" / "deep" / "b.log").st_ino
+    cfg = write_cfg(tmp_path)
+    r = json.loads(rebal("refresh", str(root), "--exclude", "keep", "--json", config=cfg).stdout.splitlines()[-1])
+    assert r["outcome"] == "ok" and r["files"] == 1 and r["old_share_after"] == 0.0, r
+    assert sum(p["rewritten_files"] for p in r["passes"]) == 1
+    assert os.stat(root / "keep" / "deep" / "b.log").st_ino == ino  # left alone (a copy would be a new inode)
