@@ -1,7 +1,10 @@
 """After a RAIDZ expansion, on a real zfs-fuse pool with one raidz1 vdev. zfs-fuse cannot expand a
 raidz, so what `zpool status` says of the expansion is the recorded OpenZFS 2.4.4 text (rz-* fixtures)
 with this pool's name and a completion time this test chooses; the files, the scan and the copy are
-real. The expansion itself, and the free space it returns, are tested in the OpenZFS lane."""
+real. The block pointers say no expansion happened (measured: nothing at an old ratio), so the
+rewrite here follows the file-time estimate (`placement="model"`, as where zdb cannot run). The
+expansion itself, its measured old-ratio bytes and the free space a rewrite returns are tested in
+the OpenZFS lane."""
 
 import os
 import time
@@ -62,7 +65,13 @@ def test_plan_reports_the_reclaim_and_the_rewrite_takes_only_old_files(raidz, tm
     write(data / "d0" / "new-after-expansion", 200_000)  # ... and this one after it
     zpool = ExpandedZpool(pool, "rz-expanded_zpool-status-v.txt", ended)
     conn = state.connect(tmp_path / "s.db")
-    opts = Options(targets=[f"{pool.name}/data"], target_spread=10, method="copy")
+    # measured from the block pointers, the recorded expansion is seen for what it is here: this vdev
+    # was never expanded, no block is stored wider than it stores one now; the file-time estimate
+    # (what the plan falls back on where zdb cannot run) is kept beside it
+    seen = prepare(Options(targets=[f"{pool.name}/data"], target_spread=10, method="copy"), zpool, Zfs(), conn).reclaim
+    assert seen["how"].startswith("measured from the block pointers of 31 file(s)"), seen
+    assert (seen["old_ratio_files"], seen["reclaim_bytes"], seen["estimated"]["old_ratio_files"]) == (0, 0, 30), seen
+    opts = Options(targets=[f"{pool.name}/data"], target_spread=10, method="copy", placement="model")
     prep = prepare(opts, zpool, Zfs(), conn)
     rc = prep.reclaim
     assert prep.reclaim_only and rc["goal"] == "reclaim"
