@@ -13,6 +13,7 @@ import selectors
 import shlex
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 
@@ -41,6 +42,7 @@ _UNAVAILABLE = (
 _USAGE = ("invalid option", "unrecognized command", "usage:")
 
 CALLS = [0]  # commands `run` ran in this process, to their end (a replication reports how many a run took)
+_CALLS_LOCK = threading.Lock()  # (runs in several threads at once: parallel sends, listings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +100,8 @@ def run(
         return Result(argv, 0, "", "")
     if log.isEnabledFor(logging.DEBUG):
         log.debug("run: %s", line(argv))
-    CALLS[0] += 1
+    with _CALLS_LOCK:
+        CALLS[0] += 1
     if isinstance(input, str):
         input = os.fsencode(input)
     if stop is None and on_out is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass
 
 from .. import names
@@ -71,6 +72,7 @@ class Ssh:
         self._dir = tempfile.mkdtemp(prefix="rebal-ssh-") if multiplex else None
         self.commands = 0  # remote commands run (each a round trip): reported per run
         self.runs = 0  # of which through run() (the runner counts those as its own too)
+        self._count = threading.Lock()  # (parallel sends and listings count from several threads)
         self._master = None  # the master connection's process
         self._ready = False
         if self._dir:
@@ -122,7 +124,8 @@ class Ssh:
 
     def argv(self, *parts: list[str]) -> list[str]:
         """ssh command line running ``parts`` (piped) on the backup host."""
-        self.commands += 1
+        with self._count:
+            self.commands += 1
         self._wait_master()
         return ["ssh", *self.options(), "--", self.ep.host, remote_command(*parts)]
 
@@ -145,7 +148,8 @@ class Ssh:
 
     def run(self, *parts: list[str], readonly: bool = True, dry_run: bool = False, check: bool = True,
             timeout: float | None = 300, input: str | None = None) -> Result:
-        self.runs += 1
+        with self._count:
+            self.runs += 1
         try:
             res = run(self.argv(*parts), readonly=readonly, dry_run=dry_run, check=False, timeout=timeout, input=input)
         except CommandFailed as e:  # a timeout

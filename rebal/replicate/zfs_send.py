@@ -160,14 +160,19 @@ class ZfsReplicator(Capabilities):
     def _run_all(self) -> ZfsReport:
         t0 = time.monotonic()
         self.detect()
-        self.selection = select(self.job, self._run)
-        datasets = chosen = self.selection.included
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-list") as ex:
+            # the backup's datasets, snapshots and resume tokens in one round trip, while this side
+            # lists its own: the two do not wait on each other
+            there = ex.submit(self.remote.tree_tokens, self.job.target, self.resumable)
+            self.selection = select(self.job, self._run)
+            datasets = chosen = self.selection.included
+            here = self._may_skip() and datasets and L.local_tree(self.job.source, self.job.recursive, self._run,
+                                                                  bookmarks=True)
+            self.target_tree, tokens = there.result()
         self.report.excluded = [f"{c.dataset} ({c.why})" for c in self.selection.excluded]
         if not datasets:
             raise ReplicationError(f"no dataset under {self.job.source} is chosen by this job's rules: "
                                    + "; ".join(self.report.excluded[:5]))
-        # the backup's datasets, snapshots and resume tokens in one round trip
-        self.target_tree, tokens = self.remote.tree_tokens(self.job.target, self.resumable)
         if tokens:
             for ds in datasets:
                 if self.target_of(ds) in tokens:
@@ -175,7 +180,7 @@ class ZfsReplicator(Capabilities):
             self.target_tree, _ = self.remote.tree_tokens(self.job.target, False)  # what the resumes added
         self.report.phases["listing"] = round(time.monotonic() - t0, 3)
         t0 = time.monotonic()
-        datasets = self.skip_unchanged(datasets)
+        datasets = self.skip_unchanged(datasets, here or None)
         self.report.phases["unchanged"] = round(time.monotonic() - t0, 3)
         if not datasets:
             self.report.notes.append("nothing was written since the last run: no snapshot taken, nothing sent")
@@ -226,14 +231,20 @@ class ZfsReplicator(Capabilities):
     def source_of(self, target: str) -> str:
         return self.job.source + target[len(self.job.target):]
 
-    def skip_unchanged(self, datasets: list[str]) -> list[str]:
+    def _may_skip(self) -> bool:
+        """Whether datasets with nothing new may sit the run out (old ZFS: no written@ either)."""
+        return self.job.skip_unchanged and self.send.dry_run_size
+
+    def skip_unchanged(self, datasets: list[str], tree: dict | None = None) -> list[str]:
         """The datasets to snapshot and send this run: those with nothing written since their base
-        sit it out (unchanged.py), reported as such. Only where the ZFS can say (OpenZFS)."""
-        if not self.job.skip_unchanged or not self.send.dry_run_size:  # (old ZFS: no written@ either)
+        sit it out (unchanged.py), reported as such. Only where the ZFS can say (OpenZFS).
+        ``tree``: the source's snapshots and bookmarks, where already listed."""
+        if not self._may_skip():
             return datasets
         from .unchanged import find_unchanged
 
-        tree = L.local_tree(self.job.source, self.job.recursive, self._run, bookmarks=True)
+        if tree is None:
+            tree = L.local_tree(self.job.source, self.job.recursive, self._run, bookmarks=True)
         same, note = find_unchanged(self.job.source, self.job.recursive, datasets, tree, self.target_tree,
                                     self.target_of, self._run)
         if note:
