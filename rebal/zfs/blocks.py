@@ -14,9 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_OBJ_HEAD = re.compile(r"^\s+Object\s+lvl\s+iblk\s+dblk")
-_OBJ_ROW = re.compile(r"^\s+(\d+)\s+\d+\s+(\S+)\s+(\S+)\s+")
-_LINE = re.compile(r"^\s*([0-9a-f]+)\s+L(\d+)\s+(.*)$")
+from .placement import data_blocks
+
 _DVA = re.compile(r"DVA\[\d+\]=<(\d+):([0-9a-f]+):([0-9a-f]+)>")
 _KIND = re.compile(r"\[L\d+ [^\]]*\]\s+(.*)$")
 _SIZE = re.compile(r"size=([0-9a-f]+)L/([0-9a-f]+)P")
@@ -76,30 +75,15 @@ def parse_block(offset: int, text: str) -> Block | None:
 def parse_objects(text: str) -> dict[int, ObjectBlocks]:
     """`zdb -ddddd -bbbbbb DS OBJ...` -> object id -> its data blocks (L0)."""
     out: dict[int, ObjectBlocks] = {}
-    cur: ObjectBlocks | None = None
-    expect_row = in_blocks = False
-    for line in text.splitlines():
-        if _OBJ_HEAD.match(line):
-            expect_row, in_blocks, cur = True, False, None
+    for obj, dblk, offset, rest in data_blocks(text):
+        ob = out.setdefault(obj, ObjectBlocks(obj, size_of(dblk)))
+        if rest is None:
             continue
-        if expect_row:
-            m = _OBJ_ROW.match(line)
-            if m:
-                cur = out.setdefault(int(m.group(1)), ObjectBlocks(int(m.group(1)), size_of(m.group(3))))
-                expect_row = False
-            continue
-        if line.strip().startswith("Indirect blocks:"):
-            in_blocks = True
-            continue
-        if in_blocks and cur is not None:
-            m = _LINE.match(line)
-            if not m or m.group(2) != "0":
-                continue
-            b = parse_block(int(m.group(1), 16), m.group(3))
-            if b is not None:
-                cur.blocks.append(b)
-            elif "EMBEDDED" in m.group(3):
-                cur.embedded += 1
+        b = parse_block(offset, rest)
+        if b is not None:
+            ob.blocks.append(b)
+        elif "EMBEDDED" in rest:
+            ob.embedded += 1
     return out
 
 

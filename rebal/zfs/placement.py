@@ -9,24 +9,24 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 _OBJ_HEAD = re.compile(r"^\s+Object\s+lvl\s+iblk")
-# the row under the header: object id first (OpenZFS adds a dnsize column that zfs-fuse lacks)
-_OBJ_ROW = re.compile(r"^\s+(\d+)\s+\d+\s+\S+\s+\S+\s+\S+")
-_BLOCK = re.compile(r"^\s*[0-9a-f]+\s+L(\d+)\s+(.*)$")
+# the row under the header: object id and its dblk (OpenZFS adds a dnsize column that zfs-fuse lacks)
+_OBJ_ROW = re.compile(r"^\s+(\d+)\s+\d+\s+\S+\s+(\S+)\s+\S+")
+_BLOCK = re.compile(r"^\s*([0-9a-f]+)\s+L(\d+)\s+(.*)$")
 _DVA = re.compile(r"(?<![\w:])(\d+):([0-9a-f]+):([0-9a-f]+)(?![\w:])")
 _CHILD = re.compile(r"^(\s*)children\[(\d+)\]:\s*$")
 _KV = re.compile(r"^\s*(\w+):\s*'?(.*?)'?\s*$")
 
 
-def parse_objects(text: str) -> dict[int, Counter]:
-    """`zdb -ddddd DS OBJ...` -> object id -> Counter(top-level vdev id -> allocated bytes of its
-    data blocks, L0, every copy). A file whose data is embedded in its block pointer has none."""
-    out: dict[int, Counter] = {}
-    cur: int | None = None
-    expect_row = False
-    in_blocks = False
+def data_blocks(text: str) -> Iterator[tuple[int, str, int | None, str | None]]:
+    """The objects of `zdb -ddddd DS OBJ...` (with -bbbbbb or not) and their data blocks: (object id,
+    its dblk as zdb prints it, None, None) once per object, then (id, dblk, offset, the rest of the
+    line) for each L0 line (indirect blocks are metadata, not the file's data)."""
+    cur: tuple[int, str] | None = None
+    expect_row = in_blocks = False
     for line in text.splitlines():
         if _OBJ_HEAD.match(line):
             expect_row, in_blocks, cur = True, False, None
@@ -34,27 +34,32 @@ def parse_objects(text: str) -> dict[int, Counter]:
         if expect_row:
             m = _OBJ_ROW.match(line)
             if m:
-                cur = int(m.group(1))
-                out.setdefault(cur, Counter())
+                cur = (int(m.group(1)), m.group(2))
                 expect_row = False
+                yield cur[0], cur[1], None, None
             continue
         if line.strip().startswith("Indirect blocks:"):
             in_blocks = True
             continue
         if in_blocks and cur is not None:
             m = _BLOCK.match(line)
-            if not m:  # segment lines, blank lines
-                continue
-            if m.group(1) != "0":  # indirect blocks: metadata, not the file's data
-                continue
-            rest = m.group(2)
-            if "EMBEDDED" in rest or "HOLE" in rest.upper().split(" ")[0]:
-                continue
-            for tok in rest.split():
-                d = _DVA.fullmatch(tok)
-                if d is None:
-                    break  # the DVAs come first, then sizes, fill, birth, checksum
-                out[cur][int(d.group(1))] += int(d.group(3), 16)
+            if m and m.group(2) == "0":  # (segment lines, blank lines: no match)
+                yield cur[0], cur[1], int(m.group(1), 16), m.group(3)
+
+
+def parse_objects(text: str) -> dict[int, Counter]:
+    """`zdb -ddddd DS OBJ...` -> object id -> Counter(top-level vdev id -> allocated bytes of its
+    data blocks, L0, every copy). A file whose data is embedded in its block pointer has none."""
+    out: dict[int, Counter] = {}
+    for obj, _dblk, _offset, rest in data_blocks(text):
+        c = out.setdefault(obj, Counter())
+        if rest is None or "EMBEDDED" in rest or "HOLE" in rest.upper().split(" ")[0]:
+            continue
+        for tok in rest.split():
+            d = _DVA.fullmatch(tok)
+            if d is None:
+                break  # the DVAs come first, then sizes, fill, birth, checksum
+            c[int(d.group(1))] += int(d.group(3), 16)
     return out
 
 
