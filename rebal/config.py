@@ -192,6 +192,9 @@ class Replicate(Model):
     snapshot_target: bool = False
     schedule: str | None = spec(None, check_ctx=_cron_problem)
     parallel: int = spec(0, ge=0, le=32)  # datasets sent at once; 0: twice the cores, at most 8
+    # a run with nothing to send trusts rebal's record of what landed instead of listing the backup
+    # host, for this many seconds after a run that listed it (0: every run lists it)
+    backup_check_every: int = spec(3600, ge=0, le=7 * 86400)
     keepalive: int = spec(10, ge=1, le=600)  # seconds between ssh keepalives; 3 missed = link down
     retention_source: Retention = spec(factory=lambda: replace(SOURCE_RETENTION))
     retention_target: Retention = spec(factory=Retention)

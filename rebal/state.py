@@ -476,7 +476,7 @@ class Cache:
     def __init__(self, conn: sqlite3.Connection, max_age: float = 86400.0) -> None:
         self.conn, self.max_age = conn, max_age
 
-    def get(self, key: str) -> str | None:
+    def get(self, key: str, max_age: float | None = None) -> str | None:
         row = self.conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
         if row is None:
             return None
@@ -484,7 +484,7 @@ class Cache:
             d = json.loads(row[0])
         except ValueError:
             return None
-        return d.get("v") if time.time() - d.get("t", 0) <= self.max_age else None
+        return d.get("v") if time.time() - d.get("t", 0) <= (self.max_age if max_age is None else max_age) else None
 
     def set(self, key: str, value: str) -> None:
         with atomic(self.conn):

@@ -65,7 +65,8 @@ def replicator(j: Replicate, ssh: Ssh, every: bool = False, **kw):
                   buckets(j.retention_source), buckets(j.retention_target), pull=j.direction == "pull",
                   stream_compress_level=j.stream_compress_level, mbuffer_size=j.mbuffer_size,
                   exclude=tuple(j.exclude), include=tuple(j.include), by_property=j.by_property,
-                  parallel=j.parallel or default_parallel(), skip_unchanged=not every)
+                  parallel=j.parallel or default_parallel(), skip_unchanged=not every,
+                  backup_check_every=j.backup_check_every)
         return ZfsReplicator(job, ssh, **kw)
     kw.pop("force_rollback", None)
     job = RsyncJob(j.name, j.source, j.target, j.recursive, f"{max(1, parse_size(j.bwlimit) // 1024)}K" if j.bwlimit else None,
@@ -138,7 +139,8 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
                     raise HookFailed(f"{problem}; no snapshot was taken, nothing was sent")
             with connect(j) as ssh:
                 # a bar's total needs zfs send -nP per stream: asked only when someone watches a bar
-                extra = {"cache": state.Cache(conn), "estimates": progress is not None} if j.mode == "zfs" else {}
+                extra = {"cache": state.Cache(conn), "estimates": progress is not None,
+                         "landed": {d: s for d, (s, _) in state.replica_points(conn, name).items()}} if j.mode == "zfs" else {}
                 r = replicator(j, ssh, every, force_rollback=force_rollback, stop=stop, progress=progress_and_record, **extra)
                 rep = r.run()
             details |= asdict(rep)

@@ -25,6 +25,7 @@ from ..process.command import CALLS, run
 from ..process.pipeline import pump
 from ..throttle import Throttle
 from . import local as L
+from . import targets as T
 from .capabilities import Capabilities
 from .policy import (
     Buckets,
@@ -115,12 +116,14 @@ class Job:
     include: tuple[str, ...] = ()
     by_property: bool = False
     skip_unchanged: bool = True  # a dataset with nothing written since its base sits the run out
+    backup_check_every: int = 3600  # seconds a run with nothing to send may go without listing the backup
 
 
 class ZfsReplicator(Capabilities):
     def __init__(self, job: Job, ssh: Ssh | Here, *, local=None, runner=run, force_rollback: bool = False,
                  dry_run: bool = False, stop: threading.Event | None = None, progress=None,
-                 clock=lambda: datetime.now(timezone.utc), cache=None, estimates: bool = True) -> None:
+                 clock=lambda: datetime.now(timezone.utc), cache=None, estimates: bool = True,
+                 landed: dict[str, str] | None = None) -> None:
         names.dataset(job.source)
         names.dataset(job.target)
         self.job, self.ssh = job, ssh
@@ -135,6 +138,7 @@ class ZfsReplicator(Capabilities):
         self.gate: dict | None = None  # what a gate on the other end allows (None: no gate)
         self.cache = cache  # state.Cache: the other end's usage text, kept a day (one round trip less)
         self.usage_key = ""
+        self.landed = landed or {}  # dataset -> the snapshot that landed on the backup, as recorded
         self.force_rollback, self.dry_run = force_rollback, dry_run
         self.stop = stop or threading.Event()
         self.progress = progress
@@ -160,15 +164,34 @@ class ZfsReplicator(Capabilities):
     def _run_all(self) -> ZfsReport:
         t0 = time.monotonic()
         self.detect()
+        here = None
+        if self.landed and self._may_skip():  # rebal's record may make the backup's listing needless
+            from .unchanged import by_record
+
+            self.selection = select(self.job, self._run)
+            here = L.local_tree(self.job.source, self.job.recursive, self._run, bookmarks=True)
+            same = by_record(self, here)
+            if same is not None:
+                self.report.phases["listing"] = round(time.monotonic() - t0, 3)
+                self._unchanged(self.selection.included, same)
+                self.report.notes.append("nothing was written since the last run: no snapshot taken, nothing sent; "
+                                         "the backup host was not asked (rebal's record of what landed there, "
+                                         "listed within backup_check_every)")
+                return self.report
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-list") as ex:
             # the backup's datasets, snapshots and resume tokens in one round trip, while this side
             # lists its own: the two do not wait on each other
             there = ex.submit(self.remote.tree_tokens, self.job.target, self.resumable)
-            self.selection = select(self.job, self._run)
+            if here is None:
+                self.selection = select(self.job, self._run)
+                here = self._may_skip() and self.selection.included and L.local_tree(
+                    self.job.source, self.job.recursive, self._run, bookmarks=True)
             datasets = chosen = self.selection.included
-            here = self._may_skip() and datasets and L.local_tree(self.job.source, self.job.recursive, self._run,
-                                                                  bookmarks=True)
             self.target_tree, tokens = there.result()
+        if self.cache is not None:  # when the backup was seen last (unchanged.by_record)
+            from .unchanged import listed_key
+
+            self.cache.set(listed_key(self), "listed")
         self.report.excluded = [f"{c.dataset} ({c.why})" for c in self.selection.excluded]
         if not datasets:
             raise ReplicationError(f"no dataset under {self.job.source} is chosen by this job's rules: "
@@ -201,7 +224,7 @@ class ZfsReplicator(Capabilities):
         self.report.phases["snapshot"] = round(time.monotonic() - t0, 3)
         # the source's snapshots and bookmarks, new one included, in one call for the whole tree
         self.source_tree = L.local_tree(self.job.source, self.job.recursive, self._run, bookmarks=True)
-        self.orphans = self.find_orphans(chosen)
+        self.orphans = T.find_orphans(self, chosen)
         t0 = time.monotonic()
         levels: dict[int, list[str]] = {}
         for ds in datasets:
@@ -210,7 +233,7 @@ class ZfsReplicator(Capabilities):
             if self.stop.is_set():
                 break
             try:
-                self.make_parents(levels[depth])  # after their parents' level: on top of what was received
+                T.make_parents(self, levels[depth])  # after their parents' level: on top of what was received
             except RebalError as e:
                 self.report.datasets.extend(DatasetReport(d, self.target_of(d), "failed", error=str(e)) for d in levels[depth])
                 levels[depth] = []
@@ -249,64 +272,16 @@ class ZfsReplicator(Capabilities):
                                     self.target_of, self._run)
         if note:
             self.report.notes.append(note)
+        return self._unchanged(datasets, same)
+
+    def _unchanged(self, datasets: list[str], same: dict[str, Snap]) -> list[str]:
+        """Report the datasets in ``same`` (-> their base) as sitting the run out; the others remain."""
         for ds in datasets:
             if ds in same:
                 b = same[ds]
                 self.report.datasets.append(DatasetReport(ds, self.target_of(ds), "unchanged", base=b.name,
                                                           base_bookmark=b.bookmark, cursor="bookmark" if b.bookmark else "snapshot"))
         return [d for d in datasets if d not in same]
-
-    def find_orphans(self, datasets: list[str]) -> dict[str, list[Snap]]:
-        """Backups whose source dataset is gone (destroyed or renamed): kept, never destroyed."""
-        if not self.job.recursive:
-            return {}
-        have = set(datasets)
-        left_out = {c.dataset: c.why for c in self.selection.excluded}
-        out = {t: snaps for t, snaps in self.target_tree.items()
-               if t != self.job.target and self.source_of(t) not in have and t not in self.report.placeholders}
-        for t in sorted(out):
-            src = self.source_of(t)
-            if src in left_out:
-                if out[t]:  # (a placeholder parent has none: nothing to say)
-                    self.report.notes.append(f"{t}: its source {src} is left out now ({left_out[src]}); the backup "
-                                             "is kept as it is, no longer updated (rebal never destroys a backup dataset)")
-            else:
-                self.report.notes.append(f"{t}: its source {src} is gone; the backup is kept "
-                                         "(rebal never destroys a backup dataset)")
-        return out
-
-    def make_parents(self, datasets: list[str]) -> None:
-        """A dataset chosen under one that is left out (or under a source left out itself) needs a
-        parent on the target to be received into: made empty, once (a plain file system: the
-        children's mount points are made in it, so it is not read-only as its received parent is)."""
-        chosen = set(datasets)
-        for ds in datasets:
-            chain = []
-            p = ds
-            while p != self.job.source:
-                p = p.rsplit("/", 1)[0]
-                if p in chosen or self.target_of(p) in self.target_tree:
-                    break
-                chain.append(self.target_of(p))
-            for t in reversed(chain):
-                if t in self.report.placeholders:
-                    continue
-                self.report.placeholders.append(t)
-                self.report.notes.append(f"{t}: made on the target as an empty parent for the datasets chosen "
-                                         "under it; its own source is left out")
-                if self.dry_run:
-                    self.report.planned.append(f"zfs create -o readonly=off {t}")
-                else:
-                    self.remote.run(["zfs", "create", "-o", "readonly=off", t], readonly=False)
-                    self.target_tree[t] = []
-
-    def renamed_from(self, ds: str, src: list[Snap], snap: str) -> str | None:
-        """The orphaned backup that holds ``ds``'s older snapshots (same guid): ``ds`` was renamed."""
-        guids = {s.guid for s in src if s.name != snap and s.guid}
-        for t, tsnaps in sorted(self.orphans.items()):
-            if guids & {s.guid for s in tsnaps}:
-                return t
-        return None
 
     def resume(self, ds: str, token: str) -> None:
         target = self.target_of(ds)
@@ -350,7 +325,7 @@ class ZfsReplicator(Capabilities):
                 src = src + [to]
             tgt = self.target_tree.get(target)  # None: no such dataset on the backup host
             if tgt is None and self.target_tree:
-                was = self.renamed_from(ds, src, snap)
+                was = T.renamed_from(self, ds, src, snap)
                 if was is not None:
                     rep.kind = "renamed"
                     common = newest_common(src, self.orphans[was])

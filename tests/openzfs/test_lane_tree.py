@@ -21,32 +21,79 @@ pytestmark = pytest.mark.openzfs
 
 def test_round_trips_do_not_grow_with_unchanged_datasets(make_pool, backup_host, tmp_path):
     """A run with nothing new costs the same remote commands for 4 datasets as for 40, and takes no
-    snapshot; one changed dataset adds its one stream, whatever the size of the tree."""
+    snapshot; one changed dataset adds its one stream, whatever the size of the tree. Within
+    backup_check_every of a run that listed the backup, a run with nothing new asks the backup host
+    nothing at all (rebal's record of what landed); with 0, it lists the backup in one command."""
     src, dst = make_pool([[]], size="1G"), make_pool([[]], size="1G")
     counts = {}
     for n in (4, 40):
         kids = make_wide_tree(src.name, n, root=f"t{n}")
         (tmp_path / f"n{n}").mkdir()
-        cfg = cfg_for(tmp_path / f"n{n}", backup_host, name=f"t{n}", source=f"{src.name}/t{n}",
-                      target=f"{dst.name}/t{n}", recursive=True)
+        job = dict(name=f"t{n}", source=f"{src.name}/t{n}", target=f"{dst.name}/t{n}", recursive=True)
+        cfg = cfg_for(tmp_path / f"n{n}", backup_host, **job)
         full = rebal_json("replicate", f"t{n}", config=cfg)
         assert full["outcome"] == "ok" and len(full["datasets"]) == n + 1, full
         assert not [x for x in full["notes"] if "readonly=on" in x]  # received read-only: no set after
         idle = rebal_json("replicate", f"t{n}", config=cfg)
         assert idle["outcome"] == "ok" and idle["snapshot"] == "", idle
         assert {d["kind"] for d in idle["datasets"]} == {"unchanged"} and len(idle["datasets"]) == n + 1
+        assert [x for x in idle["notes"] if "backup host was not asked" in x], idle["notes"]
+        listed = rebal_json("replicate", f"t{n}", config=cfg_for(tmp_path / f"n{n}", backup_host,
+                                                                  backup_check_every=0, **job))
+        assert {d["kind"] for d in listed["datasets"]} == {"unchanged"} and listed["snapshot"] == "", listed
+        assert not [x for x in listed["notes"] if "backup host was not asked" in x], listed["notes"]
+        cfg = cfg_for(tmp_path / f"n{n}", backup_host, **job)
         touch(kids[1])
         one = rebal_json("replicate", f"t{n}", config=cfg)
         kinds = {d["source"]: d["kind"] for d in one["datasets"]}
         assert kinds.pop(kids[1]) == "incremental" and set(kinds.values()) == {"unchanged"}, one
         same(kids[1], f"{dst.name}/t{n}/{kids[1].rsplit('/', 1)[1]}")
-        counts[n] = (full["remote_commands"], idle["remote_commands"], one["remote_commands"],
-                     idle["local_commands"], one["local_commands"])
-    print("remote commands (full, no change, one changed) and local (no change, one changed):", counts)
-    assert counts[4][1] == counts[40][1] <= 2, counts  # listing the backup: one command (+ usage, kept a day)
-    assert counts[4][2] == counts[40][2] == counts[4][1] + 1, counts  # + the one stream
-    assert counts[4][3] == counts[40][3] and counts[4][4] == counts[40][4], counts  # local: constant too
+        counts[n] = (full["remote_commands"], idle["remote_commands"], listed["remote_commands"],
+                     one["remote_commands"], idle["local_commands"], listed["local_commands"], one["local_commands"])
+    print("remote commands (full, no change by the record, no change listed, one changed) and local "
+          "(no change by the record, listed, one changed):", counts)
+    assert counts[4][1] == counts[40][1] == 0, counts  # the record: no round trip at all
+    assert counts[4][2] == counts[40][2] <= 2, counts  # listing the backup: one command (+ usage, kept a day)
+    assert counts[4][3] == counts[40][3] == counts[4][2] + 1, counts  # + the one stream
+    assert counts[4][4:] == counts[40][4:], counts  # local: constant too
     assert counts[40][0] - counts[4][0] == 36, counts  # a full run: one stream per dataset, nothing else
+
+
+def test_the_record_is_trusted_only_while_the_source_says_nothing_moved(make_pool, backup_host, tmp_path):
+    """The record stands in for the backup's listing only where every dataset's newest point of the job
+    is the one that landed and nothing was written since: a snapshot left by a cut run, or a new
+    dataset, and the backup is listed again (and what it lacks is sent); a backup changed behind
+    rebal's back is found by the first run after backup_check_every."""
+    src, dst = make_pool([[]], size="1G"), make_pool([[]], size="1G")
+    kids = make_wide_tree(src.name, 3, root="r")
+    job = dict(name="r", source=f"{src.name}/r", target=f"{dst.name}/r", recursive=True)
+    cfg = cfg_for(tmp_path, backup_host, **job)
+    assert rebal_json("replicate", "r", config=cfg)["outcome"] == "ok"
+    # a run cut after its snapshot: a write, the job's snapshot of that dataset, nothing sent. The
+    # newest point is not the one that landed: the next run lists the backup and sends it
+    touch(kids[1])
+    sh("zfs", "snapshot", f"{kids[1]}@rebal-r-20260101T000000Z")
+    r = rebal_json("replicate", "r", config=cfg)
+    kinds = {d["source"]: d["kind"] for d in r["datasets"]}
+    assert not [x for x in r["notes"] if "not asked" in x] and r["remote_commands"] >= 2, r
+    assert kinds.pop(kids[1]) == "incremental" and set(kinds.values()) == {"unchanged"}, r
+    same(kids[1], f"{dst.name}/r/{kids[1].rsplit('/', 1)[1]}")
+    # a new dataset: no record for it, listed, sent in full
+    sh("zfs", "create", f"{src.name}/r/new")
+    r = rebal_json("replicate", "r", config=cfg)
+    kinds = {d["source"]: d["kind"] for d in r["datasets"]}
+    assert kinds[f"{src.name}/r/new"] == "full" and r["remote_commands"] >= 2, r
+    idle = rebal_json("replicate", "r", config=cfg)
+    assert idle["remote_commands"] == 0 and {d["kind"] for d in idle["datasets"]} == {"unchanged"}, idle
+    # the backup of one dataset destroyed behind rebal's back: within the window nothing is asked...
+    gone = f"{dst.name}/r/{kids[0].rsplit('/', 1)[1]}"
+    sh("zfs", "destroy", "-r", gone)
+    assert rebal_json("replicate", "r", config=cfg)["remote_commands"] == 0
+    # ...and the first run that lists the backup again finds it missing and sends it in full
+    r = rebal_json("replicate", "r", config=cfg_for(tmp_path, backup_host, backup_check_every=0, **job))
+    kinds = {d["source"]: d["kind"] for d in r["datasets"]}
+    assert r["outcome"] == "ok" and kinds[kids[0]] == "full", r
+    same(kids[0], gone)
 
 
 def test_sigkill_mid_run_resumes_every_partial_receive(make_pool, backup_host, tmp_path):

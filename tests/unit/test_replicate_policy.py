@@ -168,3 +168,21 @@ def test_host_key_failures_are_clear():
 def test_a_permission_denied_receive_names_the_zfs_allow_set():
     msg = P.explain_receive_error("cannot receive new filesystem stream: permission denied\n", "bk/x", None)
     assert "permission denied receiving into bk/x" in msg and "zfs allow -u USER receive,create,mount,readonly" in msg
+
+
+def test_the_record_gives_a_base_only_where_the_landed_snapshot_is_the_newest_point_of_the_job():
+    from rebal.replicate.unchanged import record_bases
+
+    s1, s2 = "rebal-j-20260101T000000Z", "rebal-j-20260102T000000Z"
+    tree = {
+        "p/a": [P.Snap(s1, 1, 10), P.Snap(s1, 1, 10, bookmark=True)],  # landed: the snapshot wins over its bookmark
+        "p/b": [P.Snap(s1, 2, 10, bookmark=True)],  # landed, only its bookmark left on the source
+        "p/c": [P.Snap(s1, 3, 10), P.Snap(s2, 4, 20)],  # a newer snapshot of the job (a run cut): no base
+        "p/d": [P.Snap(s1, 5, 10), P.Snap("hourly", 6, 30)],  # someone else's newer snapshot: still the base
+        "p/e": [P.Snap(s1, 7, 10)],  # no record
+        "p/f": [P.Snap("rebal-other-20260101T000000Z", 8, 10)],  # another job's only
+    }
+    landed = {"p/a": s1, "p/b": s1, "p/c": s1, "p/d": s1, "p/f": s1}
+    got = record_bases(list(tree), tree, landed, "j")
+    assert {d: (b.name, b.bookmark) for d, b in got.items()} == {
+        "p/a": (s1, False), "p/b": (s1, True), "p/d": (s1, False)}
