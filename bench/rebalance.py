@@ -90,7 +90,8 @@ def main() -> None:
     pool = f"rbbench{os.getpid()}"
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(parents=True)
-    vdev = max(2048, int(1.5 * (a.small * 34 / 1024 + a.large * a.large_mib)) // 2 + 512)
+    # the raw loops keep every copy beside its original until the clock stops: twice the large data
+    vdev = max(2048, int(1.5 * a.small * 34 / 1024 + 2.5 * a.large * a.large_mib) // 2 + 512)
     for d in ("d1", "d2"):
         sh("truncate", "-s", f"{vdev}M", str(base / d))
     sh("zpool", "create", "-f", "-m", str(base / "mnt"), pool, str(base / "d1"), str(base / "d2"))
