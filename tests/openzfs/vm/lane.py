@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -130,7 +131,8 @@ def run_bench(args, g: Guest) -> int:
     # sparse vdevs too little room on the guest's root: seen, the bench's pool was suspended
     g.ssh("rm -rf /var/tmp/lane-pytest /var/tmp/rebal-rwbench*", check=False, timeout=600)
     benches = {"rewrite": (f"bench/openzfs_rewrite.py --files {args.bench_files}", 7200),
-               "tree": (f"bench/replicate_tree.py --sizes {args.tree_sizes} --depths {args.tree_depths}", 14400)}
+               "tree": (f"bench/replicate_tree.py --sizes {shlex.quote(args.tree_sizes)} "
+                        f"--depths {shlex.quote(args.tree_depths)} --tools {shlex.quote(args.tree_tools)}", 14400)}
     for name, (command, limit) in benches.items():
         for i in range(args.bench_runs if name in args.benches else 0):
             t1 = time.monotonic()
@@ -166,6 +168,8 @@ def main() -> int:
     ap.add_argument("--bench-runs", type=int, default=1, help="how many times the bench runs")
     ap.add_argument("--tree-sizes", default="10,100,300", help="dataset counts of the replication tree bench")
     ap.add_argument("--tree-depths", default="1,2", help="levels of the replication tree bench's trees")
+    ap.add_argument("--tree-tools", default="rebal,bzfs,syncoid,zfs_autobackup",
+                    help="the tree bench's tools (syncoid and zfs_autobackup take hours at N=300 under TCG)")
     ap.add_argument("--benches", default="rewrite,tree", help="which benches: rewrite (bench/openzfs_rewrite.py), "
                     "tree (bench/replicate_tree.py)")
     ap.add_argument("--bench-only", action="store_true", help="boot, install and run only the bench (no tests)")
