@@ -12,6 +12,7 @@ import argparse
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -34,6 +35,43 @@ def counts(text: str) -> dict[str, int]:
         for n, what in SUMMARY.findall(lines[-1]):
             out["error" if what.startswith("error") else what] = int(n)
     return out
+
+
+COLLECTED = re.compile(r"^(\d+)(?:/\d+)? tests? collected", re.M)
+NOTHING = re.compile(r"^no tests (?:collected|ran)", re.M)
+
+
+def collected(text: str) -> int:
+    """How many tests ``pytest --collect-only -q`` selected (its closing line: "N tests collected",
+    "N/M tests collected (K deselected)" or "no tests collected")."""
+    m = COLLECTED.search(text)
+    if m:
+        return int(m.group(1))
+    if NOTHING.search(text) or "deselected" in text:
+        return 0
+    raise ValueError(f"no collection line in pytest's output: {text.strip()[-300:]!r}")
+
+
+def verdict(code: int, got: dict[str, int], held: int | None, narrowed: bool) -> tuple[int, str]:
+    """The exit code of one part of the lane and why. A lane proves only what ran: every test it
+    holds must pass. Nothing collected fails unless ``-k`` narrowed the run on purpose; a skipped
+    test fails (the guest has real OpenZFS, sshd and rsync: a skip there is a broken fixture);
+    fewer passed than the collection held fails even when pytest itself said 0."""
+    passed, skipped = got.get("passed", 0), got.get("skipped", 0)
+    failed = got.get("failed", 0) + got.get("error", 0)
+    if code == 5 or (held == 0 and not failed):
+        return (0, "nothing selected by -k here") if narrowed else (1, "collected no test")
+    if code not in (0, 1):
+        return code, f"pytest exited {code} (interrupted, an internal error or a usage error)"
+    if failed:
+        return 1, f"{failed} failed"
+    if skipped:
+        return 1, f"{skipped} skipped: every lane test must run (see the SKIPPED lines above)"
+    if held is not None and passed < held:
+        return 1, f"{passed} passed of the {held} collected"
+    if code != 0:
+        return code, f"pytest exited {code}"
+    return 0, f"{passed} passed of the {held if held is not None else passed} collected"
 
 
 def build_deb() -> Path:
@@ -99,23 +137,32 @@ def run_guest_tests(args, work: Path) -> tuple[int, dict]:
         install(g, work, deb)
         if args.bench_only:
             return run_bench(args, g), {}
-        marks = "(openzfs or lane) and not lane_long" if args.quick else "openzfs or lane"
-        pytest = ["cd /root/lane/src &&", "REBAL_LANE=openzfs", f"python3 -m pytest -p no:cacheprovider -m '{marks}' -q",
-                  "--basetemp=/var/tmp/lane-pytest",
-                  "-o addopts='-ra'", "--durations=40", "tests"]
+        if args.guest_prep:
+            g.ssh(args.guest_prep, check=False)
+        marks = ("(openzfs or lane) and not openzfs_vm and not lane_long" if args.quick
+                 else "(openzfs or lane) and not openzfs_vm")
+        # CI=true: a fixture that cannot find what it needs (sshd, rsync, a ZFS feature) fails
+        # instead of skipping, as it does in CI's suite
+        head = ["cd /root/lane/src &&", "CI=true REBAL_LANE=openzfs", "python3 -m pytest -p no:cacheprovider",
+                "-m", shlex.quote(marks)]
         if args.k:
-            pytest += ["-k", subprocess.list2cmdline([args.k])]
+            head += ["-k", shlex.quote(args.k)]
+        held = collected(g.ssh(" ".join(head + ["--collect-only", "-q", "tests", "2>&1"]), check=False).stdout)
+        print(f"lane: the guest set holds {held} tests", flush=True)
+        pytest = head + ["-q", "--basetemp=/var/tmp/lane-pytest", "-o addopts='-ra'", "--durations=40", "tests"]
         r = subprocess.run(g._ssh_argv(" ".join(pytest) + " 2>&1"), stdout=subprocess.PIPE, text=True,
-                           timeout=3600)
+                           timeout=args.timeout)
         sys.stdout.write(r.stdout)
         figures = g.ssh("cat /var/tmp/lane-figures.jsonl", check=False).stdout  # the tests' measured figures
         for line in figures.splitlines():
             print(f"lane figure: {line}", flush=True)
         print(f"lane: guest tests took {time.monotonic() - t0:.0f} s", flush=True)
-        rc = r.returncode
+        got = counts(r.stdout)
+        rc, why = verdict(r.returncode, got, held, bool(args.k))
+        print(f"lane: guest tests: {why}", flush=True)
         if args.bench and not args.k:
             rc = rc or run_bench(args, g)
-        return rc, counts(r.stdout)
+        return rc, got
     finally:
         if args.keep:
             print(f"lane: guest kept running: ssh -i {g.key} -p {g.port} root@127.0.0.1", flush=True)
@@ -151,9 +198,18 @@ def run_host_tests(args) -> tuple[int, dict]:
             str(ROOT / "tests" / "openzfs")]
     if args.k:
         argv += ["-k", args.k]
-    r = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, timeout=3600)
+    c = subprocess.run(argv + ["--collect-only"], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, timeout=600)
+    held = collected(c.stdout)
+    r = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, timeout=args.timeout)
     sys.stdout.write(r.stdout)
-    return r.returncode, counts(r.stdout)
+    got = counts(r.stdout)
+    rc, why = verdict(r.returncode, got, held, bool(args.k))
+    print(f"lane: host tests: {why}", flush=True)
+    return rc, got
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def main() -> int:
@@ -173,9 +229,16 @@ def main() -> int:
     ap.add_argument("--benches", default="rewrite,tree", help="which benches: rewrite (bench/openzfs_rewrite.py), "
                     "tree (bench/replicate_tree.py)")
     ap.add_argument("--bench-only", action="store_true", help="boot, install and run only the bench (no tests)")
+    ap.add_argument("--timeout", type=int, default=3600,
+                    help="seconds one pytest run (guest or host) may take before the lane gives up on it")
+    ap.add_argument("--guest-prep", metavar="CMD",
+                    help="a shell line run in the guest before its tests (e.g. to show that a lane without "
+                         "sshd fails: --guest-prep 'rm /usr/sbin/sshd')")
     ap.add_argument("--quick", action="store_true",
                     help="leave out the tests marked lane_long (CI's lane: about 10 minutes instead of 30)")
     args = ap.parse_args()
+    # a SIGTERM (CI's outer timeout) unwinds like ^C: the guest is shut down, no qemu is left behind
+    signal.signal(signal.SIGTERM, _interrupt)
     if os.geteuid() != 0:
         print("lane: run as root (the image build uses debootstrap and chroot)", file=sys.stderr)
         return 2
@@ -197,17 +260,22 @@ def main() -> int:
         for part in parts:
             try:
                 code, c = part()
-            except (GuestError, subprocess.SubprocessError, OSError) as e:
+            except (GuestError, subprocess.SubprocessError, OSError, ValueError) as e:
                 print(f"lane: {e}", file=sys.stderr)
                 code, c = 1, {"error": 1}
-            # pytest exits 5 when a -k selects nothing on one side: not a failure of the lane
-            rc = rc or (0 if code == 5 else code)
+            except KeyboardInterrupt:
+                print(f"lane: stopped after {time.monotonic() - t0:.0f} s (interrupted, or CI's time limit)",
+                      file=sys.stderr, flush=True)
+                code, c = 124, {"error": 1}
+                parts = []
+            rc = rc or code
             for k, v in c.items():
                 total[k] = total.get(k, 0) + v
+            if not parts:
+                break
     failed = total.get("failed", 0) + total.get("error", 0)
     print(f"lane: took {time.monotonic() - t0:.0f} s", flush=True)
-    print(f"lane: {total.get('passed', 0)} passed, {failed} failed"
-          + (f", {total['skipped']} skipped" if total.get("skipped") else ""), flush=True)
+    print(f"lane: {total.get('passed', 0)} passed, {failed} failed, {total.get('skipped', 0)} skipped", flush=True)
     return rc or (1 if failed else 0)
 
 
