@@ -23,6 +23,12 @@ class RestoreError(RebalError):
     pass
 
 
+class PointNotFound(RestoreError):
+    """No such restore point, or the path is not in it: bad input (exit 2), as the README says."""
+
+    exit_code = 2
+
+
 class RestoreRefused(RestoreError):
     """A restore that would overwrite data without --force: refused, like every refusal (exit 2)."""
 
@@ -90,7 +96,7 @@ def choose(pts: list[RestorePoint], at: str) -> RestorePoint:
     else:
         near = real[-5:]
     listing = ", ".join(p.name for p in near) or "none"
-    raise RestoreError(f"no restore point @{at} on the backup host; nearest: {listing} (rebal backups JOB lists all)")
+    raise PointNotFound(f"no restore point @{at} on the backup host; nearest: {listing} (rebal backups JOB lists all)")
 
 
 @dataclass
@@ -157,24 +163,78 @@ def restore_path(job: Replicate, ssh: Ssh, point: RestorePoint, path: str, to: s
     if os.path.lexists(dest) and not force:
         raise RestoreRefused(f"{dest} exists: not overwritten (--force to overwrite, or restore --to elsewhere)")
     rep = RestoreReport("path", point.name, dest)
-    remote_ds = job.target if job.mode == "zfs" else _remote_dataset_of(ssh, job.target)
+    shown = f"{rel} (@{point.name})"
     if point.name == "current":
-        return _rsync_back(ssh, os.path.join(job.target, rel), to, rep, dry_run, stop)
-    if not remote_ds:
+        return _rsync_back(ssh, os.path.join(job.target, rel), to, rep, dry_run, stop, shown=rel)
+    holder, sub, nested = _datasets_of(job, ssh, rel)
+    if not _has_snapshot(ssh, holder, point.name):
+        raise PointNotFound(f"{shown}: not in this restore point (the backup's {holder} has no @{point.name}: "
+                            "it came into the job after that point)")
+    with RemoteView(ssh, holder, point.name, f"restore-{job.name}", rep.notes) as view:
+        if sub:
+            _rsync_back(ssh, os.path.join(view, sub), to, rep, dry_run, stop, shown=shown)
+        else:  # the path is a dataset's root: its view has a temporary name
+            _rsync_back(ssh, view, to, rep, dry_run, stop, shown=shown, name=os.path.basename(rel))
+    # a directory that holds child datasets: each child's files come from its own snapshot, into
+    # its place under the restored directory (parents first, so a child's directory exists)
+    for ds, inner in nested:
+        if not _has_snapshot(ssh, ds, point.name):
+            rep.notes.append(f"{os.path.join(rel, inner)}: the backup's {ds} has no @{point.name} (it came into "
+                             "the job later): left empty")
+            continue
+        into = os.path.dirname(os.path.join(dest, inner))
+        with RemoteView(ssh, ds, point.name, f"restore-{job.name}", rep.notes) as view:
+            sub_rep = RestoreReport("path", point.name, into)
+            _rsync_back(ssh, view, into, sub_rep, dry_run, stop, shown=f"{os.path.join(rel, inner)} (@{point.name})",
+                        name=os.path.basename(inner))
+            rep.bytes += sub_rep.bytes
+            rep.planned += sub_rep.planned
+    return rep
+
+
+def _has_snapshot(ssh: Ssh, ds: str, snap: str) -> bool:
+    return ssh.run(["zfs", "list", "-H", "-o", "name", "-t", "snapshot", f"{ds}@{snap}"], check=False).returncode == 0
+
+
+def _datasets_of(job: Replicate, ssh: Ssh, rel: str) -> tuple[str, str, list[tuple[str, str]]]:
+    """Where ``rel`` (a path relative to the job's source) lies on the backup host: (the dataset
+    that holds it, the path inside that dataset, [(each dataset below the path, its place relative
+    to the path)], parents first). In a recursive job a path may lie in a child dataset, whose
+    files are not in the parent's snapshot (only its empty mount point is)."""
+    if job.mode == "zfs":
+        res = ssh.run(["zfs", "list", "-H", "-o", "name", "-t", "filesystem", "-r", job.target], check=False)
+        if res.returncode != 0:
+            raise RestoreError(f"backup host: {res.stderr.strip() or 'no such dataset ' + job.target}")
+        # a child's place is its name below the target (received children inherit their mount points)
+        roots = {name: "/" + name[len(job.target) + 1:] for name in res.stdout.split()
+                 if name == job.target or name.startswith(job.target + "/")}
+        full = os.path.join("/", rel)
+    else:
+        res = ssh.run(["zfs", "list", "-H", "-o", "name,mountpoint", "-t", "filesystem"], check=False)
+        roots = dict(line.split("\t", 1) for line in res.stdout.splitlines() if "\t/" in line)
+        full = os.path.join(os.path.normpath(job.target), rel)
+
+    def holds(root: str) -> bool:
+        return root == "/" or full == root or full.startswith(root.rstrip("/") + "/")
+
+    holding = [n for n, root in roots.items() if holds(root)]
+    if not holding:
         raise RestoreError("the rsync target is not on a ZFS dataset: only the current copy can be restored")
-    with RemoteView(ssh, remote_ds, point.name, f"restore-{job.name}", rep.notes) as view:
-        sub = rel if job.mode == "zfs" else os.path.relpath(os.path.join(job.target, rel),
-                                                              _remote_mountpoint(ssh, remote_ds))
-        return _rsync_back(ssh, os.path.join(view, sub), to, rep, dry_run, stop)
+    holder = max(holding, key=lambda n: len(roots[n]))
+    sub = os.path.relpath(full, roots[holder])
+    nested = sorted(((n, os.path.relpath(root, full)) for n, root in roots.items() if root.startswith(full + "/")),
+                    key=lambda x: x[1].count("/"))
+    return holder, "" if sub == "." else sub, nested
 
 
-def _remote_mountpoint(ssh: Ssh, ds: str) -> str:
-    return ssh.run(["zfs", "get", "-H", "-o", "value", "mountpoint", ds]).stdout.strip()
-
-
-def _rsync_back(ssh: Ssh, remote_path: str, to: str, rep: RestoreReport, dry_run: bool, stop) -> RestoreReport:
+def _rsync_back(ssh: Ssh, remote_path: str, to: str, rep: RestoreReport, dry_run: bool, stop, *,
+                shown: str, name: str | None = None) -> RestoreReport:
+    """rsync ``remote_path`` back into ``to`` (as ``to/name`` where a name is given: a view's own
+    name is a temporary one); errors name ``shown`` (what the admin asked for), never the view."""
+    src = remote_path.rstrip("/") + ("/" if name else "")
+    dst = to.rstrip("/") + "/" + (name + "/" if name else "")
     argv = ["rsync", "-aHAX", "--numeric-ids", "--protect-args", "--mkpath", "--stats", *ssh.rsync_remote(),
-            ssh.rsync_path(remote_path.rstrip('/')), to.rstrip("/") + "/"]
+            ssh.rsync_path(src), dst]
     if dry_run:
         rep.planned.append(" ".join(argv[:6] + argv[-2:]))
         return rep
@@ -183,9 +243,10 @@ def _rsync_back(ssh: Ssh, remote_path: str, to: str, rep: RestoreReport, dry_run
     if rc == 255:
         raise classify_ssh(ssh.ep, etext)
     if rc == 23 and "No such file or directory" in etext:
-        raise RestoreError(f"{remote_path}: not in this restore point")
+        raise PointNotFound(f"{shown}: not in this restore point")
     if rc != 0:
-        raise RestoreError(f"rsync from the backup host failed (exit {rc}): {etext.strip()[-300:]}")
+        raise RestoreError(f"rsync of {shown} from the backup host failed (exit {rc}): "
+                           f"{etext.replace(remote_path, shown).strip()[-300:]}")
     from .rsync import parse_stats
 
     rep.bytes = parse_stats(text).get("bytes_expected", 0)

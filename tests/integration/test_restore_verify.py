@@ -175,3 +175,33 @@ def test_scrub_the_backup_pool(replicated):
     src, dst, cfg, s1, s2 = replicated
     out = rebal("scrub", "--job", "j", config=cfg).stdout
     assert f"127.0.0.1:{dst.name}: scrub started" in out or "scrub running" in out
+
+
+def test_restore_a_path_in_child_datasets_of_a_recursive_job(pools, backup_host, tmp_path):  # noqa: F811
+    from replscenarios import restore_path_in_children_scenario
+
+    src, dst = pools
+    restore_path_in_children_scenario(src, dst, backup_host, tmp_path)
+
+
+def test_rsync_job_restores_a_path_of_a_child_dataset(pools, backup_host, tmp_path):  # noqa: F811
+    """An rsync job copies child datasets into directories of its target; a path into one of them
+    comes back from the target's snapshot and from the current copy."""
+    src, dst = pools
+    sh("zfs", "create", f"{dst.name}/files")
+    target = mountpoint(f"{dst.name}/files")
+    cfg = cfg_for(tmp_path, backup_host, name="r", mode="rsync", source=f"{src.name}/data", target=target,
+                  recursive=True, snapshot_target=True, retention_source={"last": 5}, retention_target={"last": 5})
+    fill(src, 1)
+    want = manifest(mountpoint(f"{src.name}/data/child/grandchild"))
+    first = rebal_json("replicate", "r", config=cfg)
+    assert first["outcome"] == "ok", first
+    with open(os.path.join(mountpoint(f"{src.name}/data/child/grandchild"), "f1"), "r+b") as f:
+        f.write(b"changed")
+    assert rebal_json("replicate", "r", config=cfg)["outcome"] == "ok"
+    for at, name in ((first["snapshot"], "old"), ("current", "new")):
+        dest = tmp_path / name
+        dest.mkdir()
+        rebal("restore", "r", "--at", at, "--path", "child/grandchild/f1", "--to", str(dest), config=cfg)
+        got = manifest(dest)[b"f1"]
+        assert (got == want[b"f1"]) == (at != "current"), at

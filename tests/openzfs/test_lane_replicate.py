@@ -275,3 +275,12 @@ def test_restore_and_verify_round_trip(pools, backup_host, tmp_path):
 
 def test_growing_tree_with_holds(pools, backup_host, tmp_path):
     tree_scenario(*pools, backup_host, tmp_path)
+
+
+def test_restore_a_path_in_child_datasets_of_a_recursive_job(pools, backup_host, tmp_path):
+    """On OpenZFS the backup's children are received unmounted: the path is read from each one's
+    snapshot all the same."""
+    from replscenarios import restore_path_in_children_scenario
+
+    src, dst = pools
+    restore_path_in_children_scenario(src, dst, backup_host, tmp_path)
