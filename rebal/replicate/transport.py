@@ -8,8 +8,11 @@ with shlex, so no value is ever interpreted by the remote shell.
 
 from __future__ import annotations
 
+import glob
+import os
 import shlex
 import shutil
+import signal
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -76,8 +79,15 @@ class Ssh:
         self._master = None  # the master connection's process
         self._ready = False
         if self._dir:
-            self._master = spawn(["ssh", *self._base(), "-M", "-N", "-o", "ControlPersist=no", "-o",
+            sweep_masters()
+            # the master ends with rebal: a parent-death signal (setpriv sets it, then becomes ssh),
+            # so a rebal killed outside systemd (kill -9, the OOM killer) leaves no connection open;
+            # where setpriv is missing, the next rebal's sweep_masters ends it
+            pdeath = ["setpriv", "--pdeathsig", "TERM", "--"] if shutil.which("setpriv") else []
+            self._master = spawn([*pdeath, "ssh", *self._base(), "-M", "-N", "-o", "ControlPersist=no", "-o",
                                   f"ControlPath={self._sock}", "--", ep.host])
+            with open(os.path.join(self._dir, OWNER), "w") as f:
+                f.write(f"{os.getpid()} {_started(os.getpid())} {self._master.pid} {_started(self._master.pid)}\n")
 
     @property
     def _sock(self) -> str:
@@ -87,7 +97,6 @@ class Ssh:
         """Wait (bounded by the connect timeout) until the master accepts commands, or has failed."""
         if self._ready or self._master is None:
             return
-        import os
         import time
 
         deadline = time.monotonic() + self.ep.connect_timeout + 5
@@ -173,6 +182,43 @@ class Ssh:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+OWNER = "owner"  # in each master's directory: "<rebal pid> <its start> <master pid> <its start>"
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot), or None if there is none: a pid and
+    its start time name one process, even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def sweep_masters(tmpdir: str | None = None) -> list[int]:
+    """End the ssh master connections of rebal processes that died without closing them, and
+    remove their directories. Returns the pids of the masters ended."""
+    ended = []
+    for d in glob.glob(os.path.join(tmpdir or tempfile.gettempdir(), "rebal-ssh-*")):
+        try:
+            if os.stat(d).st_uid != os.getuid():
+                continue
+            with open(os.path.join(d, OWNER)) as f:
+                owner, owner_start, master, master_start = f.read().split()
+        except (OSError, ValueError):
+            continue  # a master being started by a live rebal, or not rebal's
+        if _started(int(owner)) == owner_start:
+            continue  # its rebal is alive
+        if _started(int(master)) == master_start:
+            try:
+                os.kill(int(master), signal.SIGTERM)
+                ended.append(int(master))
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(d, ignore_errors=True)
+    return ended
 
 
 def classify_ssh(ep: Endpoint, stderr: str) -> TransportError:
