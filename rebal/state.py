@@ -434,6 +434,10 @@ def _live_state(state_db: str | None, kind: str, pool: str | None, job: str | No
         else "interrupted"
 
 
+# every kind of run rebal records (`rebal runs --kind`)
+RUN_KINDS = ("rebalance", "refresh", "replicate", "restore", "verify", "fill", "health", "scrub", "metrics")
+
+
 def list_runs(conn: sqlite3.Connection, *, kind: str | None = None, job: str | None = None, limit: int = 20,
               state_db: str | None = None) -> list[dict]:
     """The newest runs as plain dicts (for `rebal runs`), newest first. A run that never ended shows

@@ -13,6 +13,7 @@ import typer
 
 from . import complete
 from .app import JsonOpt, app
+from ..errors import UsageError
 from .io import Signals, load_config, open_state, out_json, out_text, state_or_none
 
 TargetsArg = Annotated[list[str], typer.Argument(help="Datasets (tank/data) or directories inside mounted datasets.",
@@ -176,7 +177,13 @@ def runs(
     from ..views.rebalance import runs_text
 
     cfg = load_config()
-    rows = state.list_runs(open_state(cfg), kind=kind, job=job, limit=limit, state_db=cfg.state_db)
+    if kind is not None and kind not in state.RUN_KINDS:
+        raise UsageError(f"--kind {kind}: no such kind of run (kinds: {', '.join(state.RUN_KINDS)})")
+    conn = open_state(cfg)
+    if job is not None and cfg.job(job) is None and not state.list_runs(conn, job=job, limit=1):
+        known = ", ".join(j.name for j in cfg.replicate) or "none configured"
+        raise UsageError(f"--job {job}: no such job in the config and no run of it recorded (jobs: {known})")
+    rows = state.list_runs(conn, kind=kind, job=job, limit=limit, state_db=cfg.state_db)
     if as_json:
         out_json({"runs": rows})
     else:

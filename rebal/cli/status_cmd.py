@@ -9,6 +9,7 @@ import typer
 
 from . import complete
 from .app import JsonOpt, app
+from ..errors import NoSuchPool, RebalError
 from .io import load_config, open_state, out_json, out_text, warn
 
 
@@ -57,7 +58,17 @@ def history(
 
     names.pool(pool)
     cfg = load_config()
-    rows = state.samples(open_state(cfg), pool, fill.parse_since(since) if since else None)
+    conn = open_state(cfg)
+    rows = state.samples(conn, pool, fill.parse_since(since) if since else None)
+    if not rows and not state.samples(conn, pool, None):
+        from ..zfs.cli import Zpool
+
+        try:
+            pools = Zpool().pool_names()
+        except RebalError:  # no ZFS answering here: nothing says the pool exists
+            pools = []
+        if pool not in pools:  # never sampled and not here: a typo, or a pool of another machine
+            raise NoSuchPool(f"no such pool: {pool} (no samples recorded; imported pools: {', '.join(pools) or 'none'})")
     if as_json:
         out_json(fill.history_json(pool, rows))
         return

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import names
-from ..errors import CommandFailed, RebalError
+from ..errors import CommandFailed, NoSuchPool, RebalError
 from ..process.command import run
 from . import local as L
 from .policy import Buckets, is_ours, parse_snapshot_name, retain
@@ -32,6 +32,9 @@ def prune(dataset: str, job: str, buckets: Buckets, recursive: bool = False, dry
     rep = PruneReport(dataset, job, dry_run=dry_run)
     res = runner(L.guid_query(dataset, recursive=recursive), check=False)
     if res.returncode != 0:
+        pool = dataset.split("/")[0]
+        if runner(["zpool", "list", "-H", "-o", "name", pool], check=False).returncode != 0:
+            raise NoSuchPool(f"no such pool: {pool}")
         raise RebalError(f"{dataset}: {res.stderr.strip() or 'no such dataset'}", exit_code=2)
     tree = L.tree_from(res.stdout)
     backend = L.CliLocal(runner)

@@ -228,6 +228,10 @@ class Zfs:
             res = self._run(["zfs", "get", "-Hp", "-o", "property,value", ",".join(props), dataset])
         except CommandFailed as e:
             if "dataset does not exist" in e.stderr:
+                pool = dataset.split("/")[0].split("@")[0]
+                pools = Zpool(self._run)._safe_names()
+                if pool not in pools:
+                    raise NoSuchPool(f"no such pool: {pool} (imported pools: {', '.join(pools) or 'none'})") from None
                 raise UsageError(f"no such dataset: {dataset}") from None
             raise
         out = {}
