@@ -69,14 +69,25 @@ def wanted(ds: str, runner=run) -> Wanted:
                   int(v.get("recordsize", "131072") or 131072), v)
 
 
-def compressible(data: bytes) -> bool:
-    """Whether a quick compression saves the eighth ZFS asks of a block."""
-    return len(zlib.compress(data, 1)) <= len(data) - len(data) // 8
+def compressible(data: bytes, lsize: int | None = None, min_alloc: int = 512) -> bool:
+    """Whether ZFS would store this block compressed, judged by a quick compression (zlib, level 1):
+    it must save the eighth ZFS asks, and the compressed block rounded up to the pool's smallest
+    allocation must be smaller than the block (else ZFS stores it uncompressed: a 2 KiB block at
+    ashift 12 takes a 4 KiB sector either way). A tiny block that OpenZFS could embed in its block
+    pointer (embedded_data) is left too: it saves at most one sector, and where the pool lacks the
+    feature it would be rewritten on every run. ``lsize``: the block's logical size (a file's last
+    block is zeros past its end)."""
+    lsize = max(lsize or len(data), len(data))
+    c = len(zlib.compress(data + bytes(lsize - len(data)), 1))
+    if c > lsize - lsize // 8:
+        return False
+    return -(-c // min_alloc) * min_alloc < lsize
 
 
-def block_reasons(b: Block, want: Wanted, data=None) -> set[str]:
+def block_reasons(b: Block, want: Wanted, data=None, min_alloc: int = 512) -> set[str]:
     """The properties this block differs in. ``data()`` gives its bytes, asked only for an uncompressed
-    block under a compressing property (None: counted as old)."""
+    block under a compressing property (None: counted as old); ``min_alloc``: the pool's smallest
+    allocation (1 << the smallest ashift), which a compressed block must undercut to be stored so."""
     if want is ANY:
         return set()
     out = set()
@@ -85,7 +96,7 @@ def block_reasons(b: Block, want: Wanted, data=None) -> set[str]:
             out.add("compression")
         else:
             got = data()
-            if got is not None and compressible(got):
+            if got is not None and compressible(got, b.lsize, min_alloc):
                 out.add("compression")
     if b.checksum != want.checksum:
         out.add("checksum")
@@ -154,7 +165,7 @@ def old_ratio(b: Block, raidz: dict) -> tuple[int, Counter, Counter]:
     return old, by, back
 
 
-def judge(o: FileObj, ob: ObjectBlocks, want: Wanted, raidz: dict | None = None) -> FileStale:
+def judge(o: FileObj, ob: ObjectBlocks, want: Wanted, raidz: dict | None = None, min_alloc: int = 512) -> FileStale:
     by: Counter = Counter()
     rows = []
     anyb = 0
@@ -162,7 +173,7 @@ def judge(o: FileObj, ob: ObjectBlocks, want: Wanted, raidz: dict | None = None)
     old_on: Counter = Counter()
     read = _reader(o.path)
     for b in ob.blocks:
-        why = block_reasons(b, want, read(b))
+        why = block_reasons(b, want, read(b), min_alloc)
         if raidz:
             old, on, got = old_ratio(b, raidz)
             if old:
@@ -215,6 +226,7 @@ def measure(paths: list[str], zpool, zfs, *, sample: int | None = 2000, seed: in
     wants = {ds: wanted(ds, runner) if properties else ANY for ds in sorted({o.dataset for o in chosen})}
     tops = parse_config(zdb(["-C", pool], runner))
     raidz = {t.id: t for t in tops if t.type == "raidz" and t.nparity and t.width > t.nparity}
+    min_alloc = 1 << min((t.ashift for t in tops if t.ashift), default=9)  # spa_min_alloc
     in_whole = {id(o) for o in whole}
     by_ds: dict[str, list[FileObj]] = {}
     for o in chosen:
@@ -228,7 +240,7 @@ def measure(paths: list[str], zpool, zfs, *, sample: int | None = 2000, seed: in
                 if o.ino in gone:
                     continue
                 ob = found.get(o.ino) or ObjectBlocks(o.ino, 0)
-                out.append((o, judge(o, ob, wants[ds], raidz), id(o) in in_whole or not rest))
+                out.append((o, judge(o, ob, wants[ds], raidz, min_alloc), id(o) in in_whole or not rest))
             done += len(batch)
             if progress:
                 progress(done, len(chosen))

@@ -50,8 +50,8 @@ def zfs_ready() -> None:
 def make_pool(zfs_ready, tmp_path):
     made = []
 
-    def make(layout, size="256M"):
-        p = create_pool(tmp_path, layout, size)
+    def make(layout, size="256M", ashift=None):
+        p = create_pool(tmp_path, layout, size, ashift=ashift)
         made.append(p)
         return p
 

@@ -35,16 +35,27 @@ def used(ds: str) -> int:
     return int(sh("zfs", "get", "-Hp", "-o", "value", "used", ds).stdout.strip())
 
 
+def small_text_files(d, n: int = 200, size: int = 2000) -> None:
+    """``n`` files of about ``size`` bytes of text: compressible, but at ashift 12 one sector either way."""
+    d.mkdir()
+    for i in range(n):
+        rnd = random.Random(i)
+        (d / f"note{i:04d}.txt").write_bytes(
+            b" ".join(b"key%d=%d" % (rnd.randrange(50), rnd.randrange(10**6)) for _ in range(400))[:size])
+
+
 def compression_scenario(pool, tmp_path, new: str, mib: int = 24) -> dict:
     """A dataset written with compression=off, set to ``new``: the plan predicts the saving, the refresh
-    saves it (within 15%), nothing stays old, incompressible files are not taken for old, and a second
-    run rewrites nothing. Returns the refresh's report."""
+    saves it (within 15%), nothing stays old, incompressible files are not taken for old, small files
+    that cannot save a sector at the pool's ashift are not taken for old (make the pool with ashift=12),
+    and a second run rewrites nothing. Returns the refresh's report."""
     ds = f"{pool.name}/logs"
     sh("zfs", "create", "-o", "compression=off", ds)
     root = pool.mountpoint / "logs"
     for i in range(4):
         text_like(root / f"app{i}.log", mib // 4, seed=i)
     incompressible(root / "random.bin", 2)
+    small_text_files(root / "notes")
     os.sync()
     before = manifest(root)
     sh("zfs", "set", f"compression={new}", ds)
@@ -54,10 +65,12 @@ def compression_scenario(pool, tmp_path, new: str, mib: int = 24) -> dict:
     assert set(d["by_property"]) == {"compression"}, d  # the random file's blocks are not counted old
     pred = plan["compression"]
     assert pred["predicted"], pred
+    assert not [x for x in plan["dirs"] if x["path"].endswith("/notes")], plan["dirs"]  # one sector either way
     inodes = {n: os.stat(root / n).st_ino for n in os.listdir(root)}
     r = rebal("refresh", str(root), "--json", config=cfg)
     rep = json.loads(r.stdout.splitlines()[-1])
     assert rep["outcome"] == "ok" and rep["old_share_after"] == 0.0, rep
+    assert sum(p["rewritten_files"] for p in rep["passes"]) == 4, rep["passes"]  # the logs, not the notes
     kept = inodes == {n: os.stat(root / n).st_ino for n in os.listdir(root)}
     saved = rep["usage"][ds]["saved_bytes"]
     assert abs(pred["saved_bytes"] - saved) <= 0.15 * saved, (pred, rep["usage"])

@@ -68,8 +68,10 @@ class TestPool:
         raise AssertionError(f"zpool destroy {self.name}: still busy")
 
 
-def create_pool(tmp: Path, layout: list[list[str]], size: str = "256M", prefix: str = "rbt") -> TestPool:
-    """Create a pool; ``layout`` is a list of vdevs, each [] (one disk) or ["mirror", n] / ["raidz1", n]."""
+def create_pool(tmp: Path, layout: list[list[str]], size: str = "256M", prefix: str = "rbt",
+                ashift: int | None = None) -> TestPool:
+    """Create a pool; ``layout`` is a list of vdevs, each [] (one disk) or ["mirror", n] / ["raidz1", n];
+    ``ashift``: the vdevs' sector size (file vdevs get 9 by default; disks today are 12)."""
     name = f"{prefix}{os.getpid()}x{next(_counter)}"
     d = tmp / name
     d.mkdir(parents=True)
@@ -77,7 +79,7 @@ def create_pool(tmp: Path, layout: list[list[str]], size: str = "256M", prefix: 
     spec: list[str] = []
     for vdev in layout:
         spec += vdev_spec(pool, vdev, size)
-    sh("zpool", "create", "-f", "-m", str(pool.mountpoint), name, *spec)
+    sh("zpool", "create", "-f", *(["-o", f"ashift={ashift}"] if ashift else []), "-m", str(pool.mountpoint), name, *spec)
     return pool
 
 

@@ -8,7 +8,7 @@ pytestmark = pytest.mark.zfs
 
 
 def test_compression_off_to_gzip_predicted_and_refreshed(make_pool, tmp_path):
-    pool = make_pool([[]], size="256M")
+    pool = make_pool([[]], size="256M", ashift=12)
     out = compression_scenario(pool, tmp_path, "gzip", mib=12)
     assert [p["method"] for p in out["run"]["passes"]] == ["copy"] and not out["inodes_kept"]  # no zfs rewrite here
 

@@ -53,6 +53,24 @@ def test_compressible_is_the_eighth_zfs_asks():
     assert compressible(b"abc" * 40000) and not compressible(os.urandom(1 << 17))
 
 
+def test_a_block_that_cannot_save_a_sector_is_not_compressible():
+    """ZFS stores a block uncompressed when its compressed size, rounded up to the pool's smallest
+    allocation, is not smaller: a 2 KiB block of text at ashift 12 stays uncompressed however often
+    it is rewritten, so it must never count as old."""
+    import random
+
+    rnd = random.Random(1)
+    words = [b"pool", b"vdev", b"scrub", b"snapshot", b"error", b"bytes", b"seconds"]
+    text = b" ".join(b"%s=%d" % (rnd.choice(words), rnd.randrange(10**6)) for _ in range(300))[:2000]
+    assert compressible(text, 2048, min_alloc=512)  # ashift 9: 2 KiB -> 1 KiB saves two sectors
+    assert not compressible(text, 2048, min_alloc=4096)  # ashift 12: one sector either way
+    big = (text * 66)[:131072]
+    assert compressible(big, 131072, min_alloc=4096)
+    assert not compressible(bytes(100) + b"x", 512)  # one sector: nothing to save
+    # a short last block is zeros past its end: compressed it saves sectors at ashift 9, not at 12
+    assert compressible(text[:1000], 4096, min_alloc=512) and not compressible(text[:1000], 4096, min_alloc=4096)
+
+
 @pytest.mark.parametrize("text,n", [("512", 512), ("128K", 128 << 10), ("1M", 1 << 20), ("1.50K", 1536)])
 def test_sizes(text, n):
     assert size_of(text) == n
