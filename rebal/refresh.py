@@ -60,11 +60,33 @@ def summary(m: Measured) -> dict:
             "methods": methods, "recordsize": sizes, "seconds": round(m.seconds, 2), "notes": list(m.notes)}
 
 
-def plan(paths: list[str], zpool, zfs, *, sample: int = 2000, seed: int = 0) -> dict:
+HARDLINKED = ("hardlinked: a copy of one name would break the link ([rebalance] hardlinks = true copies "
+              "each link group whose every name lies in the paths)")
+
+
+def left_alone(m: Measured, hardlinks: bool, in_place: bool) -> list[dict]:
+    """The measured old files a refresh leaves as they are, and why: a hardlinked file that needs a
+    copy (a new block size, or no zfs rewrite here) while ``hardlinks`` ([rebalance] hardlinks) is off.
+    zfs rewrite works in place and keeps every link."""
+    if hardlinks:
+        return []
+    return [{"path": os.fsdecode(o.path), "links": o.nlink, "old_bytes": f.stale, "why": HARDLINKED}
+            for o, f, _w in m.sampled
+            if f.stale and o.nlink > 1 and (f.method == "copy" or not in_place)]
+
+
+def plan(paths: list[str], zpool, zfs, *, sample: int = 2000, seed: int = 0, hardlinks: bool = False,
+         method: str | None = None) -> dict:
     m = measure(paths, zpool, zfs, sample=sample, seed=seed)
     out = summary(m)
     out["compression"] = predict_compression(m, seed)
+    out["left"] = left_alone(m, hardlinks, _in_place(zfs, method))
     return out
+
+
+def _in_place(zfs, method: str | None) -> bool:
+    """Whether the files zfs rewrite can refresh are refreshed in place (else by copy)."""
+    return method != "copy" and zfs.rewrite_support()[0]
 
 
 def usage(datasets: list[str], runner=run) -> dict[str, dict]:
@@ -126,10 +148,16 @@ def refresh(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, events=None
     before_m = leave_out(measure(paths, zpool, zfs, sample=None, progress=progress), filters)
     todo = passes(before_m)
     datasets = sorted(before_m.wants)
+    left = left_alone(before_m, cfg.rebalance.hardlinks, _in_place(zfs, given.get("method")))
     out = {"pool": before_m.pool, "paths": before_m.paths, "files": before_m.files, "dry_run": dry_run,
-           "before": summary(before_m), "passes": []}
+           "before": summary(before_m), "passes": [], "left": left}
+    if left:  # not rewritten by any pass (the scan skips them): said, not left to look like success
+        gone = {os.fsencode(x["path"]) for x in left}
+        todo = {k: [t for t in v if t[0] not in gone] for k, v in todo.items()}
     if not any(todo.values()):
-        out["outcome"], out["reason"] = "ok", "nothing was written under old properties"
+        out["outcome"] = "ok"
+        out["reason"] = (f"nothing to rewrite: {len(left)} old file(s) left as they are ({HARDLINKED})" if left
+                         else "nothing was written under old properties")
         return out
     used_before = usage(datasets)
     budget = parse_size(given["max_bytes"]) if given.get("max_bytes") else None
@@ -156,7 +184,8 @@ def refresh(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, events=None
         check_pinned(prep, opts)
         rep = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, events, stop)
         out["passes"].append(one | {"run_id": rep.run_id, "outcome": rep.outcome, "reason": rep.reason,
-                                    "rewritten_files": rep.files, "rewritten_bytes": rep.bytes})
+                                    "rewritten_files": rep.files, "rewritten_bytes": rep.bytes,
+                                    "skipped": dict(rep.skipped or {})})
         if budget is not None:
             budget -= rep.bytes
     if stop is not None and stop.is_set():  # not measured again: asked to stop
@@ -180,5 +209,6 @@ def refresh(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, events=None
     out["outcome"] = "ok" if all(o == "ok" for o in outcomes) else next(o for o in outcomes if o != "ok")
     out["reason"] = next((p.get("reason") for p in out["passes"] if p.get("outcome") != "ok"), None) or (
         f"{sum(p.get('rewritten_files', 0) for p in out['passes'])} file(s) rewritten; "
-        f"{still} bytes still under old properties")
+        f"{still} bytes still under old properties"
+        + (f" ({len(left)} hardlinked file(s) left as they are: [rebalance] hardlinks = false)" if left else ""))
     return out

@@ -29,6 +29,7 @@ class FileObj:
     ino: int
     alloc: int  # st_blocks * 512
     path: bytes
+    nlink: int = 1  # names of the inode (the first found is the one measured: each inode counts once)
 
 
 @dataclass
@@ -54,6 +55,13 @@ def collect(paths: list[str], zfs) -> tuple[str, list[FileObj]]:
     """The regular files under ``paths`` (not crossing into other file systems) with their dataset."""
     objs: list[FileObj] = []
     pools: set[str] = set()
+    seen: set[tuple[str, int]] = set()  # (dataset, inode): a hardlinked file is measured once
+
+    def add(ds: str, st: os.stat_result, path: bytes) -> None:
+        if (ds, st.st_ino) not in seen:
+            seen.add((ds, st.st_ino))
+            objs.append(FileObj(ds, st.st_ino, st.st_blocks * 512, path, st.st_nlink))
+
     for spec in paths:
         real = os.path.realpath(spec)
         try:
@@ -63,12 +71,12 @@ def collect(paths: list[str], zfs) -> tuple[str, list[FileObj]]:
         ds, _mp = zfs.dataset_for_path(real)
         pools.add(ds.split("/")[0])
         if stat.S_ISREG(st.st_mode):
-            objs.append(FileObj(ds, st.st_ino, st.st_blocks * 512, os.fsencode(real)))
+            add(ds, st, os.fsencode(real))
             continue
         if not stat.S_ISDIR(st.st_mode):
             raise UsageError(f"{spec}: not a file or a directory")
         for p, fst in regular_files(os.fsencode(real), one_fs=True):
-            objs.append(FileObj(ds, fst.st_ino, fst.st_blocks * 512, p))
+            add(ds, fst, p)
     if len(pools) > 1:
         raise UsageError(f"the paths lie on several pools ({', '.join(sorted(pools))}); ask one pool at a time")
     return pools.pop(), objs

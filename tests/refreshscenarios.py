@@ -106,3 +106,36 @@ def recordsize_scenario(pool, tmp_path, old: str, new: str, new_bytes: int, mib:
     sizes = [ln.split()[3] for ln in out.splitlines() if ln.strip().split()[:1] in ([o] for o in objs)]
     assert len(sizes) == 3 and all(s == {1 << 20: "1M", 1 << 17: "128K", 32 << 10: "32K"}[new_bytes] for s in sizes), out
     return rep
+
+
+def hardlink_scenario(pool, tmp_path, old: str, new: str, mib: int = 3) -> dict:
+    """A recordsize change over files one of which has a second name: each inode is counted once,
+    the plan and the run name the hardlinked file a copy would break and why ([rebalance]
+    hardlinks = false), and with hardlinks = true the next run copies the link group whole."""
+    ds = f"{pool.name}/media"
+    sh("zfs", "create", "-o", f"recordsize={old}", ds)
+    root = pool.mountpoint / "media"
+    for i in range(3):
+        incompressible(root / f"v{i}.bin", mib)
+    os.link(root / "v0.bin", root / "also-v0.bin")
+    os.sync()
+    before = manifest(root)
+    sh("zfs", "set", f"recordsize={new}", ds)
+    cfg = write_cfg(tmp_path)
+    plan = rebal_json("refresh", str(root), "--plan", config=cfg)
+    [d] = plan["datasets"]
+    assert plan["files"] == 3 and d["old_bytes"] < (3 * mib + 1) << 20, plan  # each inode once
+    [left] = plan["left"]
+    assert left["path"].endswith("v0.bin") and left["links"] == 2 and "hardlinks = true" in left["why"], left
+    assert "leaves 1 old file(s)" in rebal("refresh", str(root), "--plan", config=cfg).stdout
+    r = rebal("refresh", str(root), "--json", config=cfg)
+    rep = json.loads(r.stdout.splitlines()[-1])
+    assert sum(p["rewritten_files"] for p in rep["passes"]) == 2, rep["passes"]
+    assert [x["path"] for x in rep["left"]] == [left["path"]] and "hardlinks = false" in rep["reason"], rep
+    assert rep["old_bytes_after"] > 0 and manifest(root) == before
+    cfg = write_cfg(tmp_path, hardlinks=True)
+    again = json.loads(rebal("refresh", str(root), "--json", config=cfg).stdout.splitlines()[-1])
+    assert again["left"] == [] and again["old_bytes_after"] == 0, again
+    assert manifest(root) == before  # the link group re-created: still one inode with two names
+    assert os.stat(root / "v0.bin").st_nlink == 2
+    return again

@@ -39,7 +39,8 @@ def refresh(
 
     zpool, zfs = Zpool(), Zfs()
     if plan:
-        p = refresh_run.plan(paths, zpool, zfs, sample=sample, seed=seed)
+        hardlinks = load_config().rebalance.hardlinks  # which files a run would leave depends on it
+        p = refresh_run.plan(paths, zpool, zfs, sample=sample, seed=seed, hardlinks=hardlinks, method=method)
         if as_json:
             out_json(p)
         else:

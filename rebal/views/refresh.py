@@ -35,6 +35,18 @@ def summary_text(s: dict) -> list[str]:
     return out
 
 
+def left_text(left: list[dict], planned: bool) -> list[str]:
+    """The old files a refresh leaves as they are, and why."""
+    if not left:
+        return []
+    verb = "a refresh leaves" if planned else "left"
+    out = [f"{verb} {len(left)} old file(s) as they are ({human(sum(x['old_bytes'] for x in left))}): {left[0]['why']}"]
+    out += [f"  {x['path']} ({x['links']} names, {human(x['old_bytes'])} old)" for x in left[:20]]
+    if len(left) > 20:
+        out.append(f"  ... and {len(left) - 20} more (--json lists all)")
+    return out
+
+
 def plan_text(p: dict) -> str:
     out = summary_text(p)
     c = p.get("compression")
@@ -43,6 +55,7 @@ def plan_text(p: dict) -> str:
                    f"{human(c['old_bytes'])} in old blocks) with {c['algorithm']} ({c['how']})")
     elif c:
         out.append(f"saving not predicted: {c['why']}")
+    out += left_text(p.get("left", []), planned=True)
     out.append(f"({p['seconds']:.1f} s; changes nothing)")
     return "\n".join(out) + "\n"
 
@@ -61,6 +74,10 @@ def report_text(r: dict) -> str:
         b, a = u["before"], u["after"]
         out.append(f"{ds}: used {human(b['used'])} -> {human(a['used'])}, compressratio {b['compressratio']} -> "
                    f"{a['compressratio']}")
+    for p in r["passes"]:
+        for why, n in (p.get("skipped") or {}).items():
+            out.append(f"  {p['method']}: {n} file(s) skipped: {why}")
+    out += left_text(r.get("left", []), planned=bool(r.get("dry_run")))
     if "old_bytes_after" in r:
         out.append(f"still under old properties: {human(r['old_bytes_after'])} of {human(r['old_bytes_before'])} "
                    f"({100 * r['old_share_after']:.1f}%)")

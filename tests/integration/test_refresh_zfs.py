@@ -109,3 +109,10 @@ def test_excluded_files_are_neither_rewritten_nor_counted(make_pool, tmp_path):
     assert r["outcome"] == "ok" and r["files"] == 1 and r["old_share_after"] == 0.0, r
     assert sum(p["rewritten_files"] for p in r["passes"]) == 1
     assert os.stat(root / "keep" / "deep" / "b.log").st_ino == ino  # left alone (a copy would be a new inode)
+
+
+def test_a_hardlinked_file_is_counted_once_and_said_left(make_pool, tmp_path):
+    from refreshscenarios import hardlink_scenario
+
+    pool = make_pool([[]], size="256M")
+    hardlink_scenario(pool, tmp_path, "128K", "32K")

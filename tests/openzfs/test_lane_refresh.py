@@ -26,3 +26,10 @@ def test_compression_off_to_zstd_in_place(make_pool, tmp_path):
 def test_recordsize_128k_to_1m_by_copy(make_pool, tmp_path):
     pool = make_pool([[]], size="1G")
     recordsize_scenario(pool, tmp_path, "128K", "1M", 1 << 20, mib=6)
+
+
+def test_a_hardlinked_file_is_counted_once_and_said_left(make_pool, tmp_path):
+    from refreshscenarios import hardlink_scenario
+
+    pool = make_pool([[]], size="1G")
+    hardlink_scenario(pool, tmp_path, "128K", "1M")
