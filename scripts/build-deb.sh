@@ -12,10 +12,11 @@ HERE="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="$(realpath -m "${1:-$HERE/dist}")"
 CACHE="${REBAL_DEB_CACHE:-/var/cache/rebal-deb}"
 MIRROR="${REBAL_DEB_MIRROR:-http://deb.debian.org/debian}"
-KEY="$(sha256sum "$HERE/scripts/build-deb.sh" | cut -c1-16)"
-ROOT="$CACHE/trixie-$KEY"
 BUILD_DEPS=(build-essential debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools
             python3-typer python3-rich bash-completion lintian man-db)
+# the chroot is made anew only when what goes into it changes (not on every edit of this script)
+KEY="$(echo "trixie $MIRROR ${BUILD_DEPS[*]}" | sha256sum | cut -c1-16)"
+ROOT="$CACHE/trixie-$KEY"
 log() { echo "build-deb: $*" >&2; }
 
 command -v debootstrap >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
@@ -43,8 +44,16 @@ chroot "$ROOT" sh -c "cd /build/rebal-$VERSION && dpkg-buildpackage -us -uc -b" 
   || { tail -40 "$ROOT/build/build.log" >&2; exit 1; }
 DEB="rebal_${VERSION}_all.deb"
 log "lintian"
-chroot "$ROOT" lintian --info --display-info --pedantic "/build/$DEB" >"$ROOT/build/lintian.txt" 2>&1 || true
+# an error or a warning that debian/rebal.lintian-overrides does not explain fails the build
+lrc=0
+chroot "$ROOT" lintian --info --display-info --pedantic --fail-on error,warning "/build/$DEB" \
+  >"$ROOT/build/lintian.txt" 2>&1 || lrc=$?
 mkdir -p "$OUT"
 cp "$ROOT/build/$DEB" "$ROOT/build/lintian.txt" "$OUT/"
-sed 's/^/  /' "$OUT/lintian.txt" >&2
+grep -v 'running with root privileges' "$OUT/lintian.txt" | sed 's/^/  /' >&2 || true
+if [ "$lrc" -ne 0 ]; then
+  log "lintian found errors or warnings not explained in debian/rebal.lintian-overrides (exit $lrc): not built"
+  rm -f "$OUT/$DEB"
+  exit 1
+fi
 echo "$OUT/$DEB"
