@@ -17,6 +17,26 @@ IN_LANE = os.environ.get("REBAL_LANE") == "openzfs"  # inside the OpenZFS guest 
 LANE_HOST = os.environ.get("REBAL_LANE_HOST") == "1"  # the lane's host side, which boots guests
 
 
+def pytest_addoption(parser):
+    parser.addoption("--sequence-steps", type=int, default=None,
+                     help="steps of the sequence test (default 60, or REBAL_SEQ_STEPS)")
+    parser.addoption("--sequence-seed", type=int, default=None,
+                     help="seed of the sequence test (default: drawn anew, or REBAL_SEQ_SEED)")
+
+
+@pytest.fixture
+def sequence(request) -> tuple[int, int]:
+    """(steps, seed) of a sequence test: the options, the environment, or 60 and a seed drawn now."""
+    import random
+
+    steps = request.config.getoption("--sequence-steps") or int(os.environ.get("REBAL_SEQ_STEPS", "60"))
+    seed = request.config.getoption("--sequence-seed")
+    if seed is None:
+        seed = int(os.environ["REBAL_SEQ_SEED"]) if os.environ.get("REBAL_SEQ_SEED") else random.SystemRandom().randrange(10**6)
+    print(f"sequence: {steps} steps, seed {seed} (--sequence-seed {seed} repeats it)")
+    return steps, seed
+
+
 def pytest_collection_modifyitems(config, items):
     """The OpenZFS lane's tests run only there: `bash scripts/test-openzfs.sh` (CI runs it too)."""
     skip_guest = pytest.mark.skip(reason="needs real OpenZFS: runs in the lane (bash scripts/test-openzfs.sh)")

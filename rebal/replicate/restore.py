@@ -67,6 +67,9 @@ def points(job: Replicate, ssh: Ssh) -> tuple[str | None, list[RestorePoint]]:
         res = ssh.run(["zfs", "get", "-Hp", "-d", "1", "-o", "name,property,value", "creation,referenced,used,guid", ds],
                       check=False)
         if res.returncode != 0 and job.mode == "zfs":
+            if "does not exist" in res.stderr:
+                raise RestoreError(f"no restore point: the backup host has no {ds} yet "
+                                   f"(rebal replicate {job.name} makes the first)")
             raise RestoreError(f"backup host: {res.stderr.strip() or 'no such dataset ' + ds}")
         for name, props in parse_guid_txg(res.stdout).items():
             if name.startswith(ds + "@"):

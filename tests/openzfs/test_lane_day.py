@@ -136,9 +136,23 @@ def test_a_day_in_the_life(day, backup_host):
     comp = admin(f"COMP_WORDS='rebal scrub {src[:3]}' COMP_CWORD=2 _REBAL_COMPLETE=complete_bash rebal").stdout
     assert src in comp.split(), comp
 
-    # systemd runs the jobs due now (the timer would within 5 minutes)
+    # the timer fires by itself: a drop-in shortens its calendar, as an admin would for a test
     since = time.strftime("%Y-%m-%d %H:%M:%S")
-    admin("systemctl start rebal-due.service")
+    dropin = Path("/etc/systemd/system/rebal-due.timer.d")
+    dropin.mkdir(parents=True, exist_ok=True)
+    (dropin / "50-test.conf").write_text("[Timer]\nOnCalendar=\nOnCalendar=*:*:0/20\nRandomizedDelaySec=0\n"
+                                         "AccuracySec=1s\n")
+    admin("systemctl daemon-reload && systemctl restart rebal-due.timer")
+    deadline = time.monotonic() + 180
+    while not (runs("replicate") and subprocess.run(["systemctl", "is-active", "-q", "rebal-due.service"]).returncode):
+        assert time.monotonic() < deadline, ("the timer never fired", journal("rebal-due.service", since)[-2000:])
+        time.sleep(2)  # systemd's clock fires the timer: poll what it leaves, bounded
+    admin("systemctl stop rebal-due.timer")  # no second firing while the admin works by hand
+    while subprocess.run(["systemctl", "is-active", "-q", "rebal-due.service"]).returncode == 0:
+        assert time.monotonic() < deadline + 600, "a second firing of the timer did not end"
+        time.sleep(2)
+    shutil.rmtree(dropin)
+    admin("systemctl daemon-reload && systemctl start rebal-due.timer")
     log = journal("rebal-due.service", since)
     assert "Traceback" not in log and "internal error" not in log and "status=70" not in log, log[-3000:]
     for kind in ("fill", "health", "rebalance", "scrub", "metrics", "replicate"):
@@ -170,11 +184,14 @@ def test_a_day_in_the_life(day, backup_host):
     admin("rebal health")  # 0: every check passes, the backup verified
     admin("rebal scrub rbtnosuchpool", ok=(5,))  # the README's codes for mistakes too
     admin("rebal restore nightly --to " + f"{src}/data", ok=(2,))
+    # the timer's rebalance and everything since: the tree is what it was before any job ran
+    assert manifest(data) == before, "timer mode changed the file server's tree"
 
     # the same day in daemon mode: new data, the daemon's schedules replicate it
     admin("systemctl disable --now rebal-due.timer")
     write_random(str(data / "late.bin"), 8, seed=99)
-    before = manifest(data)  # the tree as it is now, with the new file
+    now = manifest(data)
+    assert {k: v for k, v in now.items() if k != b"late.bin"} == before and b"late.bin" in now
     last = runs("replicate")[0]["id"]
     since = time.strftime("%Y-%m-%d %H:%M:%S")
     admin("systemctl enable --now rebal.service")
@@ -186,8 +203,13 @@ def test_a_day_in_the_life(day, backup_host):
     log = journal("rebal.service", since)
     assert "Traceback" not in log and "internal error" not in log, log[-3000:]
     admin("rebal health")
+    assert manifest(data) == now, "daemon mode changed the file server's tree"
+    # the new file is on the backup, byte for byte (the backup is received unmounted: mount it to read)
+    from replscenarios import backup_root
 
-    assert manifest(data) == before, "the file server's tree is what it was, byte for byte"
+    copy = Path(backup_root(f"{dst}/copy")) / "late.bin"
+    assert copy.read_bytes() == (data / "late.bin").read_bytes(), "the daemon's run did not bring late.bin over"
+    before = now
 
     # purge: the config and the state go, the admin's keys and the pools' data stay
     admin("systemctl disable rebal.service")

@@ -162,6 +162,9 @@ def test_a_write_not_yet_synced_is_not_taken_for_unchanged(make_pool, backup_hos
         sh("zpool", "sync", src.name)  # a fresh txg, open for two minutes
         touch(kids[0], name="just-now")
         unsynced = sh("zfs", "get", "-Hp", "-o", "value", "written", kids[0]).stdout.strip()
+        # the precondition the test stands on: the write is not yet counted, so a run that trusted
+        # `written` without syncing first would call the dataset unchanged
+        assert unsynced == "0", f"written was {unsynced} before the sync: the test proves nothing"
         r = rebal_json("replicate", "w", config=cfg)
     finally:
         with open(knob, "w") as f:

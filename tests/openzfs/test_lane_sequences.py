@@ -1,0 +1,24 @@
+"""The sequence test on real OpenZFS 2.4 (bookmark cursors, `zfs rewrite`, receives left unmounted):
+the same steps and exit codes as on zfs-fuse (tests/seqsteps.py), 1,000 of them by default, with a
+seed drawn anew each run and printed. The full lane runs it (about an hour under TCG); by hand:
+
+    bash scripts/test-openzfs.sh --guest-only -k lane_sequences
+"""
+
+import pytest
+from seqsteps import run_sequence
+
+pytestmark = [pytest.mark.openzfs, pytest.mark.lane_long]
+
+
+def test_a_thousand_random_steps(make_pool, backup_host, tmp_path, request):
+    import os
+    import random
+
+    steps = request.config.getoption("--sequence-steps") or int(os.environ.get("REBAL_SEQ_STEPS", "1000"))
+    seed = request.config.getoption("--sequence-seed")
+    if seed is None:
+        seed = random.SystemRandom().randrange(10**6)
+    print(f"lane sequence: {steps} steps, seed {seed}")
+    w = run_sequence(make_pool, backup_host, tmp_path, steps, seed)
+    assert w.kills >= 1, w.kill_notes  # a rebalance was killed mid-run at least once
