@@ -139,3 +139,31 @@ def hardlink_scenario(pool, tmp_path, old: str, new: str, mib: int = 3) -> dict:
     assert manifest(root) == before  # the link group re-created: still one inode with two names
     assert os.stat(root / "v0.bin").st_nlink == 2
     return again
+
+
+def property_scenario(pool, tmp_path, prop: str, old: str, new: str, mib: int = 4) -> dict:
+    """Files written under ``prop=old``, the dataset set to ``new``: the plan counts every file old
+    in that property alone, the refresh rewrites them all, nothing stays old, the tree equals its
+    manifest, and a second run rewrites nothing."""
+    ds = f"{pool.name}/p"
+    sh("zfs", "create", "-o", f"{prop}={old}", ds)
+    root = pool.mountpoint / "p"
+    for i in range(3):
+        incompressible(root / f"f{i}.bin", mib)
+    text_like(root / "log.txt", 1)
+    os.sync()
+    before = manifest(root)
+    sh("zfs", "set", f"{prop}={new}", ds)
+    cfg = write_cfg(tmp_path)
+    plan = rebal_json("refresh", str(root), "--plan", config=cfg)
+    [d] = plan["datasets"]
+    assert set(d["by_property"]) == {prop} and d["old_bytes"] == d["bytes"] > 0, d
+    rep = json.loads(rebal("refresh", str(root), "--json", config=cfg).stdout.splitlines()[-1])
+    assert rep["outcome"] == "ok" and rep["old_share_after"] == 0.0 and rep["old_bytes_before"] > 0, rep
+    assert sum(p["rewritten_files"] for p in rep["passes"]) == 4, rep["passes"]
+    assert manifest(root) == before
+    after = rebal_json("refresh", str(root), "--plan", config=cfg)
+    assert after["datasets"][0]["old_bytes"] == 0, after["datasets"]
+    again = json.loads(rebal("refresh", str(root), "--json", config=cfg).stdout.splitlines()[-1])
+    assert again["passes"] == [] and "nothing" in again["reason"], again
+    return rep

@@ -4,6 +4,7 @@ datasets chosen by patterns and by property, a local target, two jobs on one sou
 import json
 import os
 import stat
+from datetime import datetime, timedelta, timezone
 
 from conftest import rebal, rebal_json
 from fsenv import manifest
@@ -215,3 +216,48 @@ def hooks_scenario(src, dst, tmp_path, block_for):
     same(d, f"{dst.name}/copy")
     runs = rebal_json("runs", "--job", "hk", config=cfg)["runs"]
     assert [x["outcome"] for x in runs] == ["warning", "failed"]
+
+
+def two_jobs_one_failing_scenario(src, dst, backup_host, tmp_path) -> dict:
+    """Two jobs on one source: an off-site job over ssh and a local one on the same source: separate snapshots and cursors.
+    The local one fails for a week (its target diverged) while the off-site one runs daily and
+    prunes by its retention: the local job's base survives, and once fixed it continues
+    incrementally from it."""
+    from rebal.config import load
+    from rebal.replicate.job import connect, replicator
+
+    d = f"{src.name}/data"
+    sh("zfs", "create", d)
+    put(d, "f")
+    keep2 = "[replicate.retention_target]\nlast = 1\nhourly = 0\ndaily = 2\nweekly = 0\nmonthly = 0\n"
+    cfg = load(str(write_cfg(tmp_path, [
+        backup_host.config_block(name="offsite", source=d, target=f"{dst.name}/off") + keep2,
+        local_block(name="usb", source=d, target=f"{dst.name}/usb") + keep2])))
+    day0 = datetime(2026, 11, 1, 2, 30, tzinfo=timezone.utc)
+
+    def run(job: str, day: int):
+        j = cfg.job(job)
+        with connect(j) as ssh:
+            return replicator(j, ssh, clock=lambda: day0 + timedelta(days=day)).run()
+
+    assert {x.kind for x in run("usb", 0).datasets} == {"full"}
+    assert {x.kind for x in run("offsite", 0).datasets} == {"full"}
+    usb_base = snaps(f"{dst.name}/usb")[-1]
+    sh("zfs", "snapshot", f"{dst.name}/usb@someone-elses")  # the usb target diverges: its runs fail
+    for day in range(1, 8):
+        put(d, f"day{day}")
+        rep = run("offsite", day)
+        assert [x.kind for x in rep.datasets] == ["incremental"], rep
+        bad = run("usb", day)
+        assert [x.kind for x in bad.datasets] == ["failed"] and "diverged" in bad.datasets[0].error, bad
+    marks = sh("zfs", "list", "-H", "-d", "1", "-t", "bookmark", "-o", "name", d, check=False).stdout.split()
+    cursor = "bookmark" if f"{d}#{usb_base}" in marks else "hold" if usb_base in snaps(d) else None
+    assert cursor, "the failing job's base stays on the source (held, or kept as its cursor)"
+    assert len([s for s in snaps(f"{dst.name}/off") if s.startswith("rebal-offsite-")]) == 2  # daily 2 (the newest is also last 1)
+    assert not [s for s in snaps(d) if s.startswith("rebal-usb-") and s != usb_base], "failed runs' snapshots pruned"
+    sh("zfs", "destroy", f"{dst.name}/usb@someone-elses")
+    rep = run("usb", 8)
+    assert [(x.kind, x.base) for x in rep.datasets] == [("incremental", usb_base)], rep
+    same(d, f"{dst.name}/usb")
+    same(d, f"{dst.name}/off")
+    return {"cursor": cursor, "base": usb_base}

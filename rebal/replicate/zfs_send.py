@@ -54,6 +54,7 @@ class DatasetReport:
     expected: int | None = None
     error: str = ""
     seconds: float = 0.0  # time the stream took
+    started: float = 0.0  # when the stream began (epoch seconds): parallel streams overlap
     base_bookmark: bool = False  # the incremental started from a bookmark
     cursor: str = ""  # what keeps the next base: "bookmark" (pins nothing) or "hold" (a held snapshot)
 
@@ -432,6 +433,7 @@ class ZfsReplicator(Capabilities):
         else:
             chain, receiver = senders + self.filters_send, self.ssh.argv(*self.filters_recv, recv)
         t0 = time.monotonic()
+        rep.started = round(time.time(), 3)
         res = pump(chain, receiver, throttle=self.throttle, stop=self.stop, progress=progress, procs=self.procs)
         rep.seconds = round(time.monotonic() - t0, 3)
         rep.bytes = res.bytes

@@ -116,3 +116,12 @@ def test_a_hardlinked_file_is_counted_once_and_said_left(make_pool, tmp_path):
 
     pool = make_pool([[]], size="256M")
     hardlink_scenario(pool, tmp_path, "128K", "32K")
+
+
+@pytest.mark.parametrize("prop,old,new", [("checksum", "fletcher2", "sha256"), ("copies", "1", "2")])
+def test_checksum_and_copies_refreshed(make_pool, tmp_path, prop, old, new):
+    from refreshscenarios import property_scenario
+
+    pool = make_pool([[]], size="256M")
+    rep = property_scenario(pool, tmp_path, prop, old, new)
+    assert [p["method"] for p in rep["passes"]] == ["copy"]  # zfs-fuse has no zfs rewrite

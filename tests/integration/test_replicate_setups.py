@@ -4,7 +4,6 @@ chosen datasets, a local target, two jobs on one source, hooks, the wire's optio
 import json
 import os
 import sqlite3
-from datetime import datetime, timedelta, timezone
 
 import pytest
 from conftest import rebal, rebal_json
@@ -94,46 +93,10 @@ def test_local_target_rsync(pools, tmp_path):
 
 
 def test_two_jobs_on_one_source_one_failing_for_a_week(pools, backup_host, tmp_path):
-    """An off-site job over ssh and a local one on the same source: separate snapshots and cursors.
-    The local one fails for a week (its target diverged) while the off-site one runs daily and
-    prunes by its retention: the local job's base survives, and once fixed it continues
-    incrementally from it."""
-    from rebal.config import load
-    from rebal.replicate.job import connect, replicator
+    from setupscenarios import two_jobs_one_failing_scenario
 
-    src, dst = pools
-    d = f"{src.name}/data"
-    sh("zfs", "create", d)
-    put(d, "f")
-    keep2 = "[replicate.retention_target]\nlast = 1\nhourly = 0\ndaily = 2\nweekly = 0\nmonthly = 0\n"
-    cfg = load(str(write_cfg(tmp_path, [
-        backup_host.config_block(name="offsite", source=d, target=f"{dst.name}/off") + keep2,
-        local_block(name="usb", source=d, target=f"{dst.name}/usb") + keep2])))
-    day0 = datetime(2026, 11, 1, 2, 30, tzinfo=timezone.utc)
-
-    def run(job: str, day: int):
-        j = cfg.job(job)
-        with connect(j) as ssh:
-            return replicator(j, ssh, clock=lambda: day0 + timedelta(days=day)).run()
-
-    assert {x.kind for x in run("usb", 0).datasets} == {"full"}
-    assert {x.kind for x in run("offsite", 0).datasets} == {"full"}
-    usb_base = snaps(f"{dst.name}/usb")[-1]
-    sh("zfs", "snapshot", f"{dst.name}/usb@someone-elses")  # the usb target diverges: its runs fail
-    for day in range(1, 8):
-        put(d, f"day{day}")
-        rep = run("offsite", day)
-        assert [x.kind for x in rep.datasets] == ["incremental"], rep
-        bad = run("usb", day)
-        assert [x.kind for x in bad.datasets] == ["failed"] and "diverged" in bad.datasets[0].error, bad
-    assert usb_base in snaps(d), "the failing job's base stays on the source (held, or kept as its cursor)"
-    assert len([s for s in snaps(f"{dst.name}/off") if s.startswith("rebal-offsite-")]) == 2  # daily 2 (the newest is also last 1)
-    assert not [s for s in snaps(d) if s.startswith("rebal-usb-") and s != usb_base], "failed runs' snapshots pruned"
-    sh("zfs", "destroy", f"{dst.name}/usb@someone-elses")
-    rep = run("usb", 8)
-    assert [(x.kind, x.base) for x in rep.datasets] == [("incremental", usb_base)], rep
-    same(d, f"{dst.name}/usb")
-    same(d, f"{dst.name}/off")
+    out = two_jobs_one_failing_scenario(*pools, backup_host, tmp_path)
+    assert out["cursor"] == "hold"  # zfs-fuse has no bookmarks: the base is a held snapshot
 
 
 def test_hooks_around_a_run(pools, backup_host, tmp_path):
@@ -227,3 +190,42 @@ def test_rsync_job_with_excludes_keeps_the_copy_of_a_child_left_out(pools, backu
     assert r2["outcome"] == "ok", r2
     assert os.path.exists(os.path.join(target, "a", "f")), "the copy of a child left out is kept"
     assert not os.path.exists(os.path.join(target, "a", "g")), "and no longer updated"
+
+
+def test_a_hook_that_hangs_is_ended_at_hook_timeout_and_a_missing_one_is_said(pools, backup_host, tmp_path):
+    """A pre hook that outlives hook_timeout is ended (nothing of it left running) and fails the run
+    before any snapshot; a hook program that does not exist fails it the same way, named; a post hook
+    that hangs makes the run a warning, the data sent."""
+    import subprocess
+    import time
+
+    src, dst = pools
+    d = f"{src.name}/data"
+    sh("zfs", "create", d)
+    put(d, "f")
+    hang = ["/bin/sleep", "86.25"]  # an argument no other process has: found by pgrep below
+    block = lambda **h: backup_host.config_block(name="hk", source=d, target=f"{dst.name}/copy",  # noqa: E731
+                                                 hook_timeout=2, **h)
+    before = snaps(d)
+    t0 = time.monotonic()
+    r = rebal("replicate", "hk", "--json", config=write_cfg(tmp_path, [block(pre_command=hang)]), check=False)
+    took = time.monotonic() - t0
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and out["outcome"] == "failed" and "pre_command /bin/sleep" in out["error"], out
+    assert took < 30, f"the run waited {took:.0f} s for a hook with a 2 s timeout"
+    assert subprocess.run(["pgrep", "-f", "sleep 86.25"], capture_output=True).returncode == 1, "the hook lives on"
+    assert snaps(d) == before, "no snapshot after a failed pre hook"
+
+    r = rebal("replicate", "hk", "--json", config=write_cfg(tmp_path, [block(pre_command=["/no/such/hook"])]),
+              check=False)
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and "pre_command /no/such/hook" in out["error"], out
+    assert "not" in out["error"].split("/no/such/hook", 1)[1], out["error"]  # not found / not installed
+    assert snaps(d) == before
+
+    r = rebal("replicate", "hk", "--json", config=write_cfg(tmp_path, [block(post_command=hang)]), check=False)
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and out["outcome"] == "warning", out
+    assert any(w.startswith("post_command /bin/sleep") for w in out["warnings"]), out["warnings"]
+    assert subprocess.run(["pgrep", "-f", "sleep 86.25"], capture_output=True).returncode == 1
+    same(d, f"{dst.name}/copy")

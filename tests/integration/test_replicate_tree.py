@@ -13,6 +13,17 @@ from zfsenv import sh
 pytestmark = pytest.mark.zfs
 
 
+def most_at_once(datasets: list[dict]) -> int:
+    """The most streams under way at one instant."""
+    edges = sorted([(d["started"], 1) for d in datasets] + [(d["started"] + d["seconds"], -1) for d in datasets],
+                   key=lambda e: (e[0], e[1]))
+    most = now = 0
+    for _t, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
 def test_fifty_datasets_in_parallel_one_fails_alone(make_pool, backup_host, tmp_path):
     src, dst = make_pool([[]], size="512M"), make_pool([[]], size="512M")
     kids = make_wide_tree(src.name, 50)
@@ -20,6 +31,8 @@ def test_fifty_datasets_in_parallel_one_fails_alone(make_pool, backup_host, tmp_
                   recursive=True, parallel=6)
     r1 = rebal_json("replicate", "wide", config=cfg)
     assert r1["outcome"] == "ok" and len(r1["datasets"]) == 51 and {d["kind"] for d in r1["datasets"]} == {"full"}, r1
+    # parallel=6 means streams at once: the most that ran together, from when each began and ended
+    assert 2 <= most_at_once(r1["datasets"]) <= 6, [(d["started"], d["seconds"]) for d in r1["datasets"]]
     bad = kids[7]
     sh("zfs", "snapshot", f"{dst.name}/t/d007@someone-elses")  # this target diverges
     for k in kids[::5]:
@@ -39,3 +52,27 @@ def test_fifty_datasets_in_parallel_one_fails_alone(make_pool, backup_host, tmp_
     assert r3["outcome"] == "ok", r3
     assert {d["source"]: (d["kind"], d["base"]) for d in r3["datasets"]}[bad] == ("incremental", r1["snapshot"])
     same(bad, f"{dst.name}/t/d007")
+
+
+def test_the_progress_of_parallel_streams_is_their_sum(make_pool, backup_host, tmp_path):
+    """What the bar shows for a parallel run: the bytes of every stream done and under way, summed,
+    never going back, ending at what all the streams carried; the total known once each stream's
+    size was estimated (zfs send -nP where the ZFS has it), never below what was sent."""
+    from rebal.config import load
+    from rebal.replicate.job import connect, replicator
+
+    src, dst = make_pool([[]], size="512M"), make_pool([[]], size="512M")
+    kids = make_wide_tree(src.name, 12)
+    for k in kids:
+        touch(k, name="big", size=400_000)
+    cfg = load(str(cfg_for(tmp_path, backup_host, name="wide", source=f"{src.name}/tree", target=f"{dst.name}/t",
+                           recursive=True, parallel=4)))
+    seen: list[tuple[int, int | None]] = []
+    j = cfg.job("wide")
+    with connect(j) as ssh:
+        rep = replicator(j, ssh, progress=lambda done, total: seen.append((done, total))).run()
+    assert {d.kind for d in rep.datasets} == {"full"}, rep
+    done = [d for d, _t in seen]
+    assert len(seen) > len(kids) and done == sorted(done), seen[:20]  # summed, never going back
+    assert done[-1] == sum(d.bytes for d in rep.datasets) > 12 * 400_000, (done[-1], rep.datasets)
+    assert all(t is None or t >= d for d, t in seen), [x for x in seen if x[1] is not None and x[1] < x[0]][:5]

@@ -231,3 +231,12 @@ def test_the_wire_through_a_gated_key(pools, gated, tmp_path):
     log = (tmp_path / "gate.log").read_text()
     assert "mbuffer -q -m 1536k" in log and "zstd -dc" in log, log[-2000:]
     same(d, f"{dst.name}/gate/w")
+
+
+def test_two_jobs_on_one_source_one_failing_for_a_week_with_bookmarks(pools, backup_host, tmp_path):
+    """On OpenZFS each job's cursor is a bookmark: the off-site job prunes its snapshots daily for a
+    week while the local one fails, and the local one's bookmark still carries it on incrementally."""
+    from setupscenarios import two_jobs_one_failing_scenario
+
+    out = two_jobs_one_failing_scenario(*pools, backup_host, tmp_path)
+    assert out["cursor"] == "bookmark", out
