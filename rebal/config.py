@@ -286,3 +286,19 @@ def load(explicit: str | None = None, *, check_cron: bool = False) -> Config:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(path, [f"not valid TOML: {e}"]) from None
     return parse(data, path, check_cron=check_cron)
+
+
+def here_problems(cfg: Config) -> list[str]:
+    """What a valid config names that this machine lacks, so that its scheduled jobs would fail
+    every time: the metrics file's directory (with a metrics schedule), a job's ssh key or
+    known_hosts file. Each names its key."""
+    out = []
+    if cfg.schedule.metrics and not os.path.isdir(os.path.dirname(cfg.metrics_file) or "."):
+        out.append(f"metrics_file: {os.path.dirname(cfg.metrics_file)} does not exist, so the scheduled metrics "
+                   "job fails every time (create it, install prometheus-node-exporter, or name another file)")
+    for j in cfg.replicate:
+        for key in ("identity_file", "known_hosts"):
+            path = getattr(j, key)
+            if path and not os.path.exists(path):
+                out.append(f"replicate[{j.name}].{key}: {path} does not exist")
+    return out

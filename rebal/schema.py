@@ -100,7 +100,10 @@ def _model(cls, data: Any, loc: str, problems: list, ctx: dict):
             values[f.name] = v
     for key in data:
         if key not in by_key:
-            problems.append((_join(loc, str(key)), "unknown key"))
+            import difflib
+
+            near = difflib.get_close_matches(str(key), list(by_key), n=1, cutoff=0.6)
+            problems.append((_join(loc, str(key)), "unknown key" + (f" (did you mean {near[0]!r}?)" if near else "")))
     if len(problems) > before:
         return _BAD
     obj = cls(**values)

@@ -72,7 +72,19 @@ def build() -> typer.Typer:
 
     for m in COMMAND_MODULES:
         importlib.import_module(f"{__package__}.{m}")
+    for info in app.registered_commands:  # --help lists each command with its whole first sentence
+        if info.short_help is None and info.callback is not None and info.callback.__doc__:
+            info.short_help = first_sentence(info.callback.__doc__)
     return app
+
+
+def first_sentence(doc: str) -> str:
+    """The first sentence of a docstring, on one line (click would cut it at 45 characters)."""
+    text = " ".join(doc.split("\n\n", 1)[0].split())
+    for i, ch in enumerate(text):
+        if ch == "." and (i + 1 == len(text) or text[i + 1] == " ") and not text[max(0, i - 3):i].endswith(("e.g", "i.e")):
+            return text[:i + 1]
+    return text
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -35,11 +35,14 @@ def config_check(
         if as_json:
             out_json({"file": path, "ok": False, "problems": e.problems})
         raise
+    here = config.here_problems(cfg)
     if as_json:
-        out_json({"file": path, "ok": True, "problems": [], "jobs": [j.name for j in cfg.replicate],
+        out_json({"file": path, "ok": not here, "problems": here, "jobs": [j.name for j in cfg.replicate],
                   "state_db": cfg.state_db})
-        return
-    out_text(f"{path}: OK ({len(cfg.replicate)} replication job(s), state database {cfg.state_db})\n")
+    if here:
+        raise ConfigError(path, here)
+    if not as_json:
+        out_text(f"{path}: OK ({len(cfg.replicate)} replication job(s), state database {cfg.state_db})\n")
 
 
 @app.command()

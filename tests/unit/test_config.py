@@ -212,3 +212,41 @@ def test_config_check_without_a_file_reads_the_defaults_as_every_command_does(tm
     r = CliRunner().invoke(build(), ["config", "check"])
     assert r.exit_code == 0, r.output
     assert r.output.startswith(f"no config file at {tmp_path / 'nope' / 'config.toml'}: every key has its default")
+
+
+def test_an_unknown_key_gets_a_did_you_mean(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text("[rebalance]\ntarget_spred = 3\n[[replicate]]\nname = \"j\"\nsource = \"tank/a\"\ntarget = \"b/a\"\n"
+                 "recursiv = true\n")
+    r = rebal("config", "check", str(p), check=False)
+    assert r.returncode == 2
+    assert "rebalance.target_spred: unknown key (did you mean 'target_spread'?)" in r.stderr, r.stderr
+    assert "recursiv: unknown key (did you mean 'recursive'?)" in r.stderr, r.stderr
+
+
+def test_config_check_fails_what_would_fail_every_scheduled_run(tmp_path):
+    """A metrics schedule whose file's directory is missing, a job's key that is not there: valid
+    TOML, but the timer's runs would fail every time. config check says so (exit 2), naming the key."""
+    p = tmp_path / "c.toml"
+    p.write_text(f'metrics_file = "{tmp_path}/no/such/dir/rebal.prom"\n[schedule]\nmetrics = "*/5 * * * *"\n'
+                 f'[[replicate]]\nname = "j"\nsource = "tank/a"\ntarget = "b/a"\ntarget_host = "backup"\n'
+                 f'identity_file = "{tmp_path}/no-key"\n')
+    r = rebal("config", "check", str(p), check=False)
+    assert r.returncode == 2, r.stdout
+    assert f"metrics_file: {tmp_path}/no/such/dir does not exist" in r.stderr, r.stderr
+    assert f"replicate[j].identity_file: {tmp_path}/no-key does not exist" in r.stderr, r.stderr
+    (tmp_path / "no" / "such" / "dir").mkdir(parents=True)
+    (tmp_path / "no-key").write_text("k")
+    assert "OK" in rebal("config", "check", str(p)).stdout
+
+
+def test_help_lists_each_commands_whole_first_sentence():
+    from rebal.cli.app import build, first_sentence
+
+    r = rebal("--help")
+    text = "".join(r.stdout.split())  # (click wraps lines, at hyphens too)
+    for info in build().registered_commands:
+        want = first_sentence(info.callback.__doc__)
+        assert "".join(want.split()) in text, want
+        assert not want.endswith("...")
+    assert first_sentence("Do a thing, e.g. this. Then more.") == "Do a thing, e.g. this."
