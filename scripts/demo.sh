@@ -34,7 +34,7 @@ pools = ["$POOL"]
 target_spread = 10
 CONF
 export REBAL_CONFIG="$DIR/config.toml"
-rebal() { python3 -m rebal "$@"; }
+rebal() { "${REBAL_VENV:-$PWD/.venv}/bin/python" -m rebal "$@"; }
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "zpool create $POOL on 2 file vdevs of $VDEV_SIZE"
@@ -111,4 +111,16 @@ zfs list -t snapshot -r "$BACKUP"
 step "history of the samples taken so far, and the runs"
 rebal history "$POOL"
 rebal runs
-printf '\nThe demo pools stay for you to explore (config: %s; an sshd on 127.0.0.1:%s).\nRemove them with: bash scripts/demo.sh --clean\n' "$REBAL_CONFIG" "$PORT"
+cat <<DONE
+
+The demo pools stay for you to look around. Each rebal command needs the demo's config: either
+  export REBAL_CONFIG=$REBAL_CONFIG
+once in your shell, then for example
+  rebal status $POOL          rebal plan $POOL/data       rebal runs
+  rebal backups nightly       rebal restore nightly --path new-today.bin --to /tmp/back
+  rebal health                rebal where $DIR/mnt/data
+or put --config $REBAL_CONFIG before each command's name (rebal --config ... status).
+bash scripts/demo.sh --clean removes all of it: the pools $POOL and $BACKUP, the demo's sshd on
+127.0.0.1:$PORT and $DIR (its sparse files, config, key and state database). It leaves what
+scripts/setup.sh installed (README: "What the demo and the tests install").
+DONE

@@ -6,4 +6,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh >/dev/null   # the host side needs rebal's test dependencies
-exec python3 tests/openzfs/vm/lane.py "$@"
+exec "${REBAL_VENV:-$PWD/.venv}/bin/python" tests/openzfs/vm/lane.py "$@"

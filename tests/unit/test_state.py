@@ -145,3 +145,18 @@ def test_a_new_database_is_made_in_one_transaction(tmp_path):
     assert state.migrate(conn) == state.SCHEMA_VERSION
     assert conn.execute("PRAGMA user_version").fetchone()[0] == state.SCHEMA_VERSION > 1
     assert sum(s.strip().upper().startswith("COMMIT") for s in said) == 1  # one commit, one fsync
+
+
+def test_the_packaged_state_directory_is_never_made(tmp_path, monkeypatch):
+    """A command run without a config where rebal is not set up must not leave /var/lib/rebal
+    behind (it made it silently); a state_db the admin names in a new directory is still made."""
+    from rebal import config
+
+    assert config.DEFAULT_STATE_DB == state.PACKAGED_DB
+    where = tmp_path / "var" / "lib" / "rebal"
+    monkeypatch.setattr(state, "PACKAGED_DB", str(where / "state.db"))
+    with pytest.raises(StateError, match="rebal is not set up here"):
+        state.connect(where / "state.db")
+    assert not (tmp_path / "var").exists()
+    state.connect(tmp_path / "elsewhere" / "state.db").close()
+    assert stat.S_IMODE(os.stat(tmp_path / "elsewhere").st_mode) == 0o700
