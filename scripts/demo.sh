@@ -35,7 +35,7 @@ target_spread = 10
 CONF
 export REBAL_CONFIG="$DIR/config.toml"
 rebal() { "${REBAL_VENV:-$PWD/.venv}/bin/python" -m rebal "$@"; }
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+if [ -t 1 ]; then step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }; else step() { printf '\n== %s\n' "$*"; }; fi
 
 step "zpool create $POOL on 2 file vdevs of $VDEV_SIZE"
 zpool create -m "$DIR/mnt" "$POOL" "$DIR/d1" "$DIR/d2" 2>/dev/null

@@ -51,28 +51,21 @@ class JsonEvents:
 class ProgressEvents:
     """rebal rebalance: a progress bar of bytes on a terminal; a line per directory otherwise."""
 
-    def __init__(self, prep):
+    def __init__(self, prep, con=None):
         self.prep = prep
-        self.con = console()
+        self.con = con or console()
         self.tty = self.con.is_terminal
         self.bar = None
         self.spread = prep.pool.spread
 
     def __enter__(self):
         if self.tty:
-            from rich.progress import (
-                BarColumn,
-                DownloadColumn,
-                Progress,
-                TextColumn,
-                TimeRemainingColumn,
-                TransferSpeedColumn,
-            )
+            from rich.progress import BarColumn, Progress, TextColumn
 
+            # one line within 80 columns, sizes and rates in rebal's units (120M, 1.5G; 80M/s)
             self.bar = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[files]} files"),
-                DownloadColumn(binary_units=True), TransferSpeedColumn(), TimeRemainingColumn(),
-                TextColumn("spread {task.fields[spread]}"), console=self.con,
+                TextColumn("[bold]{task.description}"), BarColumn(bar_width=10), TextColumn("{task.fields[files]}"),
+                *_byte_columns(estimate=False), TextColumn("spread {task.fields[spread]}"), console=self.con,
             )
             self.bar.__enter__()
         return self
@@ -86,7 +79,7 @@ class ProgressEvents:
         if self.bar:
             self.total_files, self.files_done = total_files, 0
             self.task = self.bar.add_task("rebalance", total=total_bytes, spread=f"{self.spread:.1f}",
-                                               files=f"0/{total_files}")
+                                          files=f"0/{total_files}")
         else:
             from ..units import human
 
@@ -205,8 +198,9 @@ class ByteBar:
         return False
 
 
-def _byte_columns():
-    """Bytes done of the total (estimate), the mean rate, the time left: in rebal's own units."""
+def _byte_columns(estimate: bool = True):
+    """Bytes done of the total (``estimate``: zfs send -nP's), the mean rate from the second second
+    on, the time left: in rebal's own units."""
     from rich.progress import ProgressColumn
     from rich.text import Text
 
@@ -214,7 +208,7 @@ def _byte_columns():
 
     class Bytes(ProgressColumn):
         def render(self, task) -> Text:
-            total = f"{human(task.total)} (estimate)" if task.total else "?"
+            total = (f"{human(task.total)} (estimate)" if estimate else human(task.total)) if task.total else "?"
             return Text(f"{human(task.completed)} of {total}")
 
     class Rate(ProgressColumn):
@@ -228,6 +222,6 @@ def _byte_columns():
             if not task.total or t < 1 or not task.completed:
                 return Text("")
             left = max(0.0, (task.total - task.completed) / (task.completed / t))
-            return Text(f"about {int(left // 60)}:{int(left % 60):02d} left")
+            return Text(f"{'about ' if estimate else ''}{int(left // 60)}:{int(left % 60):02d} left")
 
     return Bytes(), Rate(), Left()
