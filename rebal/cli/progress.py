@@ -173,10 +173,13 @@ class ByteBar:
     Sizes as everywhere in rebal (1.5G, 120M); the rate from the second second on, so a first
     update of bytes sent before the bar saw them does not read as 170 GB/s."""
 
-    def __init__(self, label: str, enabled: bool = True) -> None:
+    def __init__(self, label: str, enabled: bool = True, every: float = 60.0) -> None:
         self.label = label
         self.bar = self.task = None
         self.enabled = enabled and sys.stderr.isatty()
+        # no terminal (a log, journald): a line every ``every`` seconds instead of a bar
+        self.lines = enabled and not self.enabled
+        self.every, self.t0, self.last = every, None, 0.0
 
     def __enter__(self) -> "ByteBar":
         if self.enabled:
@@ -188,9 +191,27 @@ class ByteBar:
             self.task = self.bar.add_task(self.label, total=None)
         return self
 
+    @property
+    def wanted(self) -> bool:
+        """Whether updates are shown at all (a bar, or lines)."""
+        return self.enabled or self.lines
+
     def update(self, nbytes: int, total: int | None = None) -> None:
         if self.bar:
             self.bar.update(self.task, completed=nbytes, total=max(total, nbytes) if total else None)
+        elif self.lines:
+            import time
+
+            from ..units import human
+
+            now = time.monotonic()
+            if self.t0 is None:
+                self.t0 = self.last = now
+            if now - self.last >= self.every:
+                self.last = now
+                of = f" of {human(max(total, nbytes))} (estimate)" if total else ""
+                print(f"{self.label}: {human(nbytes)}{of} sent, {human(nbytes / max(now - self.t0, 1e-9))}/s",
+                      file=sys.stderr, flush=True)
 
     def __exit__(self, *exc) -> bool:
         if self.bar:

@@ -26,3 +26,20 @@ def test_the_rebalance_bar_fits_80_columns_in_rebals_units():
     assert "GB" not in text and "GiB" not in text and "/s" in last, last  # rebal's sizes: 800G, 987G
     assert "800G of 987G" in last and "100000/123456" in last and "spread 21.4" in last, last
     assert "-/s" in last  # no rate before a second has passed: a first big update is not 800 GB/s
+
+
+def test_without_a_terminal_replication_says_how_far_it_got_in_lines(capsys):
+    """A log or the journal gets a line now and then (every minute; here every time), not nothing
+    until the end."""
+    from rebal.cli.progress import ByteBar
+
+    with ByteBar("replicate nightly", every=0.0) as bar:
+        assert bar.wanted and not bar.enabled  # pytest's stderr is no terminal
+        bar.update(0, None)
+        bar.update(150 << 20, 600 << 20)
+        bar.update(600 << 20, 600 << 20)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-1].startswith("replicate nightly: 600M of 600M (estimate) sent, ") and lines[-1].endswith("/s"), lines
+    assert any("150M of 600M" in ln for ln in lines), lines
+    with ByteBar("replicate nightly", enabled=False) as bar:
+        assert not bar.wanted
