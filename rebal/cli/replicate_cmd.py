@@ -102,3 +102,34 @@ def verify(
     else:
         out_text(verify_text(job, rep, H.LEVEL_NAMES[level]))
     raise typer.Exit(level)
+
+
+@app.command()
+def keys(
+    job: Annotated[str, typer.Argument(help="Name of a [[replicate]] job in the config.", autocompletion=complete.replication_jobs)],
+    pin: Annotated[Optional[str], typer.Option("--pin", metavar="SHA256:...", help="Pin the other host's key with this fingerprint, checked on that host (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub there).")] = None,
+    install: Annotated[bool, typer.Option("--install", help="Append the key's line to the other host's authorized_keys over your own ssh login.")] = False,
+    login_identity: Annotated[Optional[str], typer.Option("--login-identity", metavar="FILE", help="With --install: the key you log in with (default: your ssh's own, or a password).")] = None,
+    authorized_keys: Annotated[str, typer.Option("--authorized-keys", metavar="PATH", help="With --install: the file there, relative to the login's home.")] = ".ssh/authorized_keys",
+    rebal_path: Annotated[str, typer.Option("--rebal-path", metavar="PATH", help="Where rebal is on the other host, for the gate.")] = "/usr/bin/rebal",
+    check: Annotated[bool, typer.Option("--check/--no-check", help="End with a dry run of the job (once the host key is pinned).")] = True,
+    as_json: JsonOpt = False,
+) -> None:
+    """Set up a job's ssh: its key, the other host's key pinned, the gated authorized_keys line there, a dry run."""
+    from ..replicate.job import find_job, run_job
+    from ..replicate.pairing import pair
+    from ..views.replicate import pairing_text
+
+    cfg = load_config()
+    p = pair(find_job(cfg, job), pin=pin, do_install=install, login_identity=login_identity,
+             authorized_keys=authorized_keys, rebal_path=rebal_path)
+    code = 0
+    if check and p.host is not None and p.pinned:  # the whole way, as a run would go it
+        outcome, details = run_job(cfg, job, dry_run=True, on_wait=warn)
+        p.dry_run = "ok" if outcome != "failed" else f"failed: {details.get('error')}"
+        code = details.get("exit_code", 1) if outcome == "failed" else 0
+    if as_json:
+        out_json(asdict(p))
+    else:
+        out_text(pairing_text(p))
+    raise typer.Exit(code)

@@ -72,3 +72,30 @@ def verify_text(job: str, rep, level_name: str) -> str:
     out += [f.line() for f in rep.findings]
     out += [f"  note: {note}" for note in rep.notes]
     return lines(out)
+
+
+def pairing_text(p) -> str:
+    """`rebal keys`: what was done, and what is left for the admin, in the order to do it."""
+    if p.host is None:
+        return f"job {p.job}: " + "; ".join(p.notes) + "\n"
+    out = [f"1. the job's key: {p.key} ({'made now' if p.key_made else 'exists'})"]
+    if p.pinned:
+        out.append(f"2. {p.host}'s host key: {'pinned now' if p.pinned_now else 'pinned'}")
+    else:
+        out.append(f"2. {p.host}'s host key is NOT pinned. It offers:")
+        out += [f"     {fp}" for fp in p.fingerprints]
+        out.append(f"   compare on {p.host} itself: ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub")
+        out.append(f"   then: rebal keys {p.job} --pin SHA256:...   (the one that matches)")
+    out.append(f"3. for the authorized_keys of {p.where}:")
+    out.append(f"     {p.line}")
+    if p.installed is not None:
+        out.append("   added there now" if p.installed else "   already there")
+    else:
+        out.append(f"   (rebal keys {p.job} --install adds it over your own ssh login)")
+    if p.dry_run is not None:
+        nxt = (f"add the line of step 3 there (or --install), then rebal keys {p.job} again"
+               if p.dry_run.startswith("failed") else f"rebal replicate {p.job} (the first run)")
+        out.append(f"4. a dry run of the job: {p.dry_run}")
+        out.append(f"   next: {nxt}")
+    out += [f"note: {n}" for n in p.notes]
+    return "\n".join(out) + "\n"

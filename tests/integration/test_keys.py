@@ -1,0 +1,58 @@
+"""`rebal keys`: a first backup's ssh set up against a real sshd on loopback (its own, for this test):
+the job's key made, the host key refused until its fingerprint is given, pinned, the gated line
+installed over the admin's own login, and a dry run through the gate."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+from conftest import rebal
+from sshenv import start_sshd
+from zfsenv import sh
+
+pytestmark = pytest.mark.zfs
+
+
+def test_keys_from_nothing_to_a_dry_run_through_the_gate(make_pool, zfs_ready, tmp_path):
+    src, dst = make_pool([[]], size="128M"), make_pool([[]], size="128M")
+    sh("zfs", "create", f"{src.name}/data")
+    sh("zfs", "create", f"{dst.name}/fs")  # the empty dataset the gate receives under
+    host = start_sshd(tmp_path / "bk")  # its authorized_keys holds the admin's own key (clientkey)
+    try:
+        etc = tmp_path / "etc"
+        etc.mkdir()
+        cfg = tmp_path / "config.toml"
+        cfg.write_text(f'state_db = "{tmp_path / "state.db"}"\n[[replicate]]\nname = "nightly"\n'
+                       f'source = "{src.name}/data"\ntarget = "{dst.name}/fs/data"\ntarget_host = "{host.host}"\n'
+                       f'target_port = {host.port}\nidentity_file = "{etc / "id"}"\nknown_hosts = "{etc / "kh"}"\n')
+        first = rebal("keys", "nightly", config=cfg)
+        assert "NOT pinned" in first.stdout and "made now" in first.stdout, first.stdout
+        assert (etc / "id").exists() and os.stat(etc / "id").st_mode & 0o077 == 0
+        assert not (etc / "kh").exists(), "a host key is never pinned on first sight"
+        real = subprocess.run(["ssh-keygen", "-lf", str(host.dir / "hostkey.pub")], capture_output=True,
+                              text=True).stdout.split()[1]  # read on the host itself
+        r = rebal("keys", "nightly", "--pin", "SHA256:" + "A" * 43, config=cfg, check=False)
+        assert r.returncode == 6 and "not pinned" in r.stderr and not (etc / "kh").exists(), r.stderr
+        out = json.loads(rebal("keys", "nightly", "--pin", real, "--install", "--login-identity",
+                               str(host.identity), "--authorized-keys", str(host.dir / "authorized_keys"),
+                               "--rebal-path", "/usr/local/bin/rebal", "--json", config=cfg).stdout)
+        assert out["pinned_now"] and out["installed"] is True and out["dry_run"] == "ok", out
+        pub = (etc / "id.pub").read_text().strip()
+        assert out["line"] == f'command="/usr/local/bin/rebal gate --receive-into {dst.name}/fs",restrict {pub}'
+        assert out["line"] in (host.dir / "authorized_keys").read_text().splitlines()
+        again = json.loads(rebal("keys", "nightly", "--install", "--login-identity", str(host.identity),
+                                 "--authorized-keys", str(host.dir / "authorized_keys"), "--rebal-path",
+                                 "/usr/local/bin/rebal", "--json", config=cfg).stdout)
+        assert again["installed"] is False and again["pinned"] and not again["key_made"], again  # once only
+        assert (host.dir / "authorized_keys").read_text().count(pub) == 1
+        # the job's key is gated: it may not destroy what it backs up
+        r = subprocess.run(["ssh", "-i", str(etc / "id"), "-o", f"UserKnownHostsFile={etc / 'kh'}", "-o", "BatchMode=yes",
+                            "-p", str(host.port), f"root@{host.host}", f"zfs destroy -r {dst.name}/fs"],
+                           capture_output=True, text=True)
+        assert r.returncode != 0 and "not allowed" in r.stderr, r.stderr
+        assert sh("zfs", "list", "-H", "-o", "name", f"{dst.name}/fs").returncode == 0
+    finally:
+        host.stop()
