@@ -185,12 +185,20 @@ def overfull(vdevs: list[VdevFill]) -> list[bool]:
     return [v.cap > mean for v in vdevs]
 
 
+GAIN_STEPS = 20  # gains within 1/20 of the best are one rank: the order holds between plan and run
+
+
 def rank_measured(vdevs: list[VdevFill], dirs: list[DirEntry]) -> list[DirEntry]:
     """Directories by how much of their data lies on the over-full vdevs, per byte (measured where
     known, else the model's guess: like the pool's allocation), weighted by how far over the pool's
     CAP each vdev is; most first, then by size and path. Per byte, not in bytes: a big directory
     written after the pool grew lies partly on the new vdev, and rewriting it moves less per byte
-    rewritten than a smaller one that lies wholly on the full vdevs (the goal is fewest bytes)."""
+    rewritten than a smaller one that lies wholly on the full vdevs (the goal is fewest bytes).
+
+    The gains are ranked in steps of a twentieth of the best one, then by size: the plan and the run
+    each measure the pool, and two old vdevs a few tenths of a point apart swap their weights from
+    one to the other; ranked exactly, directories that differ only in how they split between those
+    two came out in another order in the run than the plan said."""
     total = sum(v.size for v in vdevs) or 1
     mean = 100.0 * sum(v.alloc for v in vdevs) / total
     excess = [max(0.0, v.cap - mean) for v in vdevs]
@@ -204,7 +212,9 @@ def rank_measured(vdevs: list[VdevFill], dirs: list[DirEntry]) -> list[DirEntry]
             tot = sum(d.placement)
             share = [b / tot for b in d.placement]
         return sum(s * e for s, e in zip(share, excess))
-    return sorted((d for d in dirs if d.files), key=lambda d: (-round(gain(d), 6), -d.bytes, d.path))
+    gains = {d.path: gain(d) for d in dirs if d.files}
+    unit = (max(gains.values(), default=0.0) / GAIN_STEPS) or 1.0
+    return sorted((d for d in dirs if d.files), key=lambda d: (-round(gains[d.path] / unit), -d.bytes, d.path))
 
 
 def _rewrite_dir(alloc: list[float], size: list[float], source: list[float], d: DirEntry, pinned_fraction: float,

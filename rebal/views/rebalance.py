@@ -71,8 +71,8 @@ def plan_text(prep, max_dirs: int = 30) -> str:
         out.append(_spread_line(prep))
     if plan.dirs:
         out.append("")
-        out.append(f"directories to rewrite, in order ({len(plan.dirs)}; the rebalance goes on past them "
-                   "if the measured spread is still over the target)"
+        out.append(f"directories to rewrite, in order ({len(plan.dirs)}; the rebalance measures the pool after "
+                   "each: it stops at the first under the target, and goes on past them if the spread is still over)"
                    + (", fullest-vdev data first (measured placement):" if plan.measured else ":"))
         from ..rebalance.planner import overfull
 

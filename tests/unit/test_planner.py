@@ -111,3 +111,20 @@ def test_a_plan_of_everything_predicts_every_directory_rewritten():
     assert make_plan(within, dirs, 10).dirs == [] and len(make_plan(within, dirs, 10, everything=True).dirs) == len(dirs)
     capped = make_plan(v, dirs, 10, max_bytes=150 * M, everything=True)
     assert capped.bytes <= 150 * M
+
+
+def test_the_measured_order_holds_when_two_old_vdevs_swap_by_a_few_tenths():
+    """The plan and the run each measure the pool: two old vdevs 0.2 points apart may trade places
+    between them. Directories that differ only in how they split between those two keep their order
+    (the run rewrites what the plan listed, in the plan's order); a directory on the new vdev stays last."""
+    from rebal.rebalance.planner import rank_measured
+
+    G = 1 << 30
+    at_plan = [VdevFill("a", 100 * G, int(80.2 * G)), VdevFill("b", 100 * G, 80 * G), VdevFill("new", 100 * G, 10 * G)]
+    at_run = [VdevFill("a", 100 * G, 80 * G), VdevFill("b", 100 * G, int(80.2 * G)), VdevFill("new", 100 * G, 10 * G)]
+    dirs = [DirEntry(b"/t/%d" % i, 10, (5 + i) * M, placement=(int((60 + 5 * i) * M), int((40 - 5 * i) * M), 0))
+            for i in range(6)]
+    dirs.append(DirEntry(b"/t/late", 10, 90 * M, placement=(10 * M, 10 * M, 80 * M)))
+    plan, run = rank_measured(at_plan, dirs), rank_measured(at_run, dirs)
+    assert [d.path for d in plan] == [d.path for d in run]
+    assert plan[-1].path == b"/t/late" and [d.path for d in plan[:6]] == [b"/t/%d" % i for i in range(5, -1, -1)]
