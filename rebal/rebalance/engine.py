@@ -78,7 +78,8 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
         else:
             run_id = state.start_run(conn, "rebalance", pool=prep.pool.name, key=prep.key)
         r = Run(prep, opts, zpool, zfs, conn, events, stop)
-        r.report = Report(run_id, "failed", "", spread_before=prep.pool.spread, predicted_after=prep.plan.spread_after)
+        r.report = Report(run_id, "failed", "", spread_before=prep.pool.spread, predicted_after=prep.plan.spread_after,
+                          scan_seconds=prep.scan_seconds)
         avail_ds = prep.targets[0].dataset
         if prep.reclaim:
             zpool.settle(prep.pool.name)
@@ -134,6 +135,7 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
                     r.report.reason = _goal(r)
             except RebalError:
                 r.report.spread_after = r.spread_now
+            r.report.seconds = time.monotonic() - t0  # with the last measurement, which waits for the frees
             if prep.plan.measured and r.report.files:
                 from .measure import rewritten_placement
 

@@ -41,7 +41,8 @@ class Report:
     spread_before: float = 0.0
     spread_after: float = 0.0
     predicted_after: float = 0.0
-    seconds: float = 0.0
+    seconds: float = 0.0  # the run, from its start to the pool measured settled after it
+    scan_seconds: float = 0.0  # the scan before it (prepare)
     recovered: journal.Recovery | None = None
     reclaim: dict | None = None  # after a RAIDZ expansion: available before/after, reclaimed, predicted
     growth: int = 0  # bytes rewritten that snapshots still hold: the pool's growth until they go
@@ -66,6 +67,7 @@ class Report:
             "spread_after": round(self.spread_after, 2),
             "predicted_after": round(self.predicted_after, 2),
             "seconds": round(self.seconds, 2),
+            "scan_seconds": round(self.scan_seconds, 2),
         }
 
 

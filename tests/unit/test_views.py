@@ -86,9 +86,11 @@ def test_plan_json_and_text_agree():
 
 def test_report_and_runs_text():
     rep = Report(5, "ok", "spread 3.0 is under the target 10", files=12, bytes=3 << 20, dirs=2,
-                 skipped={"in-use": 1}, spread_before=20, spread_after=3, predicted_after=4, seconds=2.0)
+                 skipped={"in-use": 1}, spread_before=20, spread_after=3, predicted_after=4, seconds=2.7,
+                 scan_seconds=2.7)
     text = RV.report_text(rep)
     assert text.startswith("ok: spread 3.0") and "rewrote 12 files, 3.00M in 2 directories" in text
+    assert "in 2.7 s" in text and "5.4 s with the scan" in text, text  # the whole command's time too
     assert "20.0 -> 3.0 points (predicted 4.0); run 5" in text and "skipped: 1 in-use" in text
     runs = [{"id": 5, "kind": "rebalance", "job": None, "pool": "tank", "started": "2026-11-23T10:00:00Z",
              "outcome": "failed", "error": "read-only file system", "details": rep.as_dict()}]
