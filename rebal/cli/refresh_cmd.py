@@ -58,11 +58,16 @@ def refresh(
              "jobs": jobs, "exclude": exclude, "allow_snapshots": allow_snapshots, "max_growth": max_growth}
     from .progress import JsonEvents, LineEvents
 
+    from ..jobs import record
+
     with Signals() as sig:
         events = JsonEvents() if as_json else LineEvents()
         with events:
-            rep = refresh_run.refresh(cfg, paths, zpool, zfs, conn, given=given, events=events, stop=sig.stop,
-                                      dry_run=dry_run, progress=getattr(events, "measuring", None))
+            def go() -> dict:
+                return refresh_run.refresh(cfg, paths, zpool, zfs, conn, given=given, events=events, stop=sig.stop,
+                                           dry_run=dry_run, progress=getattr(events, "measuring", None))
+
+            rep = go() if dry_run else record(conn, "refresh", go)  # a run by hand is recorded as the timer's is
     if as_json:
         print(json.dumps({"event": "done"} | rep), flush=True)
     else:

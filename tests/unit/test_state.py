@@ -160,3 +160,16 @@ def test_the_packaged_state_directory_is_never_made(tmp_path, monkeypatch):
     assert not (tmp_path / "var").exists()
     state.connect(tmp_path / "elsewhere" / "state.db").close()
     assert stat.S_IMODE(os.stat(tmp_path / "elsewhere").st_mode) == 0o700
+
+
+def test_a_recorded_job_that_returns_a_failure_is_recorded_failed(tmp_path):
+    """A scheduled refresh that fails returns its report (it does not raise): it was recorded ok."""
+    from rebal.jobs import record
+
+    conn = state.connect(tmp_path / "s.db")
+    record(conn, "refresh", lambda: {"outcome": "failed", "reason": "no file could be rewritten: 3 read-only"})
+    record(conn, "refresh", lambda: {"outcome": "stopped", "reason": "the end of the time window"})
+    record(conn, "fill", lambda: {"pools": 1})
+    rows = {r["id"]: r for r in state.list_runs(conn)}
+    assert [(r["kind"], r["outcome"], r["error"]) for r in sorted(rows.values(), key=lambda r: r["id"])] == [
+        ("refresh", "failed", "no file could be rewritten: 3 read-only"), ("refresh", "stopped", None), ("fill", "ok", None)]
