@@ -35,6 +35,18 @@ def used(ds: str) -> int:
     return int(sh("zfs", "get", "-Hp", "-o", "value", "used", ds).stdout.strip())
 
 
+def changed_and_planned(root, ds: str, prop: str, new: str, tmp_path):
+    """The tree written (synced) and its manifest, then ``prop`` set to ``new`` on ``ds`` and the
+    refresh's plan: (the manifest, the config, the plan, the plan's one dataset)."""
+    os.sync()
+    before = manifest(root)
+    sh("zfs", "set", f"{prop}={new}", ds)
+    cfg = write_cfg(tmp_path)
+    plan = rebal_json("refresh", str(root), "--plan", config=cfg)
+    [d] = plan["datasets"]
+    return before, cfg, plan, d
+
+
 def small_text_files(d, n: int = 200, size: int = 2000) -> None:
     """``n`` files of about ``size`` bytes of text: compressible, but at ashift 12 one sector either way."""
     d.mkdir()
@@ -56,12 +68,7 @@ def compression_scenario(pool, tmp_path, new: str, mib: int = 24) -> dict:
         text_like(root / f"app{i}.log", mib // 4, seed=i)
     incompressible(root / "random.bin", 2)
     small_text_files(root / "notes")
-    os.sync()
-    before = manifest(root)
-    sh("zfs", "set", f"compression={new}", ds)
-    cfg = write_cfg(tmp_path)
-    plan = rebal_json("refresh", str(root), "--plan", config=cfg)
-    [d] = plan["datasets"]
+    before, cfg, plan, d = changed_and_planned(root, ds, "compression", new, tmp_path)
     assert set(d["by_property"]) == {"compression"}, d  # the random file's blocks are not counted old
     pred = plan["compression"]
     assert pred["predicted"], pred
@@ -89,12 +96,7 @@ def recordsize_scenario(pool, tmp_path, old: str, new: str, new_bytes: int, mib:
     for i in range(3):
         incompressible(root / f"v{i}.bin", mib)
     (root / "small.txt").write_bytes(b"x" * 3000)  # one small block: already as a write now makes it
-    os.sync()
-    before = manifest(root)
-    sh("zfs", "set", f"recordsize={new}", ds)
-    cfg = write_cfg(tmp_path)
-    plan = rebal_json("refresh", str(root), "--plan", config=cfg)
-    [d] = plan["datasets"]
+    before, cfg, plan, d = changed_and_planned(root, ds, "recordsize", new, tmp_path)
     assert set(d["by_property"]) == {"recordsize"} and plan["recordsize"][ds]["files_measured"] == 3, plan
     r = rebal("refresh", str(root), "--json", config=cfg)
     rep = json.loads(r.stdout.splitlines()[-1])
@@ -118,12 +120,7 @@ def hardlink_scenario(pool, tmp_path, old: str, new: str, mib: int = 3) -> dict:
     for i in range(3):
         incompressible(root / f"v{i}.bin", mib)
     os.link(root / "v0.bin", root / "also-v0.bin")
-    os.sync()
-    before = manifest(root)
-    sh("zfs", "set", f"recordsize={new}", ds)
-    cfg = write_cfg(tmp_path)
-    plan = rebal_json("refresh", str(root), "--plan", config=cfg)
-    [d] = plan["datasets"]
+    before, cfg, plan, d = changed_and_planned(root, ds, "recordsize", new, tmp_path)
     assert plan["files"] == 3 and d["old_bytes"] < (3 * mib + 1) << 20, plan  # each inode once
     [left] = plan["left"]
     assert left["path"].endswith("v0.bin") and left["links"] == 2 and "hardlinks = true" in left["why"], left
@@ -151,12 +148,7 @@ def property_scenario(pool, tmp_path, prop: str, old: str, new: str, mib: int = 
     for i in range(3):
         incompressible(root / f"f{i}.bin", mib)
     text_like(root / "log.txt", 1)
-    os.sync()
-    before = manifest(root)
-    sh("zfs", "set", f"{prop}={new}", ds)
-    cfg = write_cfg(tmp_path)
-    plan = rebal_json("refresh", str(root), "--plan", config=cfg)
-    [d] = plan["datasets"]
+    before, cfg, plan, d = changed_and_planned(root, ds, prop, new, tmp_path)
     assert set(d["by_property"]) == {prop} and d["old_bytes"] == d["bytes"] > 0, d
     rep = json.loads(rebal("refresh", str(root), "--json", config=cfg).stdout.splitlines()[-1])
     assert rep["outcome"] == "ok" and rep["old_share_after"] == 0.0 and rep["old_bytes_before"] > 0, rep
