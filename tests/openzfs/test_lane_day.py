@@ -136,21 +136,18 @@ def test_a_day_in_the_life(day, backup_host):
     comp = admin(f"COMP_WORDS='rebal scrub {src[:3]}' COMP_CWORD=2 _REBAL_COMPLETE=complete_bash rebal").stdout
     assert src in comp.split(), comp
 
-    # the timer fires by itself: a drop-in shortens its calendar, as an admin would for a test
+    # the timer fires by itself, once: a drop-in makes it fire 5 s after it starts instead of on its
+    # calendar, as an admin would for a test (a repeating one could start a second round of jobs)
     since = time.strftime("%Y-%m-%d %H:%M:%S")
     dropin = Path("/etc/systemd/system/rebal-due.timer.d")
     dropin.mkdir(parents=True, exist_ok=True)
-    (dropin / "50-test.conf").write_text("[Timer]\nOnCalendar=\nOnCalendar=*:*:0/20\nRandomizedDelaySec=0\n"
+    (dropin / "50-test.conf").write_text("[Timer]\nOnCalendar=\nOnActiveSec=5s\nRandomizedDelaySec=0\n"
                                          "AccuracySec=1s\n")
     admin("systemctl daemon-reload && systemctl restart rebal-due.timer")
     deadline = time.monotonic() + 180
     while not (runs("replicate") and subprocess.run(["systemctl", "is-active", "-q", "rebal-due.service"]).returncode):
         assert time.monotonic() < deadline, ("the timer never fired", journal("rebal-due.service", since)[-2000:])
         time.sleep(2)  # systemd's clock fires the timer: poll what it leaves, bounded
-    admin("systemctl stop rebal-due.timer")  # no second firing while the admin works by hand
-    while subprocess.run(["systemctl", "is-active", "-q", "rebal-due.service"]).returncode == 0:
-        assert time.monotonic() < deadline + 600, "a second firing of the timer did not end"
-        time.sleep(2)
     shutil.rmtree(dropin)
     admin("systemctl daemon-reload && systemctl start rebal-due.timer")
     log = journal("rebal-due.service", since)
