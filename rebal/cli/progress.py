@@ -191,6 +191,15 @@ class ByteBar:
             self.task = self.bar.add_task(self.label, total=None)
         return self
 
+    def dataset(self, rep) -> None:
+        """A dataset done: a line of its own where there is no bar (a log reads what each took)."""
+        if self.lines:
+            from ..units import human
+
+            err = f": {rep.error}" if rep.error else ""
+            print(f"{self.label}: {rep.source}: {rep.kind}, {human(rep.bytes)} in {rep.seconds:.1f} s{err}",
+                  file=sys.stderr, flush=True)
+
     @property
     def wanted(self) -> bool:
         """Whether updates are shown at all (a bar, or lines)."""

@@ -28,7 +28,8 @@ def replicate(
     cfg = load_config()
     with Signals() as sig, ByteBar(f"replicate {job}", enabled=not (as_json or dry_run)) as bar:
         outcome, details = run_job(cfg, job, dry_run=dry_run, force_rollback=force_rollback, stop=sig.stop,
-                                   progress=bar.update if bar.wanted else None, on_wait=warn)
+                                   progress=bar.update if bar.wanted else None, on_wait=warn,
+                                   on_dataset=bar.dataset if bar.lines else None)
     if as_json:
         out_json(details | {"outcome": outcome})
     elif outcome != "failed":

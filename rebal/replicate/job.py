@@ -95,7 +95,7 @@ def record_landed(conn, job: str, r, outcome: str) -> None:
 
 def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bool = False,
             stop: threading.Event | None = None, progress=None, conn=None, on_wait=None,
-            every: bool = False) -> tuple[str, dict]:
+            every: bool = False, on_dataset=None) -> tuple[str, dict]:
     """Run one job. Returns (outcome, details); outcome is ok, warning or failed. Never raises for a
     failed transfer: that is recorded; raises for bad input and for a run that is already going.
     Waits while a rebalance of data this job replicates runs (``on_wait`` is told)."""
@@ -139,7 +139,7 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
                     raise HookFailed(f"{problem}; no snapshot was taken, nothing was sent")
             with connect(j) as ssh:
                 # a bar's total needs zfs send -nP per stream: asked only when someone watches a bar
-                extra = {"cache": state.Cache(conn), "estimates": progress is not None,
+                extra = {"cache": state.Cache(conn), "estimates": progress is not None, "on_dataset": on_dataset,
                          "landed": {d: s for d, (s, _) in state.replica_points(conn, name).items()}} if j.mode == "zfs" else {}
                 r = replicator(j, ssh, every, force_rollback=force_rollback, stop=stop, progress=progress_and_record, **extra)
                 rep = r.run()

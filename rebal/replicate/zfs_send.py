@@ -124,7 +124,7 @@ class ZfsReplicator(Capabilities):
     def __init__(self, job: Job, ssh: Ssh | Here, *, local=None, runner=run, force_rollback: bool = False,
                  dry_run: bool = False, stop: threading.Event | None = None, progress=None,
                  clock=lambda: datetime.now(timezone.utc), cache=None, estimates: bool = True,
-                 landed: dict[str, str] | None = None) -> None:
+                 landed: dict[str, str] | None = None, on_dataset=None) -> None:
         names.dataset(job.source)
         names.dataset(job.target)
         self.job, self.ssh = job, ssh
@@ -143,6 +143,7 @@ class ZfsReplicator(Capabilities):
         self.force_rollback, self.dry_run = force_rollback, dry_run
         self.stop = stop or threading.Event()
         self.progress = progress
+        self.on_dataset = on_dataset  # told each dataset's report as it is done (a log's line per dataset)
         self.estimates = estimates  # zfs send -nP per stream, for a bar's total (one local command each)
         self.clock = clock
         self.throttle = Throttle(job.bwlimit)
@@ -239,7 +240,7 @@ class ZfsReplicator(Capabilities):
                 self.report.datasets.extend(DatasetReport(d, self.target_of(d), "failed", error=str(e)) for d in levels[depth])
                 levels[depth] = []
             with ThreadPoolExecutor(max_workers=max(1, self.job.parallel)) as pool:
-                reports = list(pool.map(lambda d: self.replicate_dataset(d, snap), levels[depth]))
+                reports = list(pool.map(lambda d: self._told(self.replicate_dataset(d, snap)), levels[depth]))
             self.report.datasets.extend(reports)
             failed = {r.source for r in reports if r.kind in ("failed", "renamed")}
             # a child of a dataset that failed has no parent on the target: leave it for next time
@@ -251,6 +252,11 @@ class ZfsReplicator(Capabilities):
             self.prune(chosen)
         self.report.phases["prune"] = round(time.monotonic() - t0, 3)
         return self.report
+
+    def _told(self, rep: DatasetReport) -> DatasetReport:
+        if self.on_dataset is not None and rep.kind not in ("unchanged", "nothing"):
+            self.on_dataset(rep)
+        return rep
 
     def source_of(self, target: str) -> str:
         return self.job.source + target[len(self.job.target):]

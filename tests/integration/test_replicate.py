@@ -412,3 +412,15 @@ def test_round_trips_of_a_run_with_nothing_new(pools, backup_host, tmp_path):
     assert again["local_commands"] <= 10, again["local_commands"]
     runs = rebal_json("runs", "--job", "rt", config=cfg)["runs"]
     assert runs[0]["details"]["remote_commands"] == again["remote_commands"]
+
+
+def test_without_a_terminal_each_dataset_gets_a_line(pools, backup_host, tmp_path):
+    """A log (no terminal) reads what each dataset took as it is done, not only the summary at the end."""
+    src, dst = pools
+    cfg = cfg_for(tmp_path, backup_host, name="logd", source=f"{src.name}/data", target=f"{dst.name}/copy",
+                  recursive=True)
+    fill(src, 1)
+    r = rebal("replicate", "logd", config=cfg)
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("replicate logd: ")]
+    for ds in ("data", "data/child", "data/child/grandchild", "data/sibling"):
+        assert any(ln.startswith(f"replicate logd: {src.name}/{ds}: full, ") and ln.endswith(" s") for ln in lines), (ds, r.stderr)
