@@ -138,10 +138,11 @@ def hardlink_scenario(pool, tmp_path, old: str, new: str, mib: int = 3) -> dict:
     return again
 
 
-def property_scenario(pool, tmp_path, prop: str, old: str, new: str, mib: int = 4) -> dict:
+def property_scenario(pool, tmp_path, prop: str, old: str, new: str, mib: int = 4, also: tuple = ()) -> dict:
     """Files written under ``prop=old``, the dataset set to ``new``: the plan counts every file old
-    in that property alone, the refresh rewrites them all, nothing stays old, the tree equals its
-    manifest, and a second run rewrites nothing."""
+    in that property alone (and ``also``: dedup=on brings its checksum, sha256, with it), the refresh
+    rewrites them all, nothing stays old, the tree equals its manifest, and a second run rewrites
+    nothing."""
     ds = f"{pool.name}/p"
     sh("zfs", "create", "-o", f"{prop}={old}", ds)
     root = pool.mountpoint / "p"
@@ -149,7 +150,7 @@ def property_scenario(pool, tmp_path, prop: str, old: str, new: str, mib: int = 
         incompressible(root / f"f{i}.bin", mib)
     text_like(root / "log.txt", 1)
     before, cfg, plan, d = changed_and_planned(root, ds, prop, new, tmp_path)
-    assert set(d["by_property"]) == {prop} and d["old_bytes"] == d["bytes"] > 0, d
+    assert set(d["by_property"]) == {prop, *also} and d["old_bytes"] == d["bytes"] > 0, d
     rep = json.loads(rebal("refresh", str(root), "--json", config=cfg).stdout.splitlines()[-1])
     assert rep["outcome"] == "ok" and rep["old_share_after"] == 0.0 and rep["old_bytes_before"] > 0, rep
     assert sum(p["rewritten_files"] for p in rep["passes"]) == 4, rep["passes"]

@@ -35,11 +35,11 @@ def test_a_hardlinked_file_is_counted_once_and_said_left(make_pool, tmp_path):
     hardlink_scenario(pool, tmp_path, "128K", "1M")
 
 
-@pytest.mark.parametrize("prop,old,new", [("checksum", "fletcher4", "sha256"), ("copies", "1", "2"),
-                                          ("dedup", "off", "on")])
-def test_checksum_copies_and_dedup_refreshed_in_place(make_pool, tmp_path, prop, old, new):
+@pytest.mark.parametrize("prop,old,new,also", [("checksum", "fletcher4", "sha256", ()), ("copies", "1", "2", ()),
+                                               ("dedup", "off", "on", ("checksum",))])
+def test_checksum_copies_and_dedup_refreshed_in_place(make_pool, tmp_path, prop, old, new, also):
     from refreshscenarios import property_scenario
 
     pool = make_pool([[]], size="1G")
-    rep = property_scenario(pool, tmp_path, prop, old, new)
+    rep = property_scenario(pool, tmp_path, prop, old, new, also=also)
     assert [p["method"] for p in rep["passes"]] == ["rewrite"]  # zfs rewrite applies each of them
