@@ -229,14 +229,18 @@ def main() -> int:
     ap.add_argument("--benches", default="rewrite,tree", help="which benches: rewrite (bench/openzfs_rewrite.py), "
                     "tree (bench/replicate_tree.py)")
     ap.add_argument("--bench-only", action="store_true", help="boot, install and run only the bench (no tests)")
-    ap.add_argument("--timeout", type=int, default=3600,
-                    help="seconds one pytest run (guest or host) may take before the lane gives up on it")
+    ap.add_argument("--timeout", type=int, default=None,
+                    help="seconds one pytest run (guest or host) may take before the lane gives up on it "
+                         "(default: 1 hour for --quick, 5 for the full set, whose 1,000-step sequence "
+                         "alone takes over 2 under TCG)")
     ap.add_argument("--guest-prep", metavar="CMD",
                     help="a shell line run in the guest before its tests (e.g. to show that a lane without "
                          "sshd fails: --guest-prep 'rm /usr/sbin/sshd')")
     ap.add_argument("--quick", action="store_true",
                     help="leave out the tests marked lane_long (CI's lane: about 10 minutes instead of 30)")
     args = ap.parse_args()
+    if args.timeout is None:
+        args.timeout = 3600 if args.quick else 5 * 3600
     # a SIGTERM (CI's outer timeout) unwinds like ^C: the guest is shut down, no qemu is left behind
     signal.signal(signal.SIGTERM, _interrupt)
     if os.geteuid() != 0:
