@@ -205,3 +205,15 @@ def test_rsync_job_restores_a_path_of_a_child_dataset(pools, backup_host, tmp_pa
         rebal("restore", "r", "--at", at, "--path", "child/grandchild/f1", "--to", str(dest), config=cfg)
         got = manifest(dest)[b"f1"]
         assert (got == want[b"f1"]) == (at != "current"), at
+
+
+def test_restore_before_the_first_backup_says_there_is_none_yet(pools, backup_host, tmp_path):  # noqa: F811
+    """Found by the sequence test: before any replication, restore and backups printed zfs's own
+    "cannot open 'x/copy': dataset does not exist"."""
+    src, dst = pools
+    cfg = cfg_for(tmp_path, backup_host, name="j", source=f"{src.name}/data", target=f"{dst.name}/copy")
+    for argv in (["restore", "j", "--path", "top", "--to", str(tmp_path / "r")], ["backups", "j"]):
+        r = rebal(*argv, config=cfg, check=False)
+        assert r.returncode == 1, (argv, r.stderr)
+        assert f"no restore point: the backup host has no {dst.name}/copy yet (rebal replicate j makes the first)" \
+            in r.stderr, r.stderr
