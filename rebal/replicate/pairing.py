@@ -135,8 +135,12 @@ def pair(j: Replicate, *, pin: str | None, do_install: bool, login_identity: str
     port = j.source_port if j.direction == "pull" else j.target_port
     out.key = j.identity_file
     out.key_made = make_key(j.identity_file, j.name)
-    with open(j.identity_file + ".pub") as f:
-        out.public = f.read().strip()
+    try:
+        with open(j.identity_file + ".pub") as f:
+            out.public = f.read().strip()
+    except OSError as e:
+        raise UsageError(f"identity_file {j.identity_file}: its public half {j.identity_file}.pub cannot be read "
+                         f"({e.strerror}): ssh-keygen -y -f {j.identity_file} > {j.identity_file}.pub makes it") from None
     out.pinned = is_pinned(j.known_hosts, host, port)
     if not out.pinned:
         lines = scan(host, port)
@@ -148,9 +152,14 @@ def pair(j: Replicate, *, pin: str | None, do_install: bool, login_identity: str
                 raise RebalError(f"{host}: no key of it has the fingerprint {want} (it offers: "
                                  f"{', '.join(out.fingerprints)}): not pinned. Check the fingerprint on the host itself",
                                  exit_code=6)
-            with open(j.known_hosts, "a") as f:
-                os.chmod(j.known_hosts, 0o600)
-                f.write("\n".join(keep) + "\n")
+            try:
+                with open(j.known_hosts, "a") as f:
+                    os.chmod(j.known_hosts, 0o600)
+                    f.write("\n".join(keep) + "\n")
+            except OSError as e:
+                from ..errors import CannotWrite
+
+                raise CannotWrite.of("the known_hosts file", j.known_hosts, e) from None
             out.pinned = out.pinned_now = True
     out.line, out.where = gate_line(j, out.public, rebal_path)
     if do_install:

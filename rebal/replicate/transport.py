@@ -206,15 +206,16 @@ def sweep_masters(tmpdir: str | None = None) -> list[int]:
             if os.stat(d).st_uid != os.getuid():
                 continue
             with open(os.path.join(d, OWNER)) as f:
-                owner, owner_start, master, master_start = f.read().split()
+                owner_s, owner_start, master_s, master_start = f.read().split()
+            owner, master = int(owner_s), int(master_s)
         except (OSError, ValueError):
             continue  # a master being started by a live rebal, or not rebal's
-        if _started(int(owner)) == owner_start:
+        if _started(owner) == owner_start:
             continue  # its rebal is alive
-        if _started(int(master)) == master_start:
+        if _started(master) == master_start:
             try:
-                os.kill(int(master), signal.SIGTERM)
-                ended.append(int(master))
+                os.kill(master, signal.SIGTERM)
+                ended.append(master)
             except ProcessLookupError:
                 pass
         shutil.rmtree(d, ignore_errors=True)
