@@ -15,7 +15,7 @@ FIGURES = os.environ.get("REBAL_LANE_FIGURES", "/var/tmp/lane-figures.jsonl")
 
 def test_compression_off_to_zstd_in_place(make_pool, tmp_path):
     pool = make_pool([[]], size="1G", ashift=12)
-    out = compression_scenario(pool, tmp_path, "zstd", mib=48)
+    out = compression_scenario(pool, tmp_path, "zstd", mib=24)
     assert [p["method"] for p in out["run"]["passes"]] == ["rewrite"], out["run"]["passes"]
     assert out["inodes_kept"]  # zfs rewrite: in place
     with open(FIGURES, "a") as f:

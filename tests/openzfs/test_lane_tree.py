@@ -19,6 +19,7 @@ from zfsenv import sh
 pytestmark = pytest.mark.openzfs
 
 
+@pytest.mark.lane_long  # 100 s under TCG; the suite counts the same round trips on zfs-fuse (test_replicate.py)
 def test_round_trips_do_not_grow_with_unchanged_datasets(make_pool, backup_host, tmp_path):
     """A run with nothing new costs the same remote commands for 4 datasets as for 40, and takes no
     snapshot; one changed dataset adds its one stream, whatever the size of the tree. Within
