@@ -59,22 +59,30 @@ def backups(job: Annotated[str, typer.Argument(help="Replication job.", autocomp
 @app.command()
 def restore(
     job: Annotated[str, typer.Argument(help="Replication job.", autocompletion=complete.replication_jobs)],
-    to: Annotated[str, typer.Option("--to", help="New dataset (whole restore), or a directory (with --path).")],
+    to: Annotated[str, typer.Option("--to", help="New dataset (whole restore; with --all the root of the tree), or a directory (with --path).")],
     at: Annotated[str, typer.Option("--at", help="Snapshot name, or latest.")] = "latest",
     path: Annotated[Optional[str], typer.Option("--path", help="A file or directory inside the backup, relative to its root.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing destination (even the live source).")] = False,
+    whole_tree: Annotated[bool, typer.Option("--all", help="Every dataset of a recursive job, parents first, resumable; "
+                                                          "under the job's own names, its replication goes on incrementally.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be restored; change nothing.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Get data back: a whole dataset into a NEW dataset, or one file or directory into a directory."""
+    """Get data back: a whole dataset (or with --all the whole tree) into a NEW dataset, or one file or directory into a directory."""
     from ..replicate import backups
+    from ..replicate.restore_tree import TreeRestoreFailed
     from ..views.replicate import restore_text
     from .progress import ByteBar
 
     cfg = load_config()
     with Signals() as sig, ByteBar(f"restore {job}", enabled=not (as_json or dry_run or path)) as bar:
-        rep = backups.restore(cfg, job, to=to, at=at, path=path, force=force, dry_run=dry_run, stop=sig.stop,
-                              progress=bar.update)
+        try:
+            rep = backups.restore(cfg, job, to=to, at=at, path=path, force=force, dry_run=dry_run, stop=sig.stop,
+                                  progress=bar.update, whole_tree=whole_tree)
+        except TreeRestoreFailed as e:
+            if as_json:
+                out_json(asdict(e.report) | {"dry_run": False, "error": str(e)})
+            raise
     if as_json:
         out_json(asdict(rep) | {"dry_run": dry_run})
     else:

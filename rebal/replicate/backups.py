@@ -26,9 +26,11 @@ def list_points(cfg: Config, job: str):
 
 
 def restore(cfg: Config, job: str, *, to: str, at: str, path: str | None, force: bool, dry_run: bool,
-            stop: threading.Event, progress=None):
-    """Restore a point of a job (whole dataset, or one path) and record the run (not for a dry run)."""
+            stop: threading.Event, progress=None, whole_tree: bool = False):
+    """Restore a point of a job (whole dataset, every dataset of it with ``whole_tree``, or one
+    path) and record the run (not for a dry run)."""
     from .restore import choose, points, restore_dataset, restore_path
+    from .restore_tree import TreeRestoreFailed, restore_tree
 
     j = find_job(cfg, job)
     conn = None if dry_run else state.connect(cfg.state_db)
@@ -46,10 +48,19 @@ def restore(cfg: Config, job: str, *, to: str, at: str, path: str | None, force:
         with connect(j) as ssh:
             _ds, pts = points(j, ssh)
             point = choose(pts, at)
-            if path:
+            if whole_tree:
+                if path or force:
+                    raise UsageError("--all restores every dataset of the job; it takes neither --path nor --force "
+                                     "(nothing is overwritten: restore --to a new name)")
+                rep = restore_tree(j, ssh, point, to, dry_run=dry_run, stop=stop, progress=on_bytes)
+            elif path:
                 rep = restore_path(j, ssh, point, path, to, force=force, dry_run=dry_run, stop=stop)
             else:
                 rep = restore_dataset(j, ssh, point, to, force=force, dry_run=dry_run, stop=stop, progress=on_bytes)
+    except TreeRestoreFailed as e:
+        if rid is not None:
+            state.end_run(conn, rid, "failed", error=str(e), details=asdict(e.report))
+        raise
     except BaseException as e:
         if rid is not None:
             state.end_run(conn, rid, "failed", error=str(e))

@@ -15,7 +15,8 @@ import time
 from .. import names
 from ..errors import CommandFailed, RebalError
 from ..process.command import run
-from .policy import Snap, snapshot_name
+from ..zfs.snaps import Snap, guid_query, parse_guid_txg, snapshots_from, tree_from  # noqa: F401 (re-exported)
+from .policy import snapshot_name
 
 
 class LocalError(RebalError):
@@ -173,48 +174,6 @@ def local_backend():
 
 
 # -- reading, always through the zfs command ------------------------------------------------------
-
-
-def parse_guid_txg(text: str) -> dict[str, dict[str, int]]:
-    """`zfs get -Hp -o name,property,value guid,createtxg` -> name -> {guid, createtxg}."""
-    out: dict[str, dict[str, int]] = {}
-    for line in text.splitlines():
-        parts = line.split("\t")
-        if len(parts) >= 3 and parts[2].strip().isdigit():
-            out.setdefault(parts[0], {})[parts[1]] = int(parts[2])
-    return out
-
-
-def snapshots_from(text: str, dataset: str, bookmarks: bool = False) -> list[Snap]:
-    """Snapshots of ``dataset`` itself (not its children), oldest first; with ``bookmarks``, its
-    bookmarks too (`zfs get` lists them where the ZFS has them)."""
-    rows = parse_guid_txg(text)
-    snaps = [
-        Snap(n[len(dataset) + 1:], v.get("guid", 0), v.get("createtxg", 0), bookmark=n[len(dataset)] == "#")
-        for n, v in rows.items()
-        if n.startswith(dataset + "@") or (bookmarks and n.startswith(dataset + "#"))
-    ]
-    return sorted(snaps, key=lambda s: (s.txg, not s.bookmark))
-
-
-def guid_query(dataset: str, recursive: bool = True) -> list[str]:
-    return ["zfs", "get", "-Hp", *(["-r"] if recursive else ["-d", "1"]), "-o", "name,property,value",
-            "guid,createtxg", dataset]
-
-
-def tree_from(text: str, bookmarks: bool = False) -> dict[str, list[Snap]]:
-    """Every dataset of a recursive guid query with its own snapshots (and, with ``bookmarks``, its
-    bookmarks), oldest first."""
-    rows = parse_guid_txg(text)
-    out: dict[str, list[Snap]] = {n: [] for n in rows if "@" not in n and "#" not in n}
-    for n, v in rows.items():
-        sep = "@" if "@" in n else "#" if "#" in n else None
-        if sep == "@" or (sep == "#" and bookmarks):
-            ds, snap = n.split(sep, 1)
-            out.setdefault(ds, []).append(Snap(snap, v.get("guid", 0), v.get("createtxg", 0), bookmark=sep == "#"))
-    for snaps in out.values():
-        snaps.sort(key=lambda s: (s.txg, not s.bookmark))
-    return out
 
 
 def local_tree(root: str, recursive: bool, runner=run, bookmarks: bool = False) -> dict[str, list[Snap]]:

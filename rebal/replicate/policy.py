@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from ..zfs.snaps import Snap
+
 PREFIX = "rebal"
 _STAMP = "%Y%m%dT%H%M%SZ"
 _NAME = re.compile(r"^rebal-(?P<job>[A-Za-z0-9][A-Za-z0-9_.-]*)-(?P<ts>\d{8}T\d{6}Z)$")
@@ -30,17 +32,6 @@ def parse_snapshot_name(name: str) -> tuple[str, datetime] | None:
 def is_ours(snap: str, job: str) -> bool:
     p = parse_snapshot_name(snap)
     return p is not None and p[0] == job
-
-
-@dataclass(frozen=True, slots=True)
-class Snap:
-    name: str  # the part after '@' (or after '#' for a bookmark)
-    guid: int
-    txg: int = 0
-    bookmark: bool = False  # a bookmark of the source: an incremental base that pins no blocks
-
-    def ref(self, dataset: str) -> str:
-        return f"{dataset}{'#' if self.bookmark else '@'}{self.name}"
 
 
 def newest_common(source: list[Snap], target: list[Snap]) -> Snap | None:

@@ -61,6 +61,9 @@ def _remote_dataset_of(ssh: Ssh, path: str) -> str | None:
 
 def points(job: Replicate, ssh: Ssh) -> tuple[str | None, list[RestorePoint]]:
     """(dataset on the backup host, its restore points oldest first)."""
+    from .sides import job_hosts
+
+    ssh = job_hosts(job, ssh)[1].link  # the backup's host (here, for a pull job)
     ds = job.target if job.mode == "zfs" else _remote_dataset_of(ssh, job.target)
     out: list[RestorePoint] = []
     if ds:

@@ -61,8 +61,12 @@ def restore_text(job: str, rep, dry_run: bool) -> str:
     if dry_run:
         return lines([f"dry run: would restore @{rep.point} to {rep.to}"]
                      + [f"  would run: {line}" for line in rep.planned])
-    return lines([f"restored @{rep.point} of job {job} to {rep.to} ({human(rep.bytes)})"]
-                 + [f"  note: {n}" for n in rep.notes])
+    out = [f"restored @{rep.point} of job {job} to {rep.to} ({human(rep.bytes)})"]
+    for d in getattr(rep, "datasets", []):  # a whole tree: one line a dataset
+        what = {"full": "received", "resumed": "resumed and received", "present": "already restored (left as it is)",
+                "missing": "not restored"}.get(d.kind, d.kind)
+        out.append(f"  {d.target:40}  {what}{f' ({human(d.bytes)})' if d.bytes else ''}{f': {d.error}' if d.error else ''}")
+    return lines(out + [f"  note: {n}" for n in rep.notes])
 
 
 def verify_text(job: str, rep, level_name: str) -> str:

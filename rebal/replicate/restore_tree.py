@@ -1,0 +1,201 @@
+"""A whole tree back from the backup: `rebal restore JOB --all --to POOL[/PATH]`.
+
+A restore is a replication with the two hosts swapped: the backup's host sends, the source's host
+receives (`host.ZfsHost` on each side, whichever end rebal runs on). Each dataset of the job's backup
+that holds the restore point is sent whole at that point (`zfs send DS@POINT`, the job's raw and
+compression flags), parents before children, into the same place under ``to``. The snapshot keeps
+its guid: restored under the job's own source names, the next `rebal replicate JOB` finds @POINT on
+both sides and goes on incrementally. A cut restore is resumed by the next run (receive tokens), and
+a dataset already restored at the point is left as it is, so running the command again finishes it.
+
+Nothing is overwritten: a destination dataset that exists is refused (a pool's empty root, made by
+`zpool create`, is received over: it holds nothing), and rebal never destroys anything here.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from ..config import Replicate
+from ..process.pipeline import pump
+from ..zfs.host import HostError, Tree, ZfsHost
+from .restore import PointNotFound, RestoreError, RestorePoint, RestoreRefused
+from .sides import job_hosts
+from .transport import Here, Ssh, classify_ssh
+
+EMPTY = 1 << 20  # bytes a dataset may reference and still count as empty (a new pool's root: some 100 KiB)
+
+
+@dataclass
+class DatasetRestore:
+    source: str  # on the backup host
+    target: str  # here (or on the source's host)
+    kind: str = ""  # full, resumed, present (restored before), missing (no such point), failed
+    bytes: int = 0
+    error: str = ""
+
+
+@dataclass
+class TreeReport:
+    kind: str
+    point: str
+    to: str
+    bytes: int = 0
+    datasets: list[DatasetRestore] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    planned: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[DatasetRestore]:
+        return [d for d in self.datasets if d.kind == "failed"]
+
+
+def _below(root: str, name: str) -> bool:
+    return name == root or name.startswith(root + "/")
+
+
+class TreeRestore:
+    def __init__(self, job: Replicate, link: Ssh | Here, point: RestorePoint, to: str, *, dry_run: bool = False,
+                 stop: threading.Event | None = None, progress=None) -> None:
+        from ..throttle import Throttle
+        from ..units import parse_size
+
+        self.job, self.link, self.point, self.to = job, link, point, to
+        self.into, self.frm = job_hosts(job, link)  # swapped: the backup sends, the source receives
+        self.dry_run, self.stop, self.progress = dry_run, stop or threading.Event(), progress
+        self.throttle = Throttle(parse_size(job.bwlimit) if job.bwlimit else None)
+        self.report = TreeReport("tree", point.name, to)
+        self._done = 0
+
+    def target_of(self, ds: str) -> str:
+        return self.to + ds[len(self.job.target):]
+
+    def run(self) -> TreeReport:
+        if self.job.mode != "zfs":
+            raise RestoreError("a whole-tree restore needs a zfs-mode job; use --path for an rsync job")
+        backup = self.frm.tree(self.job.target, recursive=self.job.recursive)
+        if backup is None or not backup.snaps:
+            raise RestoreError(f"the backup host has no {self.job.target} yet (rebal replicate {self.job.name} makes it)")
+        order = sorted((d for d in backup.snaps if _below(self.job.target, d)), key=lambda d: (d.count("/"), d))
+        if not backup.has(self.job.target, self.point.name):
+            raise PointNotFound(f"the backup's {self.job.target} has no @{self.point.name}")
+        here = self.into.tree(self.to, tokens=True) or Tree()
+        self._check_destination(here)
+        skipped: list[str] = []
+        for ds in order:
+            if self.stop.is_set():
+                break
+            rep = DatasetRestore(ds, self.target_of(ds))
+            self.report.datasets.append(rep)
+            if any(_below(s, ds) for s in skipped):
+                rep.kind, rep.error = "missing", "its parent was not restored"
+                skipped.append(ds)
+                continue
+            if not backup.has(ds, self.point.name):
+                rep.kind = "missing"
+                rep.error = f"no @{self.point.name} on the backup (it came into the job after that point)"
+                skipped.append(ds)
+                continue
+            self._one(rep, backup, here)
+            if rep.kind == "failed":
+                skipped.append(ds)
+        self.report.bytes = sum(d.bytes for d in self.report.datasets)
+        missing = [d for d in self.report.datasets if d.kind == "missing"]
+        if missing:
+            self.report.notes.append(f"{len(missing)} dataset(s) not restored: " + "; ".join(
+                f"{d.source}: {d.error}" for d in missing[:5]))
+        self.report.notes.append("properties other than encryption are not in the backup's streams (rebal sends "
+                                 "without -p): the restored datasets have their defaults, inherited from " + self.to)
+        return self.report
+
+    def _check_destination(self, here: Tree) -> None:
+        """Refuse before anything moves: the destination's parent must exist; an existing dataset under
+        ``to`` is only received into when it is a partial receive (resumed), already holds the point
+        (left), or is the empty root of a new pool."""
+        parent = self.to.rsplit("/", 1)[0] if "/" in self.to else None
+        if parent and not self.into.exists(parent):
+            raise RestoreRefused(f"{parent} does not exist on {self.into.where}: create it (or the pool) first")
+        for ds, snaps in here.snaps.items():
+            src = self.job.target + ds[len(self.to):]
+            if ds in here.tokens or here.has(ds, self.point.name):
+                continue
+            if ds == self.to and "/" not in ds and not snaps and len(here.snaps) == 1 and self._empty(ds):
+                continue  # a new pool's root: received over with -F (it holds nothing)
+            raise RestoreRefused(f"{ds} exists on {self.into.where}{' (' + src + ' restores there)' if src else ''}: "
+                                 "nothing is overwritten. Restore --to a new name, or destroy it yourself first")
+
+    def _empty(self, ds: str) -> bool:
+        p = self.into.props(ds, ["referenced"])
+        v = p.get("referenced", {}).get("value", "")
+        return True if not v[:1].isdigit() else _bytes(v) <= EMPTY
+
+    def _one(self, rep: DatasetRestore, backup: Tree, here: Tree) -> None:
+        target = rep.target
+        want = backup.guid(rep.source, self.point.name)
+        if here.guid(target, self.point.name) == want:
+            rep.kind = "present"  # restored by an earlier run
+            return
+        token = here.tokens.get(target)
+        flags = self.frm.send_flags(raw=self.job.raw, compressed=self.job.compressed,
+                                    large_blocks=self.job.large_blocks, embedded=self.job.embedded)
+        if token:
+            send, rep.kind = self.frm.resume_send(token), "resumed"
+        else:
+            send, rep.kind = self.frm.send(f"{rep.source}@{self.point.name}", flags), "full"
+        force = target == self.to and target in here.snaps and not token  # the new pool's empty root
+        recv = self.into.receive(target, force=force)
+        if self.dry_run:
+            self.report.planned.append(f"{_shown(send, self.frm)} | {_shown(recv, self.into)}")
+            return
+        base = self._done
+
+        def progress(n: int) -> None:
+            rep.bytes = n
+            if self.progress:
+                self.progress(base + n)
+
+        res = pump([send], recv, throttle=self.throttle, stop=self.stop, progress=progress)
+        rep.bytes = res.bytes
+        self._done += res.bytes
+        if res.ok:
+            return
+        rep.kind = "failed"
+        if res.stopped:
+            rep.error = "stopped; the next run resumes it" if self.into.abilities().resumable else "stopped"
+        elif 255 in (res.sender_rc, res.receiver_rc) and not self.link.local:
+            rep.error = str(classify_ssh(self.link.ep, res.sender_err or res.receiver_err))
+        else:
+            rep.error = (res.receiver_err or res.sender_err or "failed").strip()[-300:]
+
+
+def _shown(argv: list[str], host: ZfsHost) -> str:
+    return " ".join(argv) if host.local else f"ssh {host.where} {argv[-1]}"
+
+
+def _bytes(v: str) -> int:
+    try:
+        return int(v)
+    except ValueError:
+        return 1 << 62
+
+
+def restore_tree(job: Replicate, link: Ssh | Here, point: RestorePoint, to: str, **kw) -> TreeReport:
+    from .. import names
+
+    names.dataset(to)
+    try:
+        rep = TreeRestore(job, link, point, to, **kw).run()
+    except HostError as e:
+        raise RestoreError(str(e)) from None
+    if rep.failed:
+        raise TreeRestoreFailed(rep)
+    return rep
+
+
+class TreeRestoreFailed(RestoreError):
+    def __init__(self, rep: TreeReport) -> None:
+        self.report = rep
+        first = rep.failed[0]
+        super().__init__(f"{len(rep.failed)} of {len(rep.datasets)} dataset(s) not restored; {first.target}: "
+                         f"{first.error}. Run the same command again: what is restored stays, a cut receive resumes")

@@ -1,0 +1,225 @@
+"""One host's ZFS, whichever side of a transfer it is on.
+
+A `ZfsHost` runs zfs and zpool through a link: this host (the process layer), or another through the
+job's ssh master. The link is what makes "here" and "there"; the host's methods are the same on both.
+A replication sends from the source's host into the backup's; a restore sends from the backup's host
+into the source's: the same calls with the two hosts swapped, whichever end rebal runs on (a pull job
+runs on the backup host, so there the backup is "here").
+
+Every command line is built here, as an argument list; the link joins it for ssh with shlex.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .. import names
+from ..errors import RebalError
+from ..process.command import Result
+from .snaps import Snap, parse_guid_txg, tree_from
+
+
+class HostError(RebalError):
+    pass
+
+
+class Link(Protocol):
+    """How commands reach a host: transport.Here or transport.Ssh."""
+
+    local: bool
+
+    @property
+    def where(self) -> str: ...
+
+    def argv(self, *parts: list[str]) -> list[str]: ...
+
+    def run(self, *parts: list[str], readonly: bool = True, dry_run: bool = False, check: bool = True,
+            timeout: float | None = 300, input: str | None = None) -> Result: ...
+
+
+@dataclass
+class Abilities:
+    """What this host's zfs can do, from its usage texts (asked once per host and run)."""
+
+    resumable: bool = False  # zfs receive -s / zfs send -t
+    receive_u: bool = False  # receive without mounting
+    receive_o: bool = False  # receive -o PROP=VALUE
+    receive_x: bool = False  # receive -x PROP
+    corrective: bool = False  # receive -c (OpenZFS 2.2+): heal damaged blocks from a stream
+    raw: bool = False  # send -w
+    props: bool = False  # send -p
+    compressed: bool = False  # send -c
+    large_blocks: bool = False  # send -L
+    embedded: bool = False  # send -e
+
+
+@dataclass
+class Tree:
+    """Datasets under a root with their snapshots (oldest first), and the resume tokens found."""
+
+    snaps: dict[str, list[Snap]] = field(default_factory=dict)
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def has(self, dataset: str, snap: str) -> bool:
+        return any(s.name == snap and not s.bookmark for s in self.snaps.get(dataset, []))
+
+    def guid(self, dataset: str, snap: str) -> int | None:
+        return next((s.guid for s in self.snaps.get(dataset, []) if s.name == snap and not s.bookmark), None)
+
+
+def _flags(usage: str) -> set[str]:
+    """The one-letter options a zfs usage text shows (`[-Fhnsuv]`, `[-o property=value]`, ...)."""
+    import re
+
+    out: set[str] = set()
+    for group in re.findall(r"\[-([A-Za-z]+)", usage):
+        out.update(group)
+    return out
+
+
+class ZfsHost:
+    def __init__(self, link: Link) -> None:
+        self.link = link
+        self._abilities: Abilities | None = None
+
+    @property
+    def where(self) -> str:
+        return "this host" if self.link.local else self.link.where
+
+    @property
+    def local(self) -> bool:
+        return self.link.local
+
+    def _zfs(self, *args: str, readonly: bool = True, check: bool = False, timeout: float | None = 300) -> Result:
+        return self.link.run(["zfs", *args], readonly=readonly, check=check, timeout=timeout)
+
+    def _error(self, res: Result) -> HostError:
+        return HostError(f"{self.where}: {res.stderr.strip() or f'zfs exited {res.returncode}'}")
+
+    # -- what it can do -------------------------------------------------------------------------
+
+    def abilities(self) -> Abilities:
+        if self._abilities is None:
+            send, recv = self._zfs("send"), self._zfs("receive")
+            s, r = _flags(send.stdout + send.stderr), _flags(recv.stdout + recv.stderr)
+            text = recv.stdout + recv.stderr
+            self._abilities = Abilities(
+                resumable="s" in r and "-t" in send.stdout + send.stderr, receive_u="u" in r,
+                receive_o="-o " in text, receive_x="-x " in text, corrective="-c " in text,
+                raw="w" in s, props="p" in s, compressed="c" in s, large_blocks="L" in s, embedded="e" in s)
+        return self._abilities
+
+    # -- listing --------------------------------------------------------------------------------
+
+    def tree(self, root: str, *, recursive: bool = True, tokens: bool = False) -> Tree | None:
+        """Every dataset under ``root`` (or ``root`` alone) with its snapshots, and with ``tokens``
+        the receive_resume_token of those that have one, in one command; None when ``root`` does not
+        exist on this host."""
+        names.dataset(root)
+        tokens = tokens and self.abilities().resumable  # an older zfs has no such property
+        props = "guid,createtxg" + (",receive_resume_token" if tokens else "")
+        res = self._zfs("get", "-Hp", *(["-r"] if recursive else ["-d", "1"]), "-o", "name,property,value", props, root)
+        if res.returncode != 0:
+            if "does not exist" in res.stderr:
+                return None
+            raise self._error(res)
+        found = {}
+        for line in res.stdout.splitlines():
+            parts = line.split("\t")
+            if len(parts) >= 3 and parts[1] == "receive_resume_token" and parts[2].strip() not in ("", "-"):
+                found[parts[0]] = parts[2].strip()
+        return Tree(tree_from(res.stdout), found)
+
+    def exists(self, name: str) -> bool:
+        return self._zfs("list", "-H", "-o", "name", "-t", "all", name).returncode == 0
+
+    def token(self, dataset: str) -> str | None:
+        if not self.abilities().resumable:
+            return None
+        res = self._zfs("get", "-H", "-o", "value", "receive_resume_token", dataset)
+        tok = res.stdout.strip()
+        return tok if res.returncode == 0 and tok not in ("", "-") else None
+
+    def props(self, dataset: str, which: list[str]) -> dict[str, dict[str, str]]:
+        """{property: {value, source}} of one dataset."""
+        res = self._zfs("get", "-Hp", "-o", "property,value,source", ",".join(which), dataset)
+        if res.returncode != 0:
+            raise self._error(res)
+        out = {}
+        for line in res.stdout.splitlines():
+            prop, value, source = (line.split("\t") + ["", "", ""])[:3]
+            out[prop] = {"value": value, "source": source}
+        return out
+
+    def snapshot_info(self, dataset: str) -> dict[str, dict[str, int]]:
+        """name -> {creation, referenced, used, guid} of the snapshots of one dataset."""
+        res = self._zfs("get", "-Hp", "-d", "1", "-o", "name,property,value", "creation,referenced,used,guid", dataset)
+        if res.returncode != 0:
+            raise self._error(res)
+        return {n: v for n, v in parse_guid_txg(res.stdout).items() if n.startswith(dataset + "@")}
+
+    # -- changing it ----------------------------------------------------------------------------
+
+    def set(self, dataset: str, prop: str, value: str) -> None:
+        res = self._zfs("set", f"{prop}={value}", dataset, readonly=False)
+        if res.returncode != 0:
+            raise self._error(res)
+
+    def inherit(self, dataset: str, prop: str) -> None:
+        res = self._zfs("inherit", prop, dataset, readonly=False)
+        if res.returncode != 0:
+            raise self._error(res)
+
+    def abort(self, dataset: str) -> None:
+        """Forget a partial receive (its resume token)."""
+        res = self._zfs("receive", "-A", dataset, readonly=False)
+        if res.returncode != 0:
+            raise self._error(res)
+
+    def load_key(self, dataset: str) -> Result:
+        return self._zfs("load-key", dataset, readonly=False, timeout=None)
+
+    def change_key_inherit(self, dataset: str) -> None:
+        """Make ``dataset`` inherit its parent's encryption root (after a raw receive made it its own)."""
+        res = self._zfs("change-key", "-i", dataset, readonly=False)
+        if res.returncode != 0:
+            raise self._error(res)
+
+    # -- streams: argument lists, run through this host's link ----------------------------------
+
+    def send_flags(self, *, raw: bool, compressed: bool = True, large_blocks: bool = True,
+                   embedded: bool = True) -> list[str]:
+        a = self.abilities()
+        if raw and not a.raw:
+            raise HostError(f"{self.where}: this zfs cannot send raw (-w), which encrypted datasets need")
+        return [*(["-w"] if raw else []), *(["-c"] if compressed and a.compressed and not raw else []),
+                *(["-L"] if large_blocks and a.large_blocks else []), *(["-e"] if embedded and a.embedded else [])]
+
+    def send(self, snapshot: str, flags: list[str], *, base: str | None = None) -> list[str]:
+        """`zfs send` of ``snapshot`` (incremental from ``base``: `@snap` -I, `#bookmark` -i), as the
+        command that runs it on this host."""
+        names.snapshot(snapshot)
+        inc = [] if base is None else (["-i", base] if "#" in base else ["-I", base])
+        return self.link.argv(["zfs", "send", *flags, *inc, snapshot])
+
+    def resume_send(self, token: str) -> list[str]:
+        return self.link.argv(["zfs", "send", "-t", token])
+
+    def receive(self, dataset: str, *, force: bool = False, mount: bool = True, exclude: tuple[str, ...] = (),
+                props: dict[str, str] | None = None, corrective: bool = False) -> list[str]:
+        """`zfs receive` into ``dataset`` as the command that runs it on this host: resumable (-s)
+        where the zfs can; ``corrective``: heal the blocks of an existing snapshot (-c)."""
+        names.snapshot(dataset) if corrective else names.dataset(dataset)
+        a = self.abilities()
+        if corrective:
+            if not a.corrective:
+                raise HostError(f"{self.where}: this zfs has no corrective receive (zfs receive -c, OpenZFS 2.2+)")
+            return self.link.argv(["zfs", "receive", "-c", dataset])
+        opts = [*(["-s"] if a.resumable else []), *(["-u"] if not mount and a.receive_u else []),
+                *(["-F"] if force else [])]
+        for prop in exclude if a.receive_x else ():
+            opts += ["-x", prop]
+        for prop, value in (props or {}).items() if a.receive_o else ():
+            opts += ["-o", f"{prop}={value}"]
+        return self.link.argv(["zfs", "receive", *opts, dataset])

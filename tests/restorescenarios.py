@@ -1,0 +1,104 @@
+"""Whole-tree restores (`rebal restore JOB --all`), run on zfs-fuse (tests/integration) and on OpenZFS
+(the lane) alike."""
+
+import os
+from pathlib import Path
+
+from conftest import rebal, rebal_json
+from fsenv import manifest
+from replscenarios import cfg_for, fill, make_tree, mountpoint
+from zfsenv import sh, sh_busy_retry
+
+RELS = ("", "/child", "/child/grandchild", "/sibling")
+
+
+def manifests(root: str) -> dict:
+    """Each dataset of the tree under ``root``, read on its own (a child's files are not its parent's)."""
+    return {rel: manifest(mountpoint(root + rel), exclude=("child", "sibling", "grandchild")) for rel in RELS}
+
+
+def guids(root: str, snap: str) -> dict:
+    out = sh("zfs", "get", "-Hp", "-r", "-o", "name,value", "guid", root).stdout
+    return {n.split("@")[0][len(root):]: int(v) for n, v in (ln.split("\t") for ln in out.splitlines())
+            if n.endswith("@" + snap)}
+
+
+def lose_and_recreate(pool) -> None:
+    """The pool is lost and made again, empty, under its name on the same (wiped) disks."""
+    pool.destroy()
+    for d in pool.disks:
+        size = os.path.getsize(d)
+        os.truncate(d, 0)
+        os.truncate(d, size)
+    sh("zpool", "create", "-f", "-m", str(pool.mountpoint), pool.name, *map(str, pool.disks))
+
+
+def restore_tree_scenario(src, dst, backup_host, tmp_path, spare=None):
+    """The tree of a recursive job comes back whole: into a new name first (each dataset equal to
+    the source as read before the job ran, the point's snapshot with the backup's guid); then, after
+    the source is lost, under the job's own names, and the job goes on incrementally (no dataset
+    sent in full). A dry run changes nothing; what exists is refused, nothing overwritten; a second
+    run leaves what is restored; with ``spare`` (an empty new pool) the tree lands on its root."""
+    make_tree(src)
+    cfg = cfg_for(tmp_path, backup_host, name="nightly", source=f"{src.name}/data", target=f"{dst.name}/copy",
+                  recursive=True, retention_source={"last": 1}, retention_target={"last": 5})
+    fill(src, 1)
+    assert rebal_json("replicate", "nightly", config=cfg)["outcome"] == "ok"
+    fill(src, 2)
+    want = manifests(f"{src.name}/data")  # the expected trees, read before the run they are compared after
+    r2 = rebal_json("replicate", "nightly", config=cfg)
+    assert r2["outcome"] == "ok", r2
+    point = r2["snapshot"]
+    backup_guids = guids(f"{dst.name}/copy", point)
+    assert set(backup_guids) == set(RELS)
+
+    new = f"{src.name}/restored"
+    dry = rebal_json("restore", "nightly", "--all", "--to", new, "--dry-run", config=cfg)
+    assert len(dry["planned"]) == 4 and all(f"@{point}" in line for line in dry["planned"]), dry
+    assert sh("zfs", "list", new, check=False).returncode != 0  # a dry run made nothing
+    out = rebal_json("restore", "nightly", "--all", "--to", new, config=cfg)
+    assert [d["kind"] for d in out["datasets"]] == ["full"] * 4, out
+    assert [d["target"] for d in out["datasets"]] == [new + rel for rel in ("", "/child", "/sibling", "/child/grandchild")]
+    assert out["bytes"] > 0 and out["point"] == point
+    assert manifests(new) == want
+    assert guids(new, point) == backup_guids  # the same snapshot: a chain can go on from it
+    again = rebal_json("restore", "nightly", "--all", "--to", new, config=cfg)
+    assert [d["kind"] for d in again["datasets"]] == ["present"] * 4 and again["bytes"] == 0, again
+    runs = rebal_json("runs", "--kind", "restore", config=cfg)["runs"]
+    assert [r["outcome"] for r in runs[:2]] == ["ok", "ok"], runs
+
+    # refusals: a parent that does not exist, --all with --path; exit 2, nothing moved
+    r = rebal("restore", "nightly", "--all", "--to", f"{src.name}/no/such", config=cfg, check=False)
+    assert r.returncode == 2 and f"{src.name}/no does not exist" in r.stderr, r.stderr
+    r = rebal("restore", "nightly", "--all", "--path", "top", "--to", new + "x", config=cfg, check=False)
+    assert r.returncode == 2 and "--all" in r.stderr, r.stderr
+
+    # the source is lost; the tree comes back under the job's own names, and the job goes on from it
+    lose_and_recreate(src)
+    sh("zfs", "create", f"{src.name}/data")  # made anew, without the point: refused, never received over
+    mine = Path(mountpoint(f"{src.name}/data")) / "keep"
+    mine.write_bytes(b"mine")
+    r = rebal("restore", "nightly", "--all", "--to", f"{src.name}/data", config=cfg, check=False)
+    assert r.returncode == 2 and f"{src.name}/data exists" in r.stderr and "nothing is overwritten" in r.stderr, r.stderr
+    assert mine.read_bytes() == b"mine"
+    sh_busy_retry("zfs", "destroy", "-r", f"{src.name}/data")
+    back = rebal_json("restore", "nightly", "--all", "--to", f"{src.name}/data", config=cfg)
+    assert [d["kind"] for d in back["datasets"]] == ["full"] * 4, back
+    assert manifests(f"{src.name}/data") == want
+    fill(src, 3)
+    want3 = manifests(f"{src.name}/data")
+    r3 = rebal_json("replicate", "nightly", config=cfg)
+    assert r3["outcome"] == "ok", r3
+    kinds = {d["source"]: d["kind"] for d in r3["datasets"]}
+    assert set(kinds.values()) == {"incremental"}, kinds  # never a full send after the restore
+    assert all(d["base"] == point for d in r3["datasets"]), r3["datasets"]
+    assert sum(d["bytes"] for d in r3["datasets"]) < out["bytes"], (r3["datasets"], out["bytes"])
+    v = rebal_json("verify", "nightly", "--sample", "all", config=cfg)
+    assert v["level"] == "OK" and not v["findings"] and v["files"][0] == v["files"][1], v["findings"]
+    assert manifests(f"{src.name}/data") == want3
+
+    if spare is not None:  # a new pool's empty root: received over (it holds nothing)
+        root = rebal_json("restore", "nightly", "--all", "--at", point, "--to", spare.name, config=cfg)
+        assert [d["kind"] for d in root["datasets"]] == ["full"] * 4, root
+        assert manifests(spare.name) == want
+    return out, r3
