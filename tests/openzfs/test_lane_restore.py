@@ -1,0 +1,60 @@
+"""`rebal restore JOB --all` on real OpenZFS 2.4: the whole tree back (into a new name, then under the
+job's own names on a recreated pool, and onto a new pool's root), the job going on incrementally from
+the restored point; and a restore killed mid-stream resumed from its receive token."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import rebal_json
+from fsenv import manifest
+from lanelib import write_random
+from replscenarios import cfg_for, mountpoint
+from restorescenarios import restore_tree_scenario
+from zfsenv import sh
+
+pytestmark = pytest.mark.openzfs
+
+
+def test_a_whole_tree_comes_back_and_the_chain_goes_on(make_pool, backup_host, tmp_path):
+    src, dst, spare = make_pool([[], []], size="512M"), make_pool([[]], size="1G"), make_pool([[]], size="512M")
+    out, after = restore_tree_scenario(src, dst, backup_host, tmp_path, spare=spare)
+    # OpenZFS: every dataset came back by a resumable receive, and the job's next run sent only the new
+    print("restored", out["bytes"], "bytes; the next incremental", sum(d["bytes"] for d in after["datasets"]))
+
+
+def test_a_cut_restore_resumes_from_its_token(make_pool, backup_host, tmp_path):
+    src, dst = make_pool([[]], size="1G"), make_pool([[]], size="1G")
+    sh("zfs", "create", f"{src.name}/vm")
+    sh("zfs", "create", f"{src.name}/vm/disk")
+    write_random(os.path.join(mountpoint(f"{src.name}/vm"), "a.img"), 96, seed=1)
+    write_random(os.path.join(mountpoint(f"{src.name}/vm/disk"), "b.img"), 8, seed=2)
+    want = {ds: manifest(mountpoint(f"{src.name}/{ds}"), exclude=("disk",)) for ds in ("vm", "vm/disk")}
+    cfg = cfg_for(tmp_path, backup_host, name="vm", source=f"{src.name}/vm", target=f"{dst.name}/vm",
+                  recursive=True, bwlimit="8M")  # the restore streams at the job's bwlimit: 12 s for the 96 MiB
+    assert rebal_json("replicate", "vm", config=cfg)["outcome"] == "ok"
+    to = f"{src.name}/back"
+    base = int(sh("zpool", "list", "-Hp", "-o", "alloc", src.name).stdout)
+    p = subprocess.Popen([sys.executable, "-m", "rebal", "--config", str(cfg), "restore", "vm", "--all", "--to", to,
+                          "--json"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while int(sh("zpool", "list", "-Hp", "-o", "alloc", src.name).stdout) - base < 24 << 20:
+        assert p.poll() is None and time.monotonic() < deadline, "the restore ended before it could be cut"
+        time.sleep(0.5)  # polling the pool's state, bounded
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    deadline = time.monotonic() + 60
+    while "zfs receive" in subprocess.run(["pgrep", "-af", "zfs receive"], capture_output=True, text=True).stdout:
+        assert time.monotonic() < deadline, "a receive still runs after the kill"
+        time.sleep(0.5)
+    token = sh("zfs", "get", "-H", "-o", "value", "receive_resume_token", to).stdout.strip()
+    assert token not in ("", "-"), "the cut receive left no token"
+    done = rebal_json("restore", "vm", "--all", "--to", to, config=cfg)
+    assert [(d["target"], d["kind"]) for d in done["datasets"]] == [(to, "resumed"), (f"{to}/disk", "full")], done
+    assert done["datasets"][0]["bytes"] < 80 << 20, done  # the rest of the stream, not all of it again
+    assert sh("zfs", "get", "-H", "-o", "value", "receive_resume_token", to).stdout.strip() == "-"
+    for ds, rel in (("vm", ""), ("vm/disk", "/disk")):
+        assert manifest(mountpoint(to + rel), exclude=("disk",)) == want[ds], ds
