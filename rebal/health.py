@@ -76,7 +76,8 @@ def pool_findings(st: PoolStatus, pool: Pool | None, *, cap_warning: float, cap_
                 out.append(Finding(WARNING, name, f"device {v.name}{where} has errors: read {v.read}, "
                                    f"write {v.write}, checksum {v.cksum}"))
     if st.errors and "no known data errors" not in st.errors.lower():
-        out.append(Finding(CRITICAL, name, f"data errors: {st.errors.splitlines()[0]}"))
+        out.append(Finding(CRITICAL, name, f"data errors: {st.errors.splitlines()[0]} (zpool status -v {name} lists "
+                           f"the files; rebal heal {name} repairs those a replicated snapshot holds)"))
     scan = st.scan
     if "resilver in progress" in scan:
         out.append(Finding(WARNING, name, "resilver in progress"))

@@ -348,7 +348,7 @@ def _live_state(state_db: str | None, kind: str, pool: str | None, job: str | No
         else "interrupted"
 
 
-RUN_KINDS = ("rebalance", "refresh", "replicate", "restore", "verify", "fill", "health", "scrub", "metrics")
+RUN_KINDS = ("rebalance", "refresh", "replicate", "restore", "heal", "verify", "fill", "health", "scrub", "metrics")
 
 
 def list_runs(conn: sqlite3.Connection, *, kind: str | None = None, job: str | None = None, limit: int = 20,

@@ -1,4 +1,4 @@
-"""rebal replicate, backups, restore, verify."""
+"""rebal replicate, backups, restore, verify, keys, heal."""
 
 from __future__ import annotations
 
@@ -142,3 +142,26 @@ def keys(
     else:
         out_text(pairing_text(p))
     raise typer.Exit(code)
+
+
+@app.command()
+def heal(
+    pool: Annotated[str, typer.Argument(help="The pool whose damaged files to repair.", autocompletion=complete.pools)],
+    job: Annotated[Optional[str], typer.Option("--job", help="The zfs replication job to heal from (default: every one of the pool).", autocompletion=complete.replication_jobs)] = None,
+    restore_to: Annotated[Optional[str], typer.Option("--restore-to", metavar="DIR", help="Put the backup's copy of each file that cannot be healed in this directory (never over the live file).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be healed and from which snapshot; change nothing.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Repair the files zpool status -v lists as damaged, from the backup's snapshots (zfs receive -c).
+    Exit 0 when every one is healed (or none is damaged), 1 when some are not."""
+    from ..replicate.heal import heal as do_heal
+    from ..views.replicate import heal_text
+
+    with Signals() as sig:
+        rep = do_heal(load_config(), pool, job=job, dry_run=dry_run, restore_to=restore_to, stop=sig.stop)
+    if as_json:
+        out_json(asdict(rep) | {"dry_run": dry_run})
+    else:
+        out_text(heal_text(rep, dry_run))
+    if rep.unhealed and not dry_run:
+        raise typer.Exit(1)

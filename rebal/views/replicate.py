@@ -103,3 +103,23 @@ def pairing_text(p) -> str:
         out.append(f"   next: {nxt}")
     out += [f"note: {n}" for n in p.notes]
     return "\n".join(out) + "\n"
+
+
+def heal_text(rep, dry_run: bool) -> str:
+    """`rebal heal`: per damaged file what became of it, then what was run."""
+    if not rep.before:
+        return f"{rep.pool}: no permanent errors: nothing to heal\n"
+    verb = "would heal" if dry_run else "healed"
+    done = sum(1 for f in rep.files if f.state in ("healed", "would heal"))
+    out = [f"{rep.pool}: {len(rep.files)} damaged, {done} {verb} from the backup"
+           + ("" if dry_run else f" ({rep.scrub or 'no scrub'} after; {len(rep.after)} still listed)")]
+    for f in rep.files:
+        what = f.state + (f" from @{f.source}" if f.source and f.state != "lost" else "")
+        if f.age_hours is not None:
+            what += f" ({f.age_hours:g} h old)"
+        if f.restored_to:
+            what += f", its backup copy put at {f.restored_to}"
+        out.append(f"  {f.entry}: {what}" + (f"; {f.note}" if f.note else ""))
+    out += [f"  would run: {p}" for p in rep.planned]
+    out += [f"  note: {n}" for n in rep.notes]
+    return lines(out)

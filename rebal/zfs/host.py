@@ -223,3 +223,46 @@ class ZfsHost:
         for prop, value in (props or {}).items() if a.receive_o else ():
             opts += ["-o", f"{prop}={value}"]
         return self.link.argv(["zfs", "receive", *opts, dataset])
+
+    # -- the pool: what is damaged, and scrubbing it --------------------------------------------
+
+    def _zpool(self, *args: str, readonly: bool = True, timeout: float | None = 300) -> Result:
+        return self.link.run(["zpool", *args], readonly=readonly, check=False, timeout=timeout)
+
+    def status_v(self, pool: str) -> str:
+        names.pool(pool)
+        res = self._zpool("status", "-v", pool)
+        if res.returncode != 0:
+            raise HostError(f"{self.where}: {res.stderr.strip() or 'no pool ' + pool}")
+        return res.stdout
+
+    def mounts(self, pool: str) -> dict[str, str]:
+        """mount point -> dataset, of the pool's mounted file systems."""
+        res = self._zfs("list", "-H", "-o", "name,mountpoint,mounted", "-t", "filesystem", "-r", pool)
+        out = {}
+        for line in res.stdout.splitlines():
+            name, mp, mounted = (line.split("\t") + ["", "", ""])[:3]
+            if mp.startswith("/") and mounted == "yes":
+                out[mp] = name
+        return out
+
+    def scrub(self, pool: str, *, errors_only: bool = False) -> str:
+        """Start a scrub (with ``errors_only`` an error scrub, `zpool scrub -e`, where the zpool has
+        it: it reads only the blocks in the error log); returns how: "error scrub" or "scrub"."""
+        names.pool(pool)
+        if errors_only:
+            res = self._zpool("scrub", "-e", pool, readonly=False)
+            if res.returncode == 0:
+                return "error scrub"
+            if "invalid option" not in res.stderr and "usage" not in res.stderr.lower():
+                raise HostError(f"{self.where}: zpool scrub -e {pool}: {res.stderr.strip()}")
+        res = self._zpool("scrub", pool, readonly=False)
+        if res.returncode != 0:
+            raise HostError(f"{self.where}: zpool scrub {pool}: {res.stderr.strip()}")
+        return "scrub"
+
+    def wait_scrub(self, pool: str, timeout: float | None = None) -> None:
+        """Until the pool's scrub (or error scrub) ends: `zpool wait -t scrub` (OpenZFS 2.0+)."""
+        res = self._zpool("wait", "-t", "scrub", pool, timeout=timeout)
+        if res.returncode != 0:
+            raise HostError(f"{self.where}: zpool wait -t scrub {pool}: {res.stderr.strip()}")
