@@ -19,6 +19,7 @@ from zfsenv import sh
 pytestmark = pytest.mark.openzfs
 
 
+@pytest.mark.lane_long  # 142 s under TCG; CI's suite runs the same scenario on zfs-fuse, its quick lane the cut one
 def test_a_whole_tree_comes_back_and_the_chain_goes_on(make_pool, backup_host, tmp_path):
     src, dst, spare = make_pool([[], []], size="512M"), make_pool([[]], size="1G"), make_pool([[]], size="512M")
     out, after = restore_tree_scenario(src, dst, backup_host, tmp_path, spare=spare)
