@@ -97,4 +97,12 @@ MIGRATIONS: list[str] = [
     CREATE TABLE replica_points (job TEXT NOT NULL, dataset TEXT NOT NULL, snapshot TEXT NOT NULL,
         taken REAL NOT NULL, recorded REAL NOT NULL, PRIMARY KEY (job, dataset));
     """,
+    # 7: a pool's rebuild from its backup (rebal rebuild): what was recorded before the pool was
+    # destroyed (layout, properties, the restore point), and each step as it ended
+    """
+    CREATE TABLE rebuilds (pool TEXT PRIMARY KEY, job TEXT NOT NULL, step TEXT NOT NULL,
+        record TEXT NOT NULL, started REAL NOT NULL, updated REAL NOT NULL);
+    CREATE TABLE rebuild_steps (id INTEGER PRIMARY KEY, pool TEXT NOT NULL, step TEXT NOT NULL,
+        at REAL NOT NULL, note TEXT NOT NULL DEFAULT '');
+    """,
 ]

@@ -106,9 +106,19 @@ class ZfsHost:
             text = recv.stdout + recv.stderr
             self._abilities = Abilities(
                 resumable="s" in r and "-t" in send.stdout + send.stderr, receive_u="u" in r,
-                receive_o="-o " in text, receive_x="-x " in text, corrective="-c " in text,
+                receive_o="-o " in text, receive_x="-x " in text, corrective=self.version() >= (2, 2),
                 raw="w" in s, props="p" in s, compressed="c" in s, large_blocks="L" in s, embedded="e" in s)
         return self._abilities
+
+    def version(self) -> tuple[int, ...]:
+        """The zfs userland's version, (2, 4, 4) from `zfs version`'s "zfs-2.4.4-1"; () where it
+        has no such command (zfs-fuse, ZFS before OpenZFS 0.8). The usage texts do not show
+        `receive -c` (OpenZFS 2.2+), so the version says."""
+        import re
+
+        res = self._zfs("version")
+        m = re.match(r"zfs-(\d+)\.(\d+)(?:\.(\d+))?", res.stdout.strip()) if res.returncode == 0 else None
+        return tuple(int(x) for x in m.groups() if x is not None) if m else ()
 
     # -- listing --------------------------------------------------------------------------------
 
@@ -266,3 +276,56 @@ class ZfsHost:
         res = self._zpool("wait", "-t", "scrub", pool, timeout=timeout)
         if res.returncode != 0:
             raise HostError(f"{self.where}: zpool wait -t scrub {pool}: {res.stderr.strip()}")
+
+    # -- what a rebuild records before the pool is destroyed -----------------------------------
+
+    def datasets(self, root: str) -> list[str]:
+        res = self._zfs("list", "-H", "-o", "name", "-t", "filesystem,volume", "-r", root)
+        if res.returncode != 0:
+            raise self._error(res)
+        return res.stdout.split("\n")[:-1] if res.stdout.endswith("\n") else res.stdout.splitlines()
+
+    def local_props(self, root: str) -> dict[str, dict[str, str]]:
+        """dataset -> {property: value} of the properties set on it (source local), for the tree."""
+        res = self._zfs("get", "-Hp", "-r", "-s", "local", "-o", "name,property,value", "all", root)
+        if res.returncode != 0:
+            raise self._error(res)
+        out: dict[str, dict[str, str]] = {}
+        for line in res.stdout.splitlines():
+            name, prop, value = (line.split("\t", 2) + ["", ""])[:3]
+            out.setdefault(name, {})[prop] = value
+        return out
+
+    def values(self, root: str, props: list[str], recursive: bool = True) -> dict[str, dict[str, str]]:
+        """dataset -> {property: value} of the named properties (every source)."""
+        res = self._zfs("get", "-Hp", *(["-r"] if recursive else []), "-o", "name,property,value", ",".join(props), root)
+        if res.returncode != 0:
+            raise self._error(res)
+        out: dict[str, dict[str, str]] = {}
+        for line in res.stdout.splitlines():
+            name, prop, value = (line.split("\t", 2) + ["", ""])[:3]
+            if "@" not in name and "#" not in name:
+                out.setdefault(name, {})[prop] = value
+        return out
+
+    def pool_props(self, pool: str, *, local_only: bool = True) -> dict[str, str]:
+        names.pool(pool)
+        res = self._zpool("get", "-Hp", "-o", "property,value,source", "all", pool)
+        if res.returncode != 0:
+            raise HostError(f"{self.where}: {res.stderr.strip() or 'no pool ' + pool}")
+        out = {}
+        for line in res.stdout.splitlines():
+            prop, value, source = (line.split("\t") + ["", "", ""])[:3]
+            if not local_only or source == "local":
+                out[prop] = value
+        return out
+
+    def status(self, pool: str) -> str:
+        names.pool(pool)
+        res = self._zpool("status", "-P", pool)
+        if res.returncode != 0:
+            raise HostError(f"{self.where}: {res.stderr.strip() or 'no pool ' + pool}")
+        return res.stdout
+
+    def sync(self, pool: str) -> None:
+        self._zpool("sync", pool, readonly=False)
