@@ -102,3 +102,53 @@ def restore_tree_scenario(src, dst, backup_host, tmp_path, spare=None):
         assert [d["kind"] for d in root["datasets"]] == ["full"] * 4, root
         assert manifests(spare.name) == want
     return out, r3
+
+
+def rebuild_scenario(src, dst, backup_host, tmp_path, *, recreate, job_extra=None, props=None, encrypted=None,
+                     writers_flag=()):
+    """`rebal rebuild`: refused while a dataset of the pool is in no job (named, then --leave-out);
+    checked and recorded (the restore point, the commands for the admin); refused to go on while the
+    pool is the old one; after ``recreate(src)`` (the admin's zpool destroy and create) the tree,
+    the datasets' own properties and (``encrypted``: dataset -> keylocation) their encryption roots
+    are back as they were, every file verified, and the job goes on incrementally."""
+    cfg = cfg_for(tmp_path, backup_host, name="all", source=f"{src.name}/data", target=f"{dst.name}/data",
+                  recursive=True, **(job_extra or {}))
+    fill(src, 1)
+    for ds, (prop, value) in (props or {}).items():
+        sh("zfs", "set", f"{prop}={value}", f"{src.name}/{ds}")
+    assert rebal_json("replicate", "all", config=cfg)["outcome"] == "ok"
+    fill(src, 2)
+    want = manifests(f"{src.name}/data")  # read before the rebuild's own run
+    sh("zfs", "create", f"{src.name}/scratch")
+    r = rebal("rebuild", src.name, "--job", "all", *writers_flag, config=cfg, check=False)
+    assert r.returncode == 2 and f"not backed up by job all: {src.name}/scratch" in r.stderr, r.stderr
+    if not writers_flag:  # this ZFS says what was written: nothing is
+        pass
+    rec = rebal_json("rebuild", src.name, "--job", "all", "--leave-out", f"{src.name}/scratch", *writers_flag,
+                     config=cfg)
+    assert rec["step"] == "checked" and rec["point"] and rec["files"][0] > 0, rec
+    assert rec["commands"][0] == f"zpool destroy {src.name}" and rec["commands"][-1] == f"rebal rebuild {src.name} --continue"
+    assert rec["commands"][1].startswith("zpool create -o ashift=12"), rec["commands"]
+    assert sorted(rec["datasets"]) == sorted(f"{src.name}/data{rel}" for rel in RELS), rec["datasets"]
+    for ds, (prop, value) in (props or {}).items():
+        assert rec["props"][f"{src.name}/{ds}"][prop] == value, rec["props"]
+    r = rebal("rebuild", src.name, "--continue", config=cfg, check=False)
+    assert r.returncode == 2 and "has not been destroyed and made again" in r.stderr, r.stderr
+    assert "zpool destroy" in rebal("rebuild", src.name, "--status", config=cfg).stdout
+    recreate(src)
+    done = rebal_json("rebuild", src.name, "--continue", config=cfg)
+    assert done["step"] == "done" and [s["step"] for s in done["steps"]][-4:] == \
+        ["restoring", "restored", "configured", "done"], done["steps"]
+    assert manifests(f"{src.name}/data") == want
+    for ds, (prop, value) in (props or {}).items():
+        got = sh("zfs", "get", "-H", "-o", "value,source", prop, f"{src.name}/{ds}").stdout.split()
+        assert got == [value, "local"], (ds, prop, got)
+    for ds, location in (encrypted or {}).items():
+        root = sh("zfs", "get", "-H", "-o", "value", "encryptionroot", f"{src.name}/{ds}").stdout.strip()
+        assert root == f"{src.name}/data", (ds, root)  # one encryption root, as the source had
+    fill(src, 3)
+    nxt = rebal_json("replicate", "all", config=cfg)
+    assert nxt["outcome"] == "ok" and {d["kind"] for d in nxt["datasets"]} == {"incremental"}, nxt["datasets"]
+    again = rebal_json("rebuild", src.name, "--continue", config=cfg)
+    assert again["step"] == "done" and "the rebuild was done already" in again["notes"]
+    return rec, done, nxt

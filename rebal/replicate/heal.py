@@ -124,10 +124,10 @@ class Heal:
             if d.dataset not in self.common:
                 self.common[d.dataset] = self._common(j, backup, d.dataset)
             common = self.common[d.dataset]
-            # a snapshot named by the entry, or (a live file) the newest replicated one: its blocks are
-            # the live file's where the file did not change since
-            pick = [c for c in common if c[0].name == d.snapshot] if d.snapshot else common[:1]
-            for snap, bsnap in pick:
+            # the snapshot an entry names; a live file's damaged block that a snapshot shares is listed in
+            # that snapshot too (OpenZFS 2.2+ names every dataset that holds a damaged block), so a live
+            # entry alone is a block written after every snapshot: no stream has it
+            for snap, bsnap in [c for c in common if d.snapshot and c[0].name == d.snapshot]:
                 plan[(d.dataset, snap.name)] = (j, backup, f"{j.target + d.dataset[len(j.source):]}@{bsnap}")
         return plan
 
@@ -162,7 +162,8 @@ class Heal:
         for d in found:
             f = FileHeal(d.entry, d.dataset, d.path)
             self.report.files.append(f)
-            healed_from = [snap for (ds, snap) in plan if ds == d.dataset and (d.snapshot in (None, snap))]
+            named = {e.snapshot for e in found if e.key == d.key and e.snapshot} if d.snapshot is None else {d.snapshot}
+            healed_from = [snap for (ds, snap) in plan if ds == d.dataset and snap in named]
             if self.dry_run:
                 f.state = "would heal" if healed_from else "restorable"
                 f.source = healed_from[0] if healed_from else ""

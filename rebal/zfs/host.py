@@ -187,8 +187,14 @@ class ZfsHost:
         if res.returncode != 0:
             raise self._error(res)
 
-    def load_key(self, dataset: str) -> Result:
-        return self._zfs("load-key", dataset, readonly=False, timeout=None)
+    def load_key(self, dataset: str, location: str | None = None) -> Result:
+        """`zfs load-key` (from ``location``, a keylocation like file:///root/key, where given)."""
+        return self._zfs("load-key", *(["-L", location] if location else []), dataset, readonly=False, timeout=None)
+
+    def mount(self, dataset: str) -> None:
+        res = self._zfs("mount", dataset, readonly=False)
+        if res.returncode != 0 and "already mounted" not in res.stderr:
+            raise self._error(res)
 
     def change_key_inherit(self, dataset: str) -> None:
         """Make ``dataset`` inherit its parent's encryption root (after a raw receive made it its own)."""
@@ -311,11 +317,14 @@ class ZfsHost:
     def pool_props(self, pool: str, *, local_only: bool = True) -> dict[str, str]:
         names.pool(pool)
         res = self._zpool("get", "-Hp", "-o", "property,value,source", "all", pool)
+        rows = [(line.split("\t") + ["", "", ""])[:3] for line in res.stdout.splitlines()]
+        if res.returncode != 0 and "invalid property" in res.stderr:  # an older zpool (zfs-fuse): a table
+            res = self._zpool("get", "all", pool)
+            rows = [ln.split()[1:4] for ln in res.stdout.splitlines()[1:] if len(ln.split()) >= 4]
         if res.returncode != 0:
             raise HostError(f"{self.where}: {res.stderr.strip() or 'no pool ' + pool}")
         out = {}
-        for line in res.stdout.splitlines():
-            prop, value, source = (line.split("\t") + ["", "", ""])[:3]
+        for prop, value, source in rows:
             if not local_only or source == "local":
                 out[prop] = value
         return out
@@ -323,6 +332,8 @@ class ZfsHost:
     def status(self, pool: str) -> str:
         names.pool(pool)
         res = self._zpool("status", "-P", pool)
+        if res.returncode != 0 and "invalid option" in res.stderr:  # an older zpool: names, not paths
+            res = self._zpool("status", pool)
         if res.returncode != 0:
             raise HostError(f"{self.where}: {res.stderr.strip() or 'no pool ' + pool}")
         return res.stdout

@@ -1,0 +1,173 @@
+"""`rebal rebuild POOL --job JOB`: the complete rebalance, a pool rebuilt from its backup.
+
+A guided procedure, each step recorded in SQLite (tables rebuilds and rebuild_steps) so that a cut at
+any point goes on from it. rebal never destroys the pool: the admin does, between the two halves.
+
+1. ``check``: every dataset of the pool is in the job (or named by --leave-out); a last replication
+   whose snapshot is kept on the source is the restore point; nothing was written after it (writers
+   stopped: `written@POINT` is 0 on every dataset); every file of the backup is compared with the
+   source at that point (verify, sample all). Then the pool's layout and properties, the datasets'
+   own properties and encryption are recorded, and the commands to destroy and recreate the pool are
+   given.
+2. ``continue``, once the new pool exists (another pool guid, empty): the whole tree is restored at the
+   point (restore_tree: resumable, the guid kept), encryption roots made as they were, the datasets'
+   properties set again, every file verified against the backup; the job then goes on incrementally.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+
+from .. import names, state
+from ..config import Config, Replicate
+from ..errors import RebalError, UsageError
+from .job import connect, find_job
+from .sides import job_hosts
+
+# properties a receive sets, or that are not the admin's to set again on a restored dataset
+NOT_SET_AGAIN = {"encryption", "keyformat", "pbkdf2iters", "encryptionroot", "keystatus", "readonly", "volsize",
+                 "volblocksize", "utf8only", "normalization", "casesensitivity"}
+
+
+class RebuildError(RebalError):
+    pass
+
+
+class RebuildRefused(RebuildError):
+    exit_code = 2
+
+
+@dataclass
+class Record:
+    pool: str
+    job: str
+    point: str = ""
+    pool_guid: str = ""
+    layout: str = ""  # zpool status -P as it was
+    pool_props: dict[str, str] = field(default_factory=dict)  # set locally on the pool
+    ashift: str = ""
+    datasets: list[str] = field(default_factory=list)  # of the job, as they were
+    props: dict[str, dict[str, str]] = field(default_factory=dict)  # dataset -> its own properties
+    crypt: dict[str, dict[str, str]] = field(default_factory=dict)  # dataset -> encryptionroot, keylocation
+    left_out: list[str] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)  # for the admin, in order
+    files: list[int] = field(default_factory=list)  # files and bytes verified at the point
+    step: str = ""
+    steps: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def load(conn, pool: str) -> Record | None:
+    row = conn.execute("SELECT record, step FROM rebuilds WHERE pool = ?", (pool,)).fetchone()
+    if row is None:
+        return None
+    rec = Record(**json.loads(row[0]))
+    rec.step = row[1]
+    rec.steps = [{"step": s, "at": at, "note": n} for s, at, n in conn.execute(
+        "SELECT step, at, note FROM rebuild_steps WHERE pool = ? ORDER BY id", (pool,))]
+    return rec
+
+
+def save(conn, rec: Record, step: str, note: str = "") -> None:
+    """The procedure reached ``step``: the record as it is now, and the step's line, in one transaction."""
+    rec.step = step
+    body = asdict(rec)
+    body.pop("steps")
+    now = time.time()
+    with state.atomic(conn):
+        conn.execute("INSERT INTO rebuilds (pool, job, step, record, started, updated) VALUES (?, ?, ?, ?, ?, ?) "
+                     "ON CONFLICT(pool) DO UPDATE SET job = excluded.job, step = excluded.step, "
+                     "record = excluded.record, updated = excluded.updated",
+                     (rec.pool, rec.job, step, json.dumps(body), now, now))
+        conn.execute("INSERT INTO rebuild_steps (pool, step, at, note) VALUES (?, ?, ?, ?)", (rec.pool, step, now, note))
+    rec.steps.append({"step": step, "at": now, "note": note})
+
+
+def _job_for(cfg: Config, pool: str, job: str) -> Replicate:
+    j = find_job(cfg, job)
+    if j.mode != "zfs" or j.direction != "push":
+        raise UsageError(f"job {job}: a rebuild restores by zfs send from the backup: it needs a zfs-mode push job")
+    if not (j.source == pool or j.source.startswith(pool + "/")):
+        raise UsageError(f"job {job} backs up {j.source}, not pool {pool}")
+    return j
+
+
+def check(cfg: Config, pool: str, job: str, *, leave_out: tuple[str, ...] = (), ashift: int = 12,
+          seed: int = 0, writers_stopped: bool = False) -> Record:
+    """Step 1: everything that must hold before the admin destroys the pool; the record of it."""
+    from .rebuild_steps import coverage, final_point, record_pool
+
+    names.pool(pool)
+    j = _job_for(cfg, pool, job)
+    conn = state.connect(cfg.state_db)
+    old = load(conn, pool)
+    if old is not None and old.step not in ("", "checked", "done"):
+        raise RebuildRefused(f"a rebuild of {pool} is under way (step {old.step}): rebal rebuild {pool} --continue "
+                             f"goes on with it, --status says where it stands")
+    rec = Record(pool, j.name, left_out=list(leave_out))
+    with connect(j) as link:
+        here, _ = job_hosts(j, link)
+        coverage(rec, j, here)
+        save(conn, rec, "covered", f"{len(rec.datasets)} dataset(s) in job {j.name}"
+             + (f", left out: {', '.join(rec.left_out)}" if rec.left_out else ""))
+        final_point(cfg, rec, j, link, here, conn, seed=seed, writers_stopped=writers_stopped)
+        record_pool(rec, j, here, ashift)
+    save(conn, rec, "checked", "the pool's layout and properties recorded; the admin destroys and recreates it")
+    return rec
+
+
+def status(cfg: Config, pool: str) -> Record:
+    names.pool(pool)
+    rec = load(state.connect(cfg.state_db), pool)
+    if rec is None:
+        raise UsageError(f"no rebuild of {pool} is recorded (rebal rebuild {pool} --job JOB starts one)")
+    return rec
+
+
+def go_on(cfg: Config, pool: str, *, stop=None, progress=None) -> Record:
+    """Step 2, after the admin made the new pool: restore, keys, properties, verify."""
+    from .rebuild_steps import encryption_again, properties_again, restore_all, verify_all
+
+    names.pool(pool)
+    conn = state.connect(cfg.state_db)
+    rec = load(conn, pool)
+    if rec is None:
+        raise UsageError(f"no rebuild of {pool} is recorded (rebal rebuild {pool} --job JOB starts one)")
+    if rec.step in ("covered", "pointed"):
+        raise RebuildRefused(f"the check of {pool} did not finish (step {rec.step}): run rebal rebuild {pool} "
+                             f"--job {rec.job} again before destroying anything")
+    if rec.step == "done":
+        rec.notes.append("the rebuild was done already")
+        return rec
+    j = _job_for(cfg, pool, rec.job)
+    with connect(j) as link:
+        here, _ = job_hosts(j, link)
+        if rec.step == "checked":
+            guid = here.pool_props(pool, local_only=False).get("guid", "") if _pool_exists(here, pool) else ""
+            if not guid:
+                raise RebuildRefused(f"there is no pool {pool} yet: make it as rebal rebuild {pool} --status shows")
+            if guid == rec.pool_guid:
+                raise RebuildRefused(f"{pool} is still the pool that was checked (guid {guid}): it has not been "
+                                     f"destroyed and made again; rebal rebuild {pool} --status shows the commands")
+            save(conn, rec, "restoring", f"the new pool {pool} (guid {guid})")
+        if rec.step == "restoring":
+            restore_all(rec, j, link, stop=stop, progress=progress)
+            save(conn, rec, "restored", f"every dataset at @{rec.point}")
+        if rec.step == "restored":
+            encryption_again(rec, here)
+            properties_again(rec, here)
+            save(conn, rec, "configured", "encryption roots and the datasets' own properties as they were")
+        if rec.step == "configured":
+            verify_all(rec, j, link)
+            save(conn, rec, "done", f"{rec.files[0]} files equal the backup's at @{rec.point}")
+    return rec
+
+
+def _pool_exists(here, pool: str) -> bool:
+    try:
+        here.pool_props(pool)
+    except RebalError:
+        return False
+    return True

@@ -1,0 +1,50 @@
+"""`rebal rebuild` on real OpenZFS 2.4, the seed's complete rebalance: a pool made with ashift=9 of
+one raidz1 vdev, an encrypted tree (one encryption root, raw sends), replicated; checked (nothing
+written after the point, every file equal on the backup), destroyed and made again as two mirrors
+with ashift=12 (by the test, as the admin would), restored: the tree, its properties and its one
+encryption root as they were, the next incremental small, and the new layout evenly filled."""
+
+import os
+
+import pytest
+from conftest import rebal_json
+from restorescenarios import rebuild_scenario
+from zfsenv import sh
+
+pytestmark = pytest.mark.openzfs
+
+
+def test_ashift_9_raidz1_rebuilt_as_ashift_12_mirrors(make_pool, backup_host, tmp_path):
+    src = make_pool([["raidz1", 3]], size="512M", ashift=9)
+    dst = make_pool([[]], size="2G")
+    key = tmp_path / "data.key"
+    key.write_bytes(os.urandom(32))
+    sh("zfs", "create", "-o", "encryption=on", "-o", "keyformat=raw", "-o", f"keylocation=file://{key}",
+       f"{src.name}/data")
+    for ds in ("data/child", "data/child/grandchild", "data/sibling"):
+        sh("zfs", "create", f"{src.name}/{ds}")  # inherit the encryption root
+    spare = src.disk("512M")
+
+    def recreate(pool):
+        pool.destroy()
+        for d in pool.disks:
+            size = os.path.getsize(d)
+            os.truncate(d, 0)
+            os.truncate(d, size)
+        d0, d1, d2 = pool.disks[:3]
+        sh("zpool", "create", "-f", "-o", "ashift=12", "-m", str(pool.mountpoint), pool.name,
+           "mirror", str(d0), str(d1), "mirror", str(d2), str(spare))
+
+    rec, done, nxt = rebuild_scenario(
+        src, dst, backup_host, tmp_path, recreate=recreate, job_extra={"raw": True},
+        props={"data/child": ("atime", "off"), "data/sibling": ("recordsize", "1M")},
+        encrypted={ds: f"file://{key}" for ds in ("data", "data/child", "data/child/grandchild", "data/sibling")})
+    assert rec["ashift"] == "9" and "raidz1" in rec["layout"]
+    assert set(rec["crypt"]) == {f"{src.name}/data{r}" for r in ("", "/child", "/child/grandchild", "/sibling")}
+    assert sh("zpool", "get", "-H", "-o", "value", "ashift", src.name).stdout.strip() == "12"
+    assert sum(d["bytes"] for d in nxt["datasets"]) < 2 * rec["files"][1] // 10, (nxt["datasets"], rec["files"])
+    st = rebal_json("status", src.name, config=tmp_path / "config.toml")
+    pool = st["pools"][0] if "pools" in st else st
+    vdevs = [v for v in pool["vdevs"] if v.get("class", "normal") == "normal"]
+    assert len(vdevs) == 2 and all(v["type"] == "mirror" for v in vdevs), vdevs
+    assert pool["spread"] < 5, pool  # restored onto the new layout: evenly filled
