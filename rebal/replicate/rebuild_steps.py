@@ -7,7 +7,7 @@ from dataclasses import replace
 from ..config import Config, Replicate
 from ..errors import RebalError
 from ..zfs.host import ZfsHost
-from .rebuild import NOT_SET_AGAIN, Record, RebuildError, RebuildRefused, save
+from .rebuild_record import NOT_SET_AGAIN, Record, RebuildError, RebuildRefused, save
 
 EMPTY = 1 << 20  # what a dataset may reference and hold no files (an empty file system: some 100 KiB)
 
