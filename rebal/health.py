@@ -106,6 +106,14 @@ def pool_findings(st: PoolStatus, pool: Pool | None, *, cap_warning: float, cap_
     return out
 
 
+def sector_findings(pool: str, found: list) -> list[Finding]:
+    """``found``: sectors.SectorMismatch of the pool's vdevs."""
+    return [Finding(WARNING, pool, f"vdev {m.vdev} ({m.type}) has ashift {m.ashift} ({1 << m.ashift} B sectors) on disks "
+                    f"of {m.physical} B physical sectors ({', '.join(m.disks[:2])}): every smaller write is a "
+                    "read-modify-write inside the disk (slow; a torn write can damage the sector's neighbours). "
+                    f"Only a rebuild changes it: rebal rebuild {pool} --job JOB") for m in found]
+
+
 def replication_findings(last: list[dict], max_age_hours: float) -> list[Finding]:
     out = []
     for r in last:

@@ -43,6 +43,19 @@ def pool_created(names: list[str], runner=None) -> dict[str, float]:
     return out
 
 
+def sector_mismatches(pool: str, runner=None) -> list:
+    """The pool's vdevs with an ashift below their disks' physical sectors (zdb -C, lsblk); [] where
+    zdb cannot read the pool's configuration."""
+    from .process.command import run
+    from .zfs.placement import parse_config
+    from .zfs.sectors import mismatches, physical_sector
+
+    res = (runner or run)(["zdb", "-C", pool], check=False)
+    if res.returncode != 0:
+        return []
+    return mismatches(parse_config(res.stdout), lambda p: physical_sector(p, runner or run))
+
+
 def check_health(cfg: Config, conn, zpool, now: float | None = None,
                  extra: dict | None = None) -> tuple[list[H.Finding], list, list]:
     """Findings, pools, replication. ``extra`` (a dict) is filled with what metrics also show:
@@ -59,6 +72,7 @@ def check_health(cfg: Config, conn, zpool, now: float | None = None,
                                     target_spread=cfg.rebalance.target_spread,
                                     scrub_max_age_days=cfg.health.scrub_max_age_days, now=now,
                                     created=created.get(p.name))
+        findings += H.sector_findings(p.name, sector_mismatches(p.name))
     if extra is not None:
         extra["created"] = created
         extra["scrub"] = {n: t for n, st in statuses.items() if (t := H.scrub_time(st.scan)) is not None}

@@ -73,6 +73,7 @@ class TopVdev:
     bias: str  # "special", "dedup" or ""
     ashift: int = 0
     width: int = 1  # its children (the disks of a raidz or a mirror; 1 for a lone disk)
+    leaves: tuple[str, ...] = ()  # the paths of its disks (its own path for a lone disk)
 
 
 def parse_config(text: str) -> list[TopVdev]:
@@ -101,10 +102,12 @@ def parse_config(text: str) -> list[TopVdev]:
             tops.append(_top(cur))
             cur = None
             continue
+        kv = _KV.match(line)
         if stripped_indent == cur_indent + 4:
-            kv = _KV.match(line)
             if kv and kv.group(1) not in cur:
                 cur[kv.group(1)] = kv.group(2)
+        if kv and kv.group(1) == "path":  # a disk's, at any depth below the top-level vdev
+            cur.setdefault("leaves", []).append(kv.group(2))
     if cur is not None:
         tops.append(_top(cur))
     return sorted(tops, key=lambda t: t.id)
@@ -113,7 +116,7 @@ def parse_config(text: str) -> list[TopVdev]:
 def _top(d: dict) -> TopVdev:
     return TopVdev(int(d.get("id", d["id"])), d.get("type", "?"), d.get("path", ""), int(d.get("nparity", 0) or 0),
                    d.get("is_log", "0") == "1", d.get("alloc_bias", d.get("vdev_alloc_bias", "")),
-                   int(d.get("ashift", 0) or 0), d.get("width") or 1)
+                   int(d.get("ashift", 0) or 0), d.get("width") or 1, tuple(d.get("leaves", ())))
 
 
 def data_vdev_ids(tops: list[TopVdev]) -> list[int]:

@@ -47,3 +47,24 @@ def test_scrub_repairs_are_a_finding(make_pool, cfg_file):
     assert any("the last scrub repaired" in m for m in msgs) or any("checksum" in m for m in msgs), h
     assert code >= 1
     assert (pool.mountpoint / "f").stat().st_size == 60 << 20
+
+
+SECTOR_4K = "/dev/vdj"  # the lane's disk with 4 KiB physical sectors (lane.py: disks_4k=1)
+
+
+@pytest.mark.parametrize("ashift,warned", [(9, True), (12, False)])
+def test_an_ashift_below_the_disks_sector_is_said_with_the_way_out(cfg_file, ashift, warned):
+    assert sh("lsblk", "-dno", "PHY-SEC", SECTOR_4K).stdout.strip() == "4096"  # the real part this relies on
+    name = f"sec{os.getpid()}a{ashift}"
+    sh("zpool", "create", "-f", "-o", f"ashift={ashift}", name, SECTOR_4K)
+    try:
+        code, h = health(cfg_file)
+        said = [f["message"] for f in h["findings"] if f["subject"] == name and "physical sectors" in f["message"]]
+        if warned:
+            assert len(said) == 1 and "vdev 0" in said[0] and "ashift 9 (512 B sectors)" in said[0] \
+                and "4096 B physical" in said[0] and f"rebal rebuild {name}" in said[0], h["findings"]
+        else:
+            assert said == [], said
+    finally:
+        sh("zpool", "destroy", "-f", name)
+        sh("wipefs", "-a", SECTOR_4K, check=False)

@@ -50,7 +50,9 @@ class Guest:
     """One guest machine: ``boot()``, ``ssh()``, ``power_cut()``, ``boot()`` again, ``shutdown()``."""
 
     def __init__(self, workdir: Path, disks: int = 8, disk_size: str = "2G", memory: str = "4096",
-                 image: Path | None = None) -> None:
+                 image: Path | None = None, disks_4k: int = 0) -> None:
+        """``disks_4k``: that many more disks after the others, with 4 KiB physical sectors (512-byte
+        logical ones, as most SATA disks today): where a pool made with ashift=9 is slow."""
         self.image = image or image_dir(build=False)
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -63,7 +65,8 @@ class Guest:
         subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(self.image / "root.img"),
                         str(self.overlay)], check=True)
         self.disks = []
-        for i in range(disks):
+        self.plain = disks
+        for i in range(disks + disks_4k):
             p = self.dir / f"disk{i}.img"
             subprocess.run(["truncate", "-s", disk_size, str(p)], check=True)
             self.disks.append(p)
@@ -83,8 +86,12 @@ class Guest:
                 "-kernel", str(self.image / "vmlinuz"), "-initrd", str(self.image / "initrd.img"),
                 "-append", "root=/dev/vda rw console=ttyS0 net.ifnames=0 quiet",
                 "-drive", f"file={self.overlay},format=qcow2,if=virtio,cache=unsafe"]
-        for d in self.disks:
-            argv += ["-drive", f"file={d},format=raw,if=virtio,cache=unsafe"]
+        for i, d in enumerate(self.disks):
+            if i < self.plain:
+                argv += ["-drive", f"file={d},format=raw,if=virtio,cache=unsafe"]
+            else:
+                argv += ["-drive", f"file={d},format=raw,if=none,id=p4k{i},cache=unsafe", "-device",
+                         f"virtio-blk-pci,drive=p4k{i},physical_block_size=4096,logical_block_size=512"]
         argv += ["-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{self.port}-:22", "-device", "virtio-net-pci,netdev=n0"]
         t0 = time.monotonic()
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

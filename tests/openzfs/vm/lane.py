@@ -129,7 +129,7 @@ def install(g: Guest, work: Path, deb: Path | None = None) -> None:
 
 def run_guest_tests(args, work: Path) -> tuple[int, dict]:
     deb = None if args.bench_only else build_deb()
-    g = Guest(work / "guest", disks=8, disk_size="2G")
+    g = Guest(work / "guest", disks=8, disk_size="2G", disks_4k=1)  # /dev/vdj: 4 KiB physical sectors
     t0 = time.monotonic()
     try:
         took = g.boot()
