@@ -21,7 +21,8 @@ def status(
     """Fill of every data vdev (size, alloc, free, CAP) and the pool's spread; records a sample."""
     from .. import fill, state
     from ..errors import RebalError
-    from ..jobs import rebalance_findings
+    from ..health import sector_findings
+    from ..jobs import rebalance_findings, sector_mismatches
     from ..zfs.cli import Zpool
 
     cfg = load_config()
@@ -38,13 +39,15 @@ def status(
             waiting = [f.as_dict() for f in rebalance_findings(conn)]
     except RebalError as e:
         warn(f"sample not recorded: {e}")
+    sectors = [f.as_dict() for p in found for f in sector_findings(p.name, sector_mismatches(p.name))]
     if as_json:
         out_json({"pools": [fill.pool_json(p, target) for p in found], "replication": replication,
-                  "rebalance": waiting})
+                  "rebalance": waiting, "sectors": sectors})
         return
     from ..views.status import status_text
 
-    out_text(status_text(found, target, replication) + "".join(f"{w['subject']}: {w['message']}\n" for w in waiting))
+    out_text(status_text(found, target, replication)
+             + "".join(f"{w['subject']}: {w['message']}\n" for w in waiting + sectors))
 
 
 @app.command()

@@ -65,6 +65,8 @@ def test_an_ashift_below_the_disks_sector_is_said_with_the_way_out(cfg_file, ash
                 and "4096 B physical" in said[0] and f"rebal rebuild {name}" in said[0], h["findings"]
         else:
             assert said == [], said
+        st = json.loads(rebal("status", name, "--json", config=cfg_file).stdout)
+        assert bool(st["sectors"]) == warned, st["sectors"]
     finally:
         sh("zpool", "destroy", "-f", name)
         sh("wipefs", "-a", SECTOR_4K, check=False)
