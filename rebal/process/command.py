@@ -41,8 +41,22 @@ _UNAVAILABLE = (
 )
 _USAGE = ("invalid option", "unrecognized command", "usage:")
 
-CALLS = [0]  # commands `run` ran in this process, to their end (a replication reports how many a run took)
-_CALLS_LOCK = threading.Lock()  # (runs in several threads at once: parallel sends, listings)
+class Counted:
+    """A runner (the signature of ``run``) that counts the commands it ran: one per run of a job, so
+    two jobs running at once in the daemon's threads each count their own. Thread-safe (a run's
+    parallel sends and listings use it at once)."""
+
+    def __init__(self, runner=None) -> None:
+        self.runner = runner or run
+        self.n = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, argv, **kw) -> Result:
+        try:
+            return self.runner(argv, **kw)
+        finally:
+            with self._lock:
+                self.n += 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +114,6 @@ def run(
         return Result(argv, 0, "", "")
     if log.isEnabledFor(logging.DEBUG):
         log.debug("run: %s", line(argv))
-    with _CALLS_LOCK:
-        CALLS[0] += 1
     if isinstance(input, str):
         input = os.fsencode(input)
     if stop is None and on_out is None:

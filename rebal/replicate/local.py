@@ -155,22 +155,22 @@ def _snapshot_some(local, source: str, snap: str, datasets: list[str], left_out:
             local.destroy_snapshots(d, [snap])
 
 
-def available_backends() -> list:
+def available_backends(runner=run) -> list:
     """Every backend that works on this machine (the CLI one always; pyzfs where it loads)."""
     out = []
     try:
         import libzfs_core as lzc  # noqa: PLC0415  (pyzfs, shipped with OpenZFS)
 
         lzc.lzc_exists(b"\x00")  # forces the C library to load
-        out.append(LzcLocal(lzc))
+        out.append(LzcLocal(lzc, runner))
     except Exception:  # no pyzfs, or its library does not load (zfs-fuse has no libzfs_core)
         pass
-    out.append(CliLocal())
+    out.append(CliLocal(runner))
     return out
 
 
-def local_backend():
-    return available_backends()[0]
+def local_backend(runner=run):
+    return available_backends(runner)[0]
 
 
 # -- reading, always through the zfs command ------------------------------------------------------

@@ -70,9 +70,10 @@ def final_point(cfg: Config, rec: Record, j: Replicate, link, here: ZfsHost, con
                              "this again: a rebuild restores the pool as it is at that snapshot")
     rep = verify_zfs(j, link, None, seed)
     if rep.level or rep.snapshot != snap:
-        why = "; ".join(f.message for f in rep.findings) or f"compared at @{rep.snapshot}, not @{snap}"
+        why = _why(rep, snap)
         raise RebuildError(f"the backup does not equal {rec.pool} at @{snap}: {why}")
-    rec.files = list(rep.files or (0, 0))[:1] + list(rep.bytes or (0, 0))[:1]
+    rec.files = [(rep.files or (0, 0))[0], (rep.bytes or (0, 0))[0]]
+    rec.notes += [n for n in rep.notes if "encrypted" in n]
     save(conn, rec, "pointed", f"@{snap}: nothing written after it; {rec.files[0]} files equal on the backup")
 
 
@@ -156,7 +157,16 @@ def verify_all(rec: Record, j: Replicate, link) -> None:
 
     rep = verify_zfs(j, link, None, 0)
     if rep.level or rep.snapshot != rec.point:
-        why = "; ".join(f.message for f in rep.findings) or f"compared at @{rep.snapshot}, not @{rec.point}"
+        why = _why(rep, rec.point)
         raise RebuildError(f"the restored {rec.pool} does not equal the backup: {why}. Nothing was destroyed; "
                            f"rebal rebuild {rec.pool} --continue checks again")
     rec.files = [(rep.files or (0, 0))[0], (rep.bytes or (0, 0))[0]]
+
+
+def _why(rep, point: str) -> str:
+    """The verify's findings, short: the first three (rebal verify JOB --sample all lists them all)."""
+    if not rep.findings:
+        return f"compared at @{rep.snapshot}, not @{point}"
+    out = "; ".join(f.message[:300] for f in rep.findings[:3])
+    more = len(rep.findings) - 3
+    return out + (f"; and {more} more (rebal verify JOB --sample all lists them)" if more > 0 else "")

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 
 from .. import names
 from ..errors import RebalError
-from ..process.command import CALLS, run
+from ..process.command import Counted, run
 from ..process.pipeline import pump
 from ..throttle import Throttle
 from . import local as L
@@ -128,14 +128,15 @@ class ZfsReplicator(Capabilities):
         names.dataset(job.source)
         names.dataset(job.target)
         self.job, self.ssh = job, ssh
+        self.counted = Counted(runner)  # this run's commands here (two runs at once count their own)
         if job.pull:  # this is the backup host: the source's zfs runs over ssh, the target's here
             self._run = ssh_runner(ssh)
             self.local = local or L.CliLocal(self._run)
-            self.remote = Remote(runner=runner)
+            self.remote = Remote(runner=self.counted)
         else:
-            self._run = runner
-            self.local = local or L.local_backend()
-            self.remote = Remote(runner=runner) if ssh.local else Remote(ssh)
+            self._run = self.counted
+            self.local = local or L.local_backend(self.counted)
+            self.remote = Remote(runner=self.counted) if ssh.local else Remote(ssh)
         self.gate: dict | None = None  # what a gate on the other end allows (None: no gate)
         self.cache = cache  # state.Cache: the other end's usage text, kept a day (one round trip less)
         self.usage_key = ""
@@ -156,11 +157,11 @@ class ZfsReplicator(Capabilities):
     # -- the run ------------------------------------------------------------------------------
 
     def run(self) -> ZfsReport:
-        calls0, remote0, via0 = CALLS[0], self.ssh.commands, self.ssh.runs
+        remote0 = self.ssh.commands
         try:
             return self._run_all()
-        finally:  # ssh commands run through the runner are remote ones, not local
-            self.report.local_commands = CALLS[0] - calls0 - (self.ssh.runs - via0)
+        finally:
+            self.report.local_commands = self.counted.n
             self.report.remote_commands = self.ssh.commands - remote0
 
     def _run_all(self) -> ZfsReport:

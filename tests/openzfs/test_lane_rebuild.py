@@ -42,7 +42,7 @@ def test_ashift_9_raidz1_rebuilt_as_ashift_12_mirrors(make_pool, backup_host, tm
     assert rec["ashift"] == "9" and "raidz1" in rec["layout"]
     assert set(rec["crypt"]) == {f"{src.name}/data{r}" for r in ("", "/child", "/child/grandchild", "/sibling")}
     assert sh("zpool", "get", "-H", "-o", "value", "ashift", src.name).stdout.strip() == "12"
-    assert sum(d["bytes"] for d in nxt["datasets"]) < 2 * rec["files"][1] // 10, (nxt["datasets"], rec["files"])
+    assert sum(d["bytes"] for d in nxt["datasets"]) < 8 << 20, nxt["datasets"]  # the third fill's few MiB, not the tree
     st = rebal_json("status", src.name, config=tmp_path / "config.toml")
     pool = st["pools"][0] if "pools" in st else st
     vdevs = [v for v in pool["vdevs"] if v.get("class", "normal") == "normal"]
