@@ -154,10 +154,13 @@ def scrub_backup(cfg: Config, job: str) -> tuple[str, str, str]:
         ds = j.target if j.mode == "zfs" else _remote_dataset_of(ssh, j.target)
         if not ds:
             raise UsageError(f"the target of job {job} is not on a ZFS dataset: nothing to scrub")
+        from ..zfs.host import HostError, ZfsHost
+
         target_pool = ds.split("/")[0]
-        res = ssh.run(["zpool", "scrub", target_pool], readonly=False, check=False)
-        if res.returncode == 0:
-            return ssh.where, target_pool, "started"
-        if ("scrub" in res.stderr and "progress" in res.stderr) or "currently scrubbing" in res.stderr:
-            return ssh.where, target_pool, "running"
-        raise UsageError(f"backup host: {res.stderr.strip()}")
+        try:
+            ZfsHost(ssh).scrub(target_pool)
+        except HostError as e:
+            if ("scrub" in str(e) and "progress" in str(e)) or "currently scrubbing" in str(e):
+                return ssh.where, target_pool, "running"
+            raise UsageError(f"backup host: {str(e).split(': ', 1)[-1]}") from None
+        return ssh.where, target_pool, "started"

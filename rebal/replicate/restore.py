@@ -13,7 +13,6 @@ from ..config import Replicate
 from ..errors import RebalError, UsageError
 from ..process.command import run
 from ..process.pipeline import pump
-from .local import parse_guid_txg
 from .policy import parse_snapshot_name
 from .snapview import RemoteView
 from .transport import Ssh, classify_ssh
@@ -49,10 +48,11 @@ class RestorePoint:
 
 
 def _remote_dataset_of(ssh: Ssh, path: str) -> str | None:
-    res = ssh.run(["zfs", "list", "-H", "-o", "name,mountpoint", "-t", "filesystem"], check=False)
+    """The backup host's file system mounted where ``path`` lies (the longest mount point that holds it)."""
+    from ..zfs.host import ZfsHost
+
     best = None
-    for line in res.stdout.splitlines():
-        name, _, mp = line.partition("\t")
+    for name, mp in ZfsHost(ssh).filesystems().items():
         if mp.startswith("/") and (path == mp or path.startswith(mp.rstrip("/") + "/")):
             if best is None or len(mp) > len(best[1]):
                 best = (name, mp)
@@ -61,23 +61,23 @@ def _remote_dataset_of(ssh: Ssh, path: str) -> str | None:
 
 def points(job: Replicate, ssh: Ssh) -> tuple[str | None, list[RestorePoint]]:
     """(dataset on the backup host, its restore points oldest first)."""
+    from ..zfs.host import HostError
     from .sides import job_hosts
 
-    ssh = job_hosts(job, ssh)[1].link  # the backup's host (here, for a pull job)
-    ds = job.target if job.mode == "zfs" else _remote_dataset_of(ssh, job.target)
+    backup = job_hosts(job, ssh)[1]  # the backup's host (here, for a pull job)
+    ds = job.target if job.mode == "zfs" else _remote_dataset_of(backup.link, job.target)
     out: list[RestorePoint] = []
     if ds:
-        res = ssh.run(["zfs", "get", "-Hp", "-d", "1", "-o", "name,property,value", "creation,referenced,used,guid", ds],
-                      check=False)
-        if res.returncode != 0 and job.mode == "zfs":
-            if "does not exist" in res.stderr:
-                raise RestoreError(f"no restore point: the backup host has no {ds} yet "
-                                   f"(rebal replicate {job.name} makes the first)")
-            raise RestoreError(f"backup host: {res.stderr.strip() or 'no such dataset ' + ds}")
-        for name, props in parse_guid_txg(res.stdout).items():
-            if name.startswith(ds + "@"):
-                out.append(RestorePoint(name.split("@", 1)[1], props.get("creation"), props.get("referenced"),
-                                        props.get("used"), props.get("guid")))
+        try:
+            info = backup.snapshot_info(ds)
+        except HostError as e:
+            raise RestoreError(f"backup host: {e}") from None
+        if info is None and job.mode == "zfs":
+            raise RestoreError(f"no restore point: the backup host has no {ds} yet "
+                               f"(rebal replicate {job.name} makes the first)")
+        for name, props in (info or {}).items():
+            out.append(RestorePoint(name.split("@", 1)[1], props.get("creation"), props.get("referenced"),
+                                    props.get("used"), props.get("guid")))
     out.sort(key=lambda p: (p.created or 0, p.name))
     if job.mode == "rsync":
         out.append(RestorePoint("current", None))
@@ -116,44 +116,45 @@ class RestoreReport:
 
 
 def restore_dataset(job: Replicate, ssh: Ssh, point: RestorePoint, to: str, *, force: bool = False,
-                    dry_run: bool = False, stop: threading.Event | None = None, progress=None,
-                    runner=run) -> RestoreReport:
-    """`zfs send TARGET@SNAP` on the backup host into `zfs receive` of a new local dataset."""
+                    dry_run: bool = False, stop: threading.Event | None = None, progress=None) -> RestoreReport:
+    """`zfs send TARGET@SNAP` on the backup's host into `zfs receive` of a new dataset on the source's
+    (the hosts of a replication, swapped)."""
+    from ..zfs.host import HostError
+    from .sides import job_hosts
+
     if job.mode != "zfs":
         raise UsageError("a whole-dataset restore needs a zfs-mode job; use --path for an rsync job")
     names.dataset(to)
+    into, frm = job_hosts(job, ssh)
     rep = RestoreReport("dataset", point.name, to)
-    exists = runner(["zfs", "list", "-H", "-o", "name", to], check=False).returncode == 0
-    token = None
-    if exists:
-        tok = runner(["zfs", "get", "-H", "-o", "value", "receive_resume_token", to], check=False).stdout.strip()
-        token = tok if tok not in ("", "-") else None
+    exists = into.exists(to)
+    token = into.token(to) if exists else None
     if exists and token is None:
         if to == job.source and not force:
             raise RestoreRefused(f"{to} is the live source of job {job.name}: restoring onto it destroys what is there. "
                                "Restore into a new dataset, or pass --force to overwrite it")
         if not force:
             raise RestoreRefused(f"{to} exists; restore into a new dataset name (or --force to overwrite it)")
-    usage = runner(["zfs", "receive"], check=False)
-    from .policy import receive_resumable
-
-    resumable = receive_resumable(usage.stdout + usage.stderr)
-    send = ["zfs", "send", "-t", token] if token else ["zfs", "send", f"{job.target}@{point.name}"]
-    recv = ["zfs", "receive", *(["-s"] if resumable else []), *(["-F"] if exists and not token else []), to]
+    try:
+        send = frm.resume_send(token) if token else frm.send(f"{job.target}@{point.name}", [])
+        recv = into.receive(to, force=exists and not token)
+    except HostError as e:
+        raise RestoreError(str(e)) from None
     if token:
         rep.notes.append("an interrupted restore into this dataset is resumed")
     if dry_run:
-        rep.planned.append(f"{'' if ssh.local else f'ssh {ssh.ep.host} '}{' '.join(send)} | {' '.join(recv)}")
+        shown = " ".join(send) if frm.local else f"ssh {frm.where} {send[-1]}"
+        rep.planned.append(f"{shown} | {' '.join(recv) if into.local else f'ssh {into.where} ' + recv[-1]}")
         return rep
     from ..throttle import Throttle
     from ..units import parse_size
 
-    res = pump([ssh.argv(send)], recv, stop=stop, progress=progress,
+    res = pump([send], recv, stop=stop, progress=progress,
                throttle=Throttle(parse_size(job.bwlimit) if job.bwlimit else None))
     rep.bytes = res.bytes
     if not res.ok:
-        if res.sender_rc == 255:
-            raise classify_ssh(ssh.ep, res.sender_err)
+        if 255 in (res.sender_rc, res.receiver_rc) and not ssh.local:
+            raise classify_ssh(ssh.ep, res.sender_err or res.receiver_err)
         raise RestoreError(f"restore of @{point.name} into {to} failed: "
                            f"{res.receiver_err or res.sender_err or 'stopped'}".strip())
     return rep
@@ -199,7 +200,9 @@ def restore_path(job: Replicate, ssh: Ssh, point: RestorePoint, path: str, to: s
 
 
 def _has_snapshot(ssh: Ssh, ds: str, snap: str) -> bool:
-    return ssh.run(["zfs", "list", "-H", "-o", "name", "-t", "snapshot", f"{ds}@{snap}"], check=False).returncode == 0
+    from ..zfs.host import ZfsHost
+
+    return ZfsHost(ssh).exists(f"{ds}@{snap}")
 
 
 def _datasets_of(job: Replicate, ssh: Ssh, rel: str) -> tuple[str, str, list[tuple[str, str]]]:
@@ -207,17 +210,20 @@ def _datasets_of(job: Replicate, ssh: Ssh, rel: str) -> tuple[str, str, list[tup
     that holds it, the path inside that dataset, [(each dataset below the path, its place relative
     to the path)], parents first). In a recursive job a path may lie in a child dataset, whose
     files are not in the parent's snapshot (only its empty mount point is)."""
+    from ..zfs.host import HostError, ZfsHost
+
+    host = ZfsHost(ssh)
+    try:
+        listed = host.filesystems(job.target if job.mode == "zfs" else None)
+    except HostError as e:
+        raise RestoreError(f"backup host: {e}") from None
     if job.mode == "zfs":
-        res = ssh.run(["zfs", "list", "-H", "-o", "name", "-t", "filesystem", "-r", job.target], check=False)
-        if res.returncode != 0:
-            raise RestoreError(f"backup host: {res.stderr.strip() or 'no such dataset ' + job.target}")
         # a child's place is its name below the target (received children inherit their mount points)
-        roots = {name: "/" + name[len(job.target) + 1:] for name in res.stdout.split()
+        roots = {name: "/" + name[len(job.target) + 1:] for name in listed
                  if name == job.target or name.startswith(job.target + "/")}
         full = os.path.join("/", rel)
     else:
-        res = ssh.run(["zfs", "list", "-H", "-o", "name,mountpoint", "-t", "filesystem"], check=False)
-        roots = dict(line.split("\t", 1) for line in res.stdout.splitlines() if "\t/" in line)
+        roots = {name: mp for name, mp in listed.items() if mp.startswith("/")}
         full = os.path.join(os.path.normpath(job.target), rel)
 
     def holds(root: str) -> bool:

@@ -162,12 +162,22 @@ class ZfsHost:
             out[prop] = {"value": value, "source": source}
         return out
 
-    def snapshot_info(self, dataset: str) -> dict[str, dict[str, int]]:
-        """name -> {creation, referenced, used, guid} of the snapshots of one dataset."""
+    def snapshot_info(self, dataset: str) -> dict[str, dict[str, int]] | None:
+        """name -> {creation, referenced, used, guid} of the snapshots of one dataset; None when the
+        dataset does not exist on this host."""
         res = self._zfs("get", "-Hp", "-d", "1", "-o", "name,property,value", "creation,referenced,used,guid", dataset)
         if res.returncode != 0:
+            if "does not exist" in res.stderr:
+                return None
             raise self._error(res)
         return {n: v for n, v in parse_guid_txg(res.stdout).items() if n.startswith(dataset + "@")}
+
+    def filesystems(self, root: str | None = None) -> dict[str, str]:
+        """file system -> its mountpoint property, under ``root`` (every one where None)."""
+        res = self._zfs("list", "-H", "-o", "name,mountpoint", "-t", "filesystem", *(["-r", root] if root else []))
+        if res.returncode != 0:
+            raise self._error(res)
+        return dict((line.split("\t") + [""])[:2] for line in res.stdout.splitlines() if line)
 
     # -- changing it ----------------------------------------------------------------------------
 
