@@ -280,18 +280,14 @@ def metrics_job(cfg: Config, conn, zpool) -> dict:
 
 
 def record(conn, kind: str, fn, job: str | None = None):
-    """Run ``fn`` as a recorded run of ``kind``: start, end, outcome, error. The outcome is the one
+    """Run ``fn`` as a recorded run of ``kind`` (recorded.py owns the row). The outcome is the one
     ``fn`` returns in its dict (a refresh that failed returns, it does not raise), else ok; an
     exception is a failure."""
-    rid = state.start_run(conn, kind, job=job)
-    t0 = time.monotonic()
-    try:
+    from .recorded import Outcome, recorded
+
+    with recorded(conn, kind, job=job) as run:
         result = fn()
-    except BaseException as e:
-        state.end_run(conn, rid, "failed", error=str(e) or type(e).__name__, details={"seconds": round(time.monotonic() - t0, 2)})
-        raise
-    details = result if isinstance(result, dict) else {"result": result}
-    outcome = str(details.get("outcome") or "ok")
-    state.end_run(conn, rid, outcome, error=details.get("reason") if outcome == "failed" else None,
-                  details=details | {"seconds": round(time.monotonic() - t0, 2)})
+        run.details = result if isinstance(result, dict) else {"result": result}
+        run.outcome = Outcome(str(run.details.get("outcome") or "ok"))
+        run.error = run.details.get("reason") if run.outcome is Outcome.FAILED else None
     return result

@@ -29,44 +29,40 @@ def restore(cfg: Config, job: str, *, to: str, at: str, path: str | None, force:
             stop: threading.Event, progress=None, whole_tree: bool = False):
     """Restore a point of a job (whole dataset, every dataset of it with ``whole_tree``, or one
     path) and record the run (not for a dry run)."""
+    from ..recorded import recorded
     from .restore import choose, points, restore_dataset, restore_path
     from .restore_tree import TreeRestoreFailed, restore_tree
 
     j = find_job(cfg, job)
     conn = None if dry_run else state.connect(cfg.state_db)
-    rid = None if dry_run else state.start_run(conn, "restore", job=job, pool=None)
     last = [0.0]
 
-    def on_bytes(nbytes: int) -> None:
-        if progress:
-            progress(nbytes)
-        if rid is not None and time.monotonic() - last[0] >= 0.5:
-            last[0] = time.monotonic()
-            state.set_progress(cfg.state_db, rid, nbytes)
+    with recorded(conn, "restore", job=job, dry_run=dry_run) as run:
+        def on_bytes(nbytes: int) -> None:
+            if progress:
+                progress(nbytes)
+            if run.id is not None and time.monotonic() - last[0] >= 0.5:
+                last[0] = time.monotonic()
+                state.set_progress(cfg.state_db, run.id, nbytes)
 
-    try:
-        with connect(j) as ssh:
-            _ds, pts = points(j, ssh)
-            point = choose(pts, at)
-            if whole_tree:
-                if path or force:
-                    raise UsageError("--all restores every dataset of the job; it takes neither --path nor --force "
-                                     "(nothing is overwritten: restore --to a new name)")
-                rep = restore_tree(j, ssh, point, to, dry_run=dry_run, stop=stop, progress=on_bytes)
-            elif path:
-                rep = restore_path(j, ssh, point, path, to, force=force, dry_run=dry_run, stop=stop)
-            else:
-                rep = restore_dataset(j, ssh, point, to, force=force, dry_run=dry_run, stop=stop, progress=on_bytes)
-    except TreeRestoreFailed as e:
-        if rid is not None:
-            state.end_run(conn, rid, "failed", error=str(e), details=asdict(e.report))
-        raise
-    except BaseException as e:
-        if rid is not None:
-            state.end_run(conn, rid, "failed", error=str(e))
-        raise
-    if rid is not None:
-        state.end_run(conn, rid, "ok", details=asdict(rep))
+        try:
+            with connect(j) as ssh:
+                _ds, pts = points(j, ssh)
+                point = choose(pts, at)
+                if whole_tree:
+                    if path or force:
+                        raise UsageError("--all restores every dataset of the job; it takes neither --path nor "
+                                         "--force (nothing is overwritten: restore --to a new name)")
+                    rep = restore_tree(j, ssh, point, to, dry_run=dry_run, stop=stop, progress=on_bytes)
+                elif path:
+                    rep = restore_path(j, ssh, point, path, to, force=force, dry_run=dry_run, stop=stop)
+                else:
+                    rep = restore_dataset(j, ssh, point, to, force=force, dry_run=dry_run, stop=stop,
+                                          progress=on_bytes)
+        except TreeRestoreFailed as e:
+            run.details = asdict(e.report)
+            raise
+        run.details = asdict(rep)
     return rep
 
 
@@ -81,8 +77,9 @@ def verify(cfg: Config, job: str, sample: str, seed: int):
         raise UsageError("--sample takes a number of files or all")
     n = None if sample == "all" else int(sample)
     conn = state.connect(cfg.state_db)
-    rid = state.start_run(conn, "verify", job=job)
-    try:
+    from ..recorded import Outcome, recorded
+
+    with recorded(conn, "verify", job=job) as run:
         with connect(j) as ssh:
             if j.mode == "zfs":
                 rep = verify_zfs(j, ssh, n, seed)
@@ -92,13 +89,11 @@ def verify(cfg: Config, job: str, sample: str, seed: int):
                 row = state.last_of_job(conn, "replicate", job, ("ok", "warning"))
                 snap = json.loads(row["details"]).get("snapshot") if row else None
                 rep = verify_rsync(j, ssh, n, seed, snap)
-    except BaseException as e:
-        state.end_run(conn, rid, "error", error=str(e))
-        raise
-    level = rep.level
-    outcome = {H.OK: "ok", H.WARNING: "warning", H.CRITICAL: "failed"}[level]
-    state.end_run(conn, rid, outcome, details=rep.as_dict())
-    notify_outcome(cfg.notify, conn, f"verify:{job}", outcome, "; ".join(f.message for f in rep.findings) or None)
+        level = rep.level
+        run.outcome = {H.OK: Outcome.OK, H.WARNING: Outcome.WARNING, H.CRITICAL: Outcome.FAILED}[level]
+        run.details = rep.as_dict()
+    notify_outcome(cfg.notify, conn, f"verify:{job}", run.outcome.value,
+                   "; ".join(f.message for f in rep.findings) or None)
     return level, rep
 
 

@@ -12,7 +12,7 @@ beside it in that directory, never over the live file. Nothing is destroyed.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from ..config import Config, Replicate
 from ..errors import RebalError, UsageError
@@ -212,20 +212,14 @@ class Heal:
 def heal(cfg: Config, pool: str, *, job: str | None = None, dry_run: bool = False, restore_to: str | None = None,
          stop=None) -> HealReport:
     from .. import names, state
+    from ..recorded import Outcome, recorded
 
     names.pool(pool)
     jobs = jobs_of(cfg, pool, job)
     conn = None if dry_run else state.connect(cfg.state_db)
-    rid = None if dry_run else state.start_run(conn, "heal", job=",".join(j.name for j in jobs), pool=pool)
-    try:
+    with recorded(conn, "heal", job=",".join(j.name for j in jobs), pool=pool, dry_run=dry_run) as run:
         with connect(jobs[0]) as link:
             rep = Heal(pool, jobs, link, dry_run=dry_run, stop=stop, restore_to=restore_to).run()
-    except BaseException as e:
-        if rid is not None:
-            state.end_run(conn, rid, "failed", error=str(e))
-        raise
-    if rid is not None:
-        from dataclasses import asdict
-
-        state.end_run(conn, rid, "ok" if not rep.unhealed else "failed", details=asdict(rep))
+        run.outcome = Outcome.FAILED if rep.unhealed else Outcome.OK
+        run.details = asdict(rep)
     return rep

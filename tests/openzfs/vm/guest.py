@@ -20,6 +20,11 @@ CACHE = Path(os.environ.get("REBAL_OPENZFS_CACHE", "/var/cache/rebal-openzfs"))
 BOOT_TIMEOUT = 240.0  # seconds; measured 31 s to ssh on a 2-core host under TCG
 
 
+def _disk(i: int, path: Path, fmt: str, sector_4k: bool = False) -> list[str]:
+    dev = f"virtio-blk-pci,drive=d{i}" + (",physical_block_size=4096,logical_block_size=512" if sector_4k else "")
+    return ["-drive", f"file={path},format={fmt},if=none,id=d{i},cache=unsafe", "-device", dev]
+
+
 class GuestError(Exception):
     pass
 
@@ -85,13 +90,11 @@ class Guest:
                 "-display", "none", "-monitor", "none", "-serial", f"file:{console}", "-no-reboot",
                 "-kernel", str(self.image / "vmlinuz"), "-initrd", str(self.image / "initrd.img"),
                 "-append", "root=/dev/vda rw console=ttyS0 net.ifnames=0 quiet",
-                "-drive", f"file={self.overlay},format=qcow2,if=virtio,cache=unsafe"]
-        for i, d in enumerate(self.disks):
-            if i < self.plain:
-                argv += ["-drive", f"file={d},format=raw,if=virtio,cache=unsafe"]
-            else:
-                argv += ["-drive", f"file={d},format=raw,if=none,id=p4k{i},cache=unsafe", "-device",
-                         f"virtio-blk-pci,drive=p4k{i},physical_block_size=4096,logical_block_size=512"]
+                *_disk(0, self.overlay, "qcow2")]
+        # every disk an explicit device, in order: vda the root, then vdb, vdc, ... (a -device is
+        # enumerated before any if=virtio drive, so mixing the two would rename the root disk)
+        for i, d in enumerate(self.disks, 1):
+            argv += _disk(i, d, "raw", sector_4k=i > self.plain)
         argv += ["-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{self.port}-:22", "-device", "virtio-net-pci,netdev=n0"]
         t0 = time.monotonic()
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -1,0 +1,55 @@
+"""One owner of a run's record: `with recorded(conn, kind, job=...) as run:` starts the row, and ends
+it with the run's outcome (an `Outcome`), its details and its error, whatever way the block ends: an
+exception is a failure (Ctrl-C or SIGTERM: interrupted) and is raised on."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import Enum
+
+from . import state
+
+
+class Outcome(str, Enum):
+    OK = "ok"
+    WARNING = "warning"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    STOPPED = "stopped"  # a rebalance stopped at its deadline or on a refusal mid-way (resumable)
+    INCOMPLETE = "incomplete"  # a rebalance that ended short of its target
+
+
+@dataclass
+class Run:
+    id: int | None  # None: not recorded (a dry run)
+    outcome: Outcome = Outcome.OK
+    details: dict = field(default_factory=dict)
+    error: str | None = None
+
+
+@contextmanager
+def recorded(conn, kind: str, *, job: str | None = None, pool: str | None = None, key: str | None = None,
+             dry_run: bool = False) -> Iterator[Run]:
+    """The block's run, recorded (nothing is, for a dry run). Set ``run.outcome``, ``run.details`` and
+    ``run.error`` in the block; an exception ends the row as failed (interrupted for a stop) with
+    what was set so far."""
+    run = Run(None if dry_run else state.start_run(conn, kind, job=job, pool=pool, key=key))
+    t0 = time.monotonic()
+
+    def end(outcome: Outcome, error: str | None) -> None:
+        if run.id is not None:
+            state.end_run(conn, run.id, Outcome(outcome).value, error=error,
+                          details=run.details | {"seconds": round(time.monotonic() - t0, 2)})
+
+    try:
+        yield run
+    except KeyboardInterrupt as e:
+        end(Outcome.INTERRUPTED, str(e) or "interrupted")
+        raise
+    except BaseException as e:
+        end(Outcome.FAILED, str(e) or type(e).__name__)
+        raise
+    end(run.outcome, run.error)
