@@ -4,6 +4,7 @@ exception is a failure (Ctrl-C or SIGTERM: interrupted) and is raised on."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,7 +32,7 @@ class Run:
 
 
 @contextmanager
-def recorded(conn, kind: str, *, job: str | None = None, pool: str | None = None, key: str | None = None,
+def recorded(conn: sqlite3.Connection | None, kind: str, *, job: str | None = None, pool: str | None = None, key: str | None = None,
              dry_run: bool = False) -> Iterator[Run]:
     """The block's run, recorded (nothing is, for a dry run). Set ``run.outcome``, ``run.details`` and
     ``run.error`` in the block; an exception ends the row as failed (interrupted for a stop) with

@@ -15,7 +15,9 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import IO, Any, Union
 
 from ..errors import (
     CommandFailed,
@@ -46,12 +48,12 @@ class Counted:
     two jobs running at once in the daemon's threads each count their own. Thread-safe (a run's
     parallel sends and listings use it at once)."""
 
-    def __init__(self, runner=None) -> None:
+    def __init__(self, runner: Callable[..., Result] | None = None) -> None:
         self.runner = runner or run
         self.n = 0
         self._lock = threading.Lock()
 
-    def __call__(self, argv, **kw) -> Result:
+    def __call__(self, argv: Argv, **kw: Any) -> Result:
         try:
             return self.runner(argv, **kw)
         finally:
@@ -84,7 +86,11 @@ def text(data: bytes) -> str:
     return os.fsdecode(data) if data else ""
 
 
-def line(argv) -> str:
+Argv = Sequence[Union[str, bytes]]
+Stream = Union[int, IO[Any], None]  # DEVNULL, PIPE, None (rebal's own) or an open file
+
+
+def line(argv: Argv) -> str:
     return shlex.join(os.fsdecode(a) for a in argv)
 
 
@@ -96,8 +102,8 @@ def run(
     timeout: float | None = DEFAULT_TIMEOUT,
     check: bool = True,
     input: str | bytes | None = None,
-    stop=None,
-    on_out=None,
+    stop: threading.Event | None = None,
+    on_out: Callable[[bytes], None] | None = None,
     environ: dict[str, str] | None = None,
     inherit_env: bool = True,
 ) -> Result:
@@ -135,7 +141,7 @@ def run(
     return res
 
 
-def _not_started(argv, e: OSError) -> Exception:
+def _not_started(argv: Argv, e: OSError) -> Exception:
     if isinstance(e, FileNotFoundError):
         tool = os.fsdecode(argv[0])
         hint = "; install ZFS first" if tool in ("zfs", "zpool", "zdb") else ""
@@ -145,7 +151,8 @@ def _not_started(argv, e: OSError) -> Exception:
     return CommandFailed(argv, -1, f"cannot start: {e.strerror}")
 
 
-def _run_watched(argv: tuple, timeout: float | None, stop, on_out, input: bytes | None, environ: dict) -> Result:
+def _run_watched(argv: Argv, timeout: float | None, stop: threading.Event | None,
+                 on_out: Callable[[bytes], None] | None, input: bytes | None, environ: dict) -> Result:
     """Read both pipes as the output comes (each chunk of stdout to ``on_out``); every 0.2 s look at
     the stop and the deadline. In a session of its own: a ^C at the terminal reaches rebal, which
     ends the command at a safe point, not the command first."""
@@ -194,7 +201,7 @@ def _run_watched(argv: tuple, timeout: float | None, stop, on_out, input: bytes 
     return Result(argv, proc.returncode, text(b"".join(chunks[out_fd])), text(b"".join(chunks[err_fd])))
 
 
-def spawn(argv: list[str], *, stdin=DEVNULL, stdout=DEVNULL, stderr=DEVNULL, new_session: bool = True) -> subprocess.Popen:
+def spawn(argv: list[str], *, stdin: Stream = DEVNULL, stdout: Stream = DEVNULL, stderr: Stream = DEVNULL, new_session: bool = True) -> subprocess.Popen:
     """Start a process that lives beside rebal (an ssh master connection, a stage of a pipeline) and
     hand it back; `end` ends it. ``stdin``/``stdout``/``stderr``: DEVNULL, PIPE, None (rebal's own)
     or an open file."""

@@ -18,7 +18,9 @@ import signal
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import IO
 
 from ..throttle import Throttle
 from .command import env, line
@@ -43,7 +45,7 @@ class StreamResult:
         return self.sender_rc == 0 and self.receiver_rc == 0 and not self.stopped
 
 
-def _read(f) -> str:
+def _read(f: IO[bytes]) -> str:
     f.seek(0)
     return f.read().decode(errors="replace")
 
@@ -54,7 +56,8 @@ def _start(argv: list[str], **kw) -> subprocess.Popen:
 
 
 def pump(senders: list[list[str]], receiver: list[str], *, throttle: Throttle | None = None,
-         stop: threading.Event | None = None, progress=None, procs: list | None = None) -> StreamResult:
+         stop: threading.Event | None = None, progress: Callable[[int], None] | None = None,
+         procs: list[subprocess.Popen] | None = None) -> StreamResult:
     """Run ``senders`` as a pipeline (send | filter ...) and feed its output to ``receiver``.
 
     ``progress(bytes_so_far)`` is called as data passes. ``procs`` receives the processes started

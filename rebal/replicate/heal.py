@@ -11,6 +11,7 @@ beside it in that directory, never over the live file. Nothing is destroyed.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -22,6 +23,7 @@ from ..zfs.host import ZfsHost
 from ..zfs.snaps import Snap
 from .job import connect
 from .sides import job_hosts
+from .transport import Here, Ssh
 
 
 class HealError(RebalError):
@@ -77,7 +79,8 @@ def jobs_of(cfg: Config, pool: str, job: str | None) -> list[Replicate]:
 
 
 class Heal:
-    def __init__(self, pool: str, jobs: list[Replicate], link, *, dry_run: bool = False, stop=None,
+    def __init__(self, pool: str, jobs: list[Replicate], link: Ssh | Here, *, dry_run: bool = False,
+                 stop: threading.Event | None = None,
                  restore_to: str | None = None) -> None:
         self.pool, self.jobs, self.link = pool, jobs, link
         self.here, _ = job_hosts(jobs[0], link)  # the pool is on the source's host
@@ -210,7 +213,7 @@ class Heal:
 
 
 def heal(cfg: Config, pool: str, *, job: str | None = None, dry_run: bool = False, restore_to: str | None = None,
-         stop=None) -> HealReport:
+         stop: threading.Event | None = None) -> HealReport:
     from .. import names, state
     from ..recorded import Outcome, recorded
 

@@ -16,11 +16,15 @@ any point goes on from it. rebal never destroys the pool: the admin does, betwee
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
 from .. import names, state
 from ..config import Config, Replicate
 from ..errors import RebalError, UsageError
 from .job import connect, find_job
 from .rebuild_record import Record, RebuildError, RebuildRefused, load, save  # noqa: F401 (RebuildError: for callers)
+from ..zfs.host import ZfsHost
 from .sides import job_hosts
 
 def _job_for(cfg: Config, pool: str, job: str) -> Replicate:
@@ -64,7 +68,8 @@ def status(cfg: Config, pool: str) -> Record:
     return rec
 
 
-def go_on(cfg: Config, pool: str, *, stop=None, progress=None) -> Record:
+def go_on(cfg: Config, pool: str, *, stop: threading.Event | None = None,
+          progress: Callable[[int], None] | None = None) -> Record:
     """Step 2, after the admin made the new pool: restore, keys, properties, verify."""
     from .rebuild_steps import encryption_again, properties_again, restore_all, verify_all
 
@@ -103,7 +108,7 @@ def go_on(cfg: Config, pool: str, *, stop=None, progress=None) -> Record:
     return rec
 
 
-def _pool_exists(here, pool: str) -> bool:
+def _pool_exists(here: ZfsHost, pool: str) -> bool:
     try:
         here.pool_props(pool)
     except RebalError:

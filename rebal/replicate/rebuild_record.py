@@ -4,6 +4,7 @@ steps, in the state database (tables rebuilds and rebuild_steps)."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -43,7 +44,7 @@ class Record:
     notes: list[str] = field(default_factory=list)
 
 
-def load(conn, pool: str) -> Record | None:
+def load(conn: sqlite3.Connection, pool: str) -> Record | None:
     row = conn.execute("SELECT record, step FROM rebuilds WHERE pool = ?", (pool,)).fetchone()
     if row is None:
         return None
@@ -54,7 +55,7 @@ def load(conn, pool: str) -> Record | None:
     return rec
 
 
-def save(conn, rec: Record, step: str, note: str = "") -> None:
+def save(conn: sqlite3.Connection, rec: Record, step: str, note: str = "") -> None:
     """The procedure reached ``step``: the record as it is now, and the step's line, in one transaction."""
     rec.step = step
     body = asdict(rec)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import sqlite3
+import threading
+from collections.abc import Callable
 from dataclasses import replace
 
 from ..config import Config, Replicate
 from ..errors import RebalError
 from ..zfs.host import ZfsHost
+from .transport import Here, Ssh
+from .verify import VerifyReport
 from .rebuild_record import NOT_SET_AGAIN, Record, RebuildError, RebuildRefused, save
 
 EMPTY = 1 << 20  # what a dataset may reference and hold no files (an empty file system: some 100 KiB)
@@ -36,7 +41,7 @@ def coverage(rec: Record, j: Replicate, here: ZfsHost) -> None:
                              f"to a job, or name them with --leave-out if they may go")
 
 
-def final_point(cfg: Config, rec: Record, j: Replicate, link, here: ZfsHost, conn, *, seed: int,
+def final_point(cfg: Config, rec: Record, j: Replicate, link: Ssh | Here, here: ZfsHost, conn: sqlite3.Connection, *, seed: int,
                 writers_stopped: bool) -> None:
     """A last replication whose snapshot the source keeps (the restore point), nothing written after
     it, and every file of the backup equal to the source's at it."""
@@ -106,7 +111,8 @@ def record_pool(rec: Record, j: Replicate, here: ZfsHost, ashift: int) -> None:
         rec.notes.append("encrypted datasets come back raw: keep their keys at hand (" + ", ".join(keys) + ")")
 
 
-def restore_all(rec: Record, j: Replicate, link, *, stop=None, progress=None) -> None:
+def restore_all(rec: Record, j: Replicate, link: Ssh | Here, *, stop: threading.Event | None = None,
+                progress: Callable[[int], None] | None = None) -> None:
     from .restore import RestorePoint
     from .restore_tree import restore_tree
 
@@ -152,7 +158,7 @@ def properties_again(rec: Record, here: ZfsHost) -> None:
         rec.notes.append("not set again: " + "; ".join(failed[:5]))
 
 
-def verify_all(rec: Record, j: Replicate, link) -> None:
+def verify_all(rec: Record, j: Replicate, link: Ssh | Here) -> None:
     from .verify import verify_zfs
 
     rep = verify_zfs(j, link, None, 0)
@@ -163,7 +169,7 @@ def verify_all(rec: Record, j: Replicate, link) -> None:
     rec.files = [(rep.files or (0, 0))[0], (rep.bytes or (0, 0))[0]]
 
 
-def _why(rep, point: str) -> str:
+def _why(rep: VerifyReport, point: str) -> str:
     """The verify's findings, short: the first three (rebal verify JOB --sample all lists them all)."""
     if not rep.findings:
         return f"compared at @{rep.snapshot}, not @{point}"

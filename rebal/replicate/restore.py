@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -116,7 +117,8 @@ class RestoreReport:
 
 
 def restore_dataset(job: Replicate, ssh: Ssh, point: RestorePoint, to: str, *, force: bool = False,
-                    dry_run: bool = False, stop: threading.Event | None = None, progress=None) -> RestoreReport:
+                    dry_run: bool = False, stop: threading.Event | None = None,
+                    progress: Callable[[int], None] | None = None) -> RestoreReport:
     """`zfs send TARGET@SNAP` on the backup's host into `zfs receive` of a new dataset on the source's
     (the hosts of a replication, swapped)."""
     from ..zfs.host import HostError
@@ -239,7 +241,8 @@ def _datasets_of(job: Replicate, ssh: Ssh, rel: str) -> tuple[str, str, list[tup
     return holder, "" if sub == "." else sub, nested
 
 
-def _rsync_back(ssh: Ssh, remote_path: str, to: str, rep: RestoreReport, dry_run: bool, stop, *,
+def _rsync_back(ssh: Ssh, remote_path: str, to: str, rep: RestoreReport, dry_run: bool,
+                stop: threading.Event | None, *,
                 shown: str, name: str | None = None) -> RestoreReport:
     """rsync ``remote_path`` back into ``to`` (as ``to/name`` where a name is given: a view's own
     name is a temporary one); errors name ``shown`` (what the admin asked for), never the view."""

@@ -15,6 +15,7 @@ Nothing is overwritten: a destination dataset that exists is refused (a pool's e
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..config import Replicate
@@ -57,7 +58,7 @@ def _below(root: str, name: str) -> bool:
 
 class TreeRestore:
     def __init__(self, job: Replicate, link: Ssh | Here, point: RestorePoint, to: str, *, dry_run: bool = False,
-                 stop: threading.Event | None = None, progress=None) -> None:
+                 stop: threading.Event | None = None, progress: Callable[[int], None] | None = None) -> None:
         from ..throttle import Throttle
         from ..units import parse_size
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+from ..replicate.rebuild_record import Record
 from ..units import human
 from .text import lines
 
@@ -18,7 +19,7 @@ NEXT = {
 }
 
 
-def rebuild_text(rec) -> str:
+def rebuild_text(rec: Record) -> str:
     out = [f"rebuild of {rec.pool} from job {rec.job}: step {rec.step}"
            + (f", restore point @{rec.point}" if rec.point else "")]
     if rec.files:

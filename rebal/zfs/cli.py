@@ -8,6 +8,7 @@ installed zpool accepts is remembered for the life of the process.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -260,7 +261,8 @@ class Zfs:
         out = [(n, v["creation"], v.get("used", 0)) for n, v in snaps.items() if "creation" in v]
         return sorted(out, key=lambda s: s[1]), own
 
-    def rewrite(self, paths: Sequence[bytes], physical: bool, stop, on_out=None) -> RewriteAnswer:
+    def rewrite(self, paths: Sequence[bytes], physical: bool, stop: threading.Event | None,
+                on_out: Callable[[bytes], None] | None = None) -> RewriteAnswer:
         """Rewrite these files in place with one `zfs rewrite -v [-P]` process (the caller keeps the
         command line under ARG_MAX). Ended at once when ``stop`` is set. What `-v` names was
         rewritten; what its errors name was not; whatever is named by neither was not answered.

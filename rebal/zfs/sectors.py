@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..process.command import run
@@ -21,7 +22,7 @@ class SectorMismatch:
     disks: tuple[str, ...]
 
 
-def physical_sector(path: str, runner=run) -> int | None:
+def physical_sector(path: str, runner: Callable[..., object] = run) -> int | None:
     """A block device's physical sector size (lsblk, which also answers for a partition); None for a
     file vdev or what cannot be read."""
     try:
@@ -35,7 +36,7 @@ def physical_sector(path: str, runner=run) -> int | None:
     return int(out) if res.returncode == 0 and out.isdigit() else None
 
 
-def mismatches(tops: list[TopVdev], sector_of) -> list[SectorMismatch]:
+def mismatches(tops: list[TopVdev], sector_of: Callable[[str], int | None]) -> list[SectorMismatch]:
     """The top-level vdevs whose sectors (1 << ashift) are smaller than a disk's physical sector."""
     out = []
     for t in tops:
