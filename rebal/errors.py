@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class RebalError(Exception):
     """An error a user can act on. `str(err)` is one line fit to print."""
@@ -72,7 +74,7 @@ class NoSuchPool(RebalError):
 class CommandFailed(RebalError):
     """An external command exited non-zero. Keeps argv, exit status and stderr for callers."""
 
-    def __init__(self, argv: tuple[str, ...], returncode: int, stderr: str) -> None:
+    def __init__(self, argv: Sequence[str | bytes], returncode: int, stderr: str) -> None:
         self.argv = argv
         self.returncode = returncode
         self.stderr = stderr

@@ -95,7 +95,7 @@ def line(argv: Argv) -> str:
 
 
 def run(
-    argv: list | tuple,
+    argv: Argv,
     *,
     readonly: bool = True,
     dry_run: bool = False,
@@ -114,7 +114,8 @@ def run(
     asked for the stop). ``on_out``: called with each chunk of standard output (bytes) as it arrives,
     on the calling thread, so a long command's progress can be seen while it runs. ``environ``: set
     in the command's environment, over rebal's own (``inherit_env`` False: over a plain PATH alone)."""
-    argv = tuple(a if isinstance(a, bytes) else str(a) for a in argv)
+    args: tuple[str | bytes, ...] = tuple(a if isinstance(a, bytes) else str(a) for a in argv)
+    argv = args
     if dry_run and not readonly:
         log.info("dry-run, not running: %s", line(argv))
         return Result(argv, 0, "", "")
@@ -151,7 +152,7 @@ def _not_started(argv: Argv, e: OSError) -> Exception:
     return CommandFailed(argv, -1, f"cannot start: {e.strerror}")
 
 
-def _run_watched(argv: Argv, timeout: float | None, stop: threading.Event | None,
+def _run_watched(argv: tuple[str | bytes, ...], timeout: float | None, stop: threading.Event | None,
                  on_out: Callable[[bytes], None] | None, input: bytes | None, environ: dict) -> Result:
     """Read both pipes as the output comes (each chunk of stdout to ``on_out``); every 0.2 s look at
     the stop and the deadline. In a session of its own: a ^C at the terminal reaches rebal, which
@@ -161,7 +162,9 @@ def _run_watched(argv: Argv, timeout: float | None, stop: threading.Event | None
                                 env=environ, start_new_session=True)
     except OSError as e:
         raise _not_started(argv, e) from None
+    assert proc.stdout is not None and proc.stderr is not None  # (PIPE: both are there)
     if input is not None:  # small inputs only (a list of names): written whole, then closed
+        assert proc.stdin is not None
         proc.stdin.write(input)
         proc.stdin.close()
     deadline = None if timeout is None else time.monotonic() + timeout

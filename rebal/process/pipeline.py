@@ -67,18 +67,21 @@ def pump(senders: list[list[str]], receiver: list[str], *, throttle: Throttle | 
     errs = [tempfile.TemporaryFile() for _ in senders]
     rerr, rout = tempfile.TemporaryFile(), tempfile.TemporaryFile()
     chain: list[subprocess.Popen] = []
-    prev = subprocess.DEVNULL
+    prev: IO[bytes] | int = subprocess.DEVNULL
     for argv, err in zip(senders, errs):
         p = _start(argv, stdin=prev, stdout=subprocess.PIPE, stderr=err)
-        if prev is not subprocess.DEVNULL:
+        if not isinstance(prev, int):
             prev.close()
+        assert p.stdout is not None  # (PIPE)
         prev = p.stdout
         chain.append(p)
     recv = _start(receiver, stdin=subprocess.PIPE, stdout=rout, stderr=rerr)
     if procs is not None:
         procs.extend(chain + [recv])
-    src = chain[-1].stdout.fileno()
-    dst = recv.stdin.fileno()
+    out, into = chain[-1].stdout, recv.stdin
+    assert out is not None and into is not None  # (PIPE)
+    src = out.fileno()
+    dst = into.fileno()
     total = 0
     stopped = False
     try:
@@ -105,7 +108,7 @@ def pump(senders: list[list[str]], receiver: list[str], *, throttle: Throttle | 
             if stopped or recv.poll() is not None:
                 kill(p)
         try:
-            recv.stdin.close()
+            into.close()
         except OSError:
             pass
         if stopped:
@@ -115,7 +118,7 @@ def pump(senders: list[list[str]], receiver: list[str], *, throttle: Throttle | 
             for p in chain:
                 kill(p)
         rcs = [p.wait() for p in chain]
-        chain[-1].stdout.close()
+        out.close()
     sender_rc = next((rc for rc in rcs if rc != 0), 0)
     return StreamResult(
         total, sender_rc, "\n".join(_read(e) for e in errs).strip(), rc_recv, _read(rerr).strip(),

@@ -77,7 +77,7 @@ def parse_objects(text: str) -> dict[int, ObjectBlocks]:
     out: dict[int, ObjectBlocks] = {}
     for obj, dblk, offset, rest in data_blocks(text):
         ob = out.setdefault(obj, ObjectBlocks(obj, size_of(dblk)))
-        if rest is None:
+        if rest is None or offset is None:
             continue
         b = parse_block(offset, rest)
         if b is not None:

@@ -319,9 +319,9 @@ def parse_rewrite_answer(stdout: str, stderr: str, paths: Sequence[bytes], retur
     for line in stderr.splitlines():
         head, sep, reason = line.rpartition(": ")
         m = re.match(r"(?:failed|cannot) to \w+ (/.*)$", head) if sep else None
-        p = os.fsencode(m.group(1)) if m else None
-        if p is not None and p in wanted:
-            failed[p] = reason.strip()
+        named = os.fsencode(m.group(1)) if m else None
+        if named is not None and named in wanted:
+            failed[named] = reason.strip()
         elif line.strip():
             other.append(line.strip())
     return RewriteAnswer(done, failed, other, returncode)

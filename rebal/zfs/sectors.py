@@ -9,7 +9,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..process.command import run
+from ..process.command import Result, run
 from .placement import TopVdev
 
 
@@ -22,7 +22,7 @@ class SectorMismatch:
     disks: tuple[str, ...]
 
 
-def physical_sector(path: str, runner: Callable[..., object] = run) -> int | None:
+def physical_sector(path: str, runner: Callable[..., Result] = run) -> int | None:
     """A block device's physical sector size (lsblk, which also answers for a partition); None for a
     file vdev or what cannot be read."""
     try:
