@@ -142,7 +142,7 @@ def rebuild_scenario(src, dst, backup_host, tmp_path, *, recreate, job_extra=Non
         ["restoring", "restored", "configured", "done"], done["steps"]
     assert manifests(f"{src.name}/data") == want
     for ds, (prop, value) in (props or {}).items():
-        got = sh("zfs", "get", "-H", "-o", "value,source", prop, f"{src.name}/{ds}").stdout.split()
+        got = sh("zfs", "get", "-Hp", "-o", "value,source", prop, f"{src.name}/{ds}").stdout.split()
         assert got == [value, "local"], (ds, prop, got)
     for ds, location in (encrypted or {}).items():
         root = sh("zfs", "get", "-H", "-o", "value", "encryptionroot", f"{src.name}/{ds}").stdout.strip()

@@ -37,7 +37,7 @@ def test_ashift_9_raidz1_rebuilt_as_ashift_12_mirrors(make_pool, backup_host, tm
 
     rec, done, nxt = rebuild_scenario(
         src, dst, backup_host, tmp_path, recreate=recreate, job_extra={"raw": True},
-        props={"data/child": ("atime", "off"), "data/sibling": ("recordsize", "1M")},
+        props={"data/child": ("atime", "off"), "data/sibling": ("recordsize", "1048576")},
         encrypted={ds: f"file://{key}" for ds in ("data", "data/child", "data/child/grandchild", "data/sibling")})
     assert rec["ashift"] == "9" and "raidz1" in rec["layout"]
     assert set(rec["crypt"]) == {f"{src.name}/data{r}" for r in ("", "/child", "/child/grandchild", "/sibling")}
