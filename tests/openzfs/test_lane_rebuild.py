@@ -14,6 +14,7 @@ from zfsenv import sh
 pytestmark = pytest.mark.openzfs
 
 
+@pytest.mark.lane_long  # 89 s under TCG; CI's suite runs the rebuild on zfs-fuse (tests/integration/test_rebuild.py)
 def test_ashift_9_raidz1_rebuilt_as_ashift_12_mirrors(make_pool, backup_host, tmp_path):
     src = make_pool([["raidz1", 3]], size="512M", ashift=9)
     dst = make_pool([[]], size="2G")
