@@ -2,6 +2,8 @@
 (the lane) alike."""
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import rebal, rebal_json
@@ -10,6 +12,9 @@ from replscenarios import cfg_for, fill, make_tree, mountpoint
 from zfsenv import sh, sh_busy_retry
 
 RELS = ("", "/child", "/child/grandchild", "/sibling")
+# a writer that goes on: 4 KiB appended and synced every 20 ms (a workload, not a synchronisation)
+WRITER = ("import os, sys, time\nf = open(sys.argv[1], 'ab')\nwhile True:\n    f.write(os.urandom(4096)); "
+          "f.flush(); os.fsync(f.fileno()); time.sleep(0.02)\n")
 
 
 def manifests(root: str) -> dict:
@@ -122,8 +127,17 @@ def rebuild_scenario(src, dst, backup_host, tmp_path, *, recreate, job_extra=Non
     sh("zfs", "create", f"{src.name}/scratch")
     r = rebal("rebuild", src.name, "--job", "all", *writers_flag, config=cfg, check=False)
     assert r.returncode == 2 and f"not backed up by job all: {src.name}/scratch" in r.stderr, r.stderr
-    if not writers_flag:  # this ZFS says what was written: nothing is
-        pass
+    if not writers_flag:  # this ZFS says what was written: a writer that goes on is refused, named
+        log = Path(mountpoint(f"{src.name}/data")) / "writer.log"
+        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(log)])
+        try:
+            r = rebal("rebuild", src.name, "--job", "all", "--leave-out", f"{src.name}/scratch", config=cfg, check=False)
+        finally:
+            writer.kill()
+            writer.wait()
+        log.unlink()  # (the root's own files: the manifest of the data dataset lists them, the writer's went)
+        assert r.returncode == 2 and "written after @" in r.stderr and f"{src.name}/data (" in r.stderr, r.stderr
+        assert "Stop the writers" in r.stderr
     rec = rebal_json("rebuild", src.name, "--job", "all", "--leave-out", f"{src.name}/scratch", *writers_flag,
                      config=cfg)
     assert rec["step"] == "checked" and rec["point"], rec

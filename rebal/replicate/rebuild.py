@@ -45,7 +45,7 @@ def check(cfg: Config, pool: str, job: str, *, leave_out: tuple[str, ...] = (), 
     j = _job_for(cfg, pool, job)
     conn = state.connect(cfg.state_db)
     old = load(conn, pool)
-    if old is not None and old.step not in ("", "checked", "done"):
+    if old is not None and old.step in ("restoring", "restored", "configured"):  # the pool was made again
         raise RebuildRefused(f"a rebuild of {pool} is under way (step {old.step}): rebal rebuild {pool} --continue "
                              f"goes on with it, --status says where it stands")
     rec = Record(pool, j.name, left_out=list(leave_out))

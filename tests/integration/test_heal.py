@@ -24,3 +24,40 @@ def test_heal_of_a_clean_pool_and_bad_input(make_pool, backup_host, tmp_path):
     assert r.returncode == 2 and f"job j does not back up pool {dst.name}" in r.stderr, r.stderr
     r = rebal("heal", "no/such", config=cfg, check=False)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_zfs_fuse_says_in_one_line_that_it_cannot_heal(make_pool, backup_host, tmp_path):
+    """A real permanent error on zfs-fuse (a block of a file written over on its vdev, seen by a
+    scrub): zfs-fuse has no corrective receive, and heal says so in one line, pointing to restore."""
+    import os
+    import re
+    import time
+
+    from replscenarios import mountpoint
+    from zfsenv import sh
+
+    src, dst = make_pool([[]], size="256M"), make_pool([[]], size="256M")
+    sh("zfs", "create", "-o", "compression=off", f"{src.name}/data")
+    path = os.path.join(mountpoint(f"{src.name}/data"), "f")
+    with open(path, "wb") as f:
+        f.write(os.urandom(2 << 20))
+    cfg = cfg_for(tmp_path, backup_host, name="j", source=f"{src.name}/data", target=f"{dst.name}/copy")
+    assert rebal_json("replicate", "j", config=cfg)["outcome"] == "ok"
+    src.cycle()
+    out = sh("zdb", "-ddddd", f"{src.name}/data", str(os.stat(path).st_ino)).stdout
+    off = int(re.search(r"^\s*0\s+L0\s+0:([0-9a-f]+):", out, re.M).group(1), 16)
+    with open(src.disks[0], "r+b") as f:
+        f.seek(off + (4 << 20))  # past the vdev's front labels
+        f.write(os.urandom(32 << 10))
+    src.cycle()
+    sh("zpool", "scrub", src.name)
+    deadline = time.monotonic() + 60
+    while "scrub in progress" in sh("zpool", "status", src.name).stdout:
+        assert time.monotonic() < deadline, "the scrub did not end"
+        time.sleep(0.2)  # polling the pool's state, bounded (zfs-fuse has no zpool wait)
+    listed = sh("zpool", "status", "-v", src.name).stdout  # zfs-fuse names the snapshot that holds the block
+    assert "Permanent errors" in listed and ":/f" in listed, listed
+    r = rebal("heal", src.name, config=cfg, check=False)
+    assert r.returncode == 1, r
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no corrective receive" in lines[0] and "rebal restore" in lines[0], r.stderr
