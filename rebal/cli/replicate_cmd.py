@@ -65,6 +65,7 @@ def restore(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing destination (even the live source).")] = False,
     whole_tree: Annotated[bool, typer.Option("--all", help="Every dataset of a recursive job, parents first, resumable; "
                                                           "under the job's own names, its replication goes on incrementally.")] = False,
+    key_location: Annotated[Optional[str], typer.Option("--key-location", metavar="URI", help="With --all of a raw job: where the encryption key is (file:///...): keys loaded, children inherit their parent's encryption root again.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be restored; change nothing.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -78,7 +79,7 @@ def restore(
     with Signals() as sig, ByteBar(f"restore {job}", enabled=not (as_json or dry_run or path)) as bar:
         try:
             rep = backups.restore(cfg, job, to=to, at=at, path=path, force=force, dry_run=dry_run, stop=sig.stop,
-                                  progress=bar.update, whole_tree=whole_tree)
+                                  progress=bar.update, whole_tree=whole_tree, key_location=key_location)
         except TreeRestoreFailed as e:
             if as_json:
                 out_json(asdict(e.report) | {"dry_run": False, "error": str(e)})

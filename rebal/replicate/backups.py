@@ -26,7 +26,7 @@ def list_points(cfg: Config, job: str):
 
 
 def restore(cfg: Config, job: str, *, to: str, at: str, path: str | None, force: bool, dry_run: bool,
-            stop: threading.Event, progress=None, whole_tree: bool = False):
+            stop: threading.Event, progress=None, whole_tree: bool = False, key_location: str | None = None):
     """Restore a point of a job (whole dataset, every dataset of it with ``whole_tree``, or one
     path) and record the run (not for a dry run)."""
     from ..recorded import recorded
@@ -34,6 +34,10 @@ def restore(cfg: Config, job: str, *, to: str, at: str, path: str | None, force:
     from .restore_tree import TreeRestoreFailed, restore_tree
 
     j = find_job(cfg, job)
+    if key_location is not None and (not whole_tree or not j.raw):
+        raise UsageError("--key-location is for --all of a raw job (its encrypted datasets come back raw)")
+    if key_location is not None and not key_location.startswith(("file:///", "https://", "http://")):
+        raise UsageError(f"--key-location {key_location!r}: give the key's keylocation, like file:///root/data.key")
     conn = None if dry_run else state.connect(cfg.state_db)
     last = [0.0]
 
@@ -53,7 +57,8 @@ def restore(cfg: Config, job: str, *, to: str, at: str, path: str | None, force:
                     if path or force:
                         raise UsageError("--all restores every dataset of the job; it takes neither --path nor "
                                          "--force (nothing is overwritten: restore --to a new name)")
-                    rep = restore_tree(j, ssh, point, to, dry_run=dry_run, stop=stop, progress=on_bytes)
+                    rep = restore_tree(j, ssh, point, to, dry_run=dry_run, stop=stop, progress=on_bytes,
+                                       key_location=key_location)
                 elif path:
                     rep = restore_path(j, ssh, point, path, to, force=force, dry_run=dry_run, stop=stop)
                 else:

@@ -58,7 +58,8 @@ def _below(root: str, name: str) -> bool:
 
 class TreeRestore:
     def __init__(self, job: Replicate, link: Ssh | Here, point: RestorePoint, to: str, *, dry_run: bool = False,
-                 stop: threading.Event | None = None, progress: Callable[[int], None] | None = None) -> None:
+                 stop: threading.Event | None = None, progress: Callable[[int], None] | None = None,
+                 key_location: str | None = None) -> None:
         from ..throttle import Throttle
         from ..units import parse_size
 
@@ -67,6 +68,7 @@ class TreeRestore:
         self.dry_run, self.stop, self.progress = dry_run, stop or threading.Event(), progress
         self.throttle = Throttle(parse_size(job.bwlimit) if job.bwlimit else None)
         self.report = TreeReport("tree", point.name, to)
+        self.key_location = key_location
         self._done = 0
 
     def target_of(self, ds: str) -> str:
@@ -108,7 +110,41 @@ class TreeRestore:
                 f"{d.source}: {d.error}" for d in missing[:5]))
         self.report.notes.append("properties other than encryption are not in the backup's streams (rebal sends "
                                  "without -p): the restored datasets have their defaults, inherited from " + self.to)
+        if self.job.raw and not self.dry_run:
+            self._one_root()
         return self.report
+
+    def _one_root(self) -> None:
+        """A raw receive makes every encrypted dataset its own encryption root. With the key's location
+        (``key_location``) each key is loaded and a child whose parent is encrypted inherits its
+        parent's root again (`zfs change-key -i`), as on the source; without it, say what to run."""
+        done = [d.target for d in self.report.datasets if d.kind in ("full", "resumed", "present")]
+        try:
+            crypt = self.into.values(self.to, ["encryption", "encryptionroot", "keystatus"]) if done else {}
+        except HostError:  # a ZFS without native encryption
+            return
+        enc = [d for d in done if crypt.get(d, {}).get("encryption", "off") not in ("off", "-", "")]
+        if not enc:
+            return
+        children = [d for d in enc if d != self.to and d.rsplit("/", 1)[0] in enc
+                    and crypt[d].get("encryptionroot") == d]
+        if not self.key_location:
+            self.report.notes.append(f"{len(enc)} dataset(s) are encrypted, each its own encryption root after a raw "
+                                     f"receive; with --key-location URI (the key's keylocation) rebal loads the keys "
+                                     f"and makes the {len(children)} child(ren) inherit their parent's root again")
+            return
+        for ds in sorted(enc, key=lambda d: d.count("/")):
+            if crypt[ds].get("keystatus") != "available":
+                res = self.into.load_key(ds, self.key_location)
+                if res.returncode != 0:
+                    raise RestoreError(f"{ds}: zfs load-key -L {self.key_location}: {res.stderr.strip()}")
+            if ds in children:
+                self.into.change_key_inherit(ds)
+            if crypt[ds].get("encryptionroot") == ds and ds not in children:
+                self.into.set(ds, "keylocation", self.key_location)
+            self.into.mount(ds)
+        self.report.notes.append(f"keys loaded from {self.key_location}; {len(children)} child(ren) inherit their "
+                                 "parent's encryption root again (zfs change-key -i)")
 
     def _check_destination(self, here: Tree) -> None:
         """Refuse before anything moves: the destination's parent must exist; an existing dataset under

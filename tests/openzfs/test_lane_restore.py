@@ -59,3 +59,37 @@ def test_a_cut_restore_resumes_from_its_token(make_pool, backup_host, tmp_path):
     assert sh("zfs", "get", "-H", "-o", "value", "receive_resume_token", to).stdout.strip() == "-"
     for ds, rel in (("vm", ""), ("vm/disk", "/disk")):
         assert manifest(mountpoint(to + rel), exclude=("disk",)) == want[ds], ds
+
+
+@pytest.mark.lane_long  # the rebuild test covers encryption roots too; this one the plain restore --all
+def test_a_raw_tree_comes_back_with_one_encryption_root(make_pool, backup_host, tmp_path):
+    """A raw job's encrypted tree (one root, children inheriting): restored with --all, each dataset is
+    its own encryption root (a raw receive's doing) until --key-location loads the keys and the
+    children inherit the top's root again; never an unencrypted dataset."""
+    src, dst = make_pool([[]], size="512M"), make_pool([[]], size="512M")
+    key = tmp_path / "k"
+    key.write_bytes(os.urandom(32))
+    sh("zfs", "create", "-o", "encryption=on", "-o", "keyformat=raw", "-o", f"keylocation=file://{key}",
+       f"{src.name}/sec")
+    sh("zfs", "create", f"{src.name}/sec/kid")
+    write_random(os.path.join(mountpoint(f"{src.name}/sec"), "a"), 4, seed=1)
+    write_random(os.path.join(mountpoint(f"{src.name}/sec/kid"), "b"), 4, seed=2)
+    want = {rel: manifest(mountpoint(f"{src.name}/sec{rel}"), exclude=("kid",)) for rel in ("", "/kid")}
+    cfg = cfg_for(tmp_path, backup_host, name="sec", source=f"{src.name}/sec", target=f"{dst.name}/sec",
+                  recursive=True, raw=True)
+    assert rebal_json("replicate", "sec", config=cfg)["outcome"] == "ok"
+
+    def roots(top):
+        out = sh("zfs", "get", "-H", "-r", "-o", "name,value", "encryptionroot", top).stdout
+        return dict(line.split("\t") for line in out.splitlines())
+
+    plain = rebal_json("restore", "sec", "--all", "--to", f"{src.name}/plain", config=cfg)
+    assert any("--key-location" in n for n in plain["notes"]), plain["notes"]
+    assert roots(f"{src.name}/plain") == {f"{src.name}/plain": f"{src.name}/plain",
+                                          f"{src.name}/plain/kid": f"{src.name}/plain/kid"}
+    back = rebal_json("restore", "sec", "--all", "--to", f"{src.name}/back", "--key-location", f"file://{key}",
+                      config=cfg)
+    assert [d["kind"] for d in back["datasets"]] == ["full", "full"], back
+    assert set(roots(f"{src.name}/back").values()) == {f"{src.name}/back"}  # one root, as the source had
+    for rel in ("", "/kid"):
+        assert manifest(mountpoint(f"{src.name}/back{rel}"), exclude=("kid",)) == want[rel], rel
