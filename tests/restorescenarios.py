@@ -77,6 +77,8 @@ def restore_tree_scenario(src, dst, backup_host, tmp_path, spare=None):
     assert r.returncode == 2 and f"{src.name}/no does not exist" in r.stderr, r.stderr
     r = rebal("restore", "nightly", "--all", "--path", "top", "--to", new + "x", config=cfg, check=False)
     assert r.returncode == 2 and "--all" in r.stderr, r.stderr
+    r = rebal("restore", "nightly", "--all", "--key-location", "file:///k", "--to", new + "x", config=cfg, check=False)
+    assert r.returncode == 2 and "--key-location is for --all of a raw job" in r.stderr, r.stderr
 
     # the source is lost; the tree comes back under the job's own names, and the job goes on from it
     lose_and_recreate(src)
