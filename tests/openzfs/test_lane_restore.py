@@ -80,7 +80,7 @@ def test_a_raw_tree_comes_back_with_one_encryption_root(make_pool, backup_host, 
     assert rebal_json("replicate", "sec", config=cfg)["outcome"] == "ok"
 
     def roots(top):
-        out = sh("zfs", "get", "-H", "-r", "-o", "name,value", "encryptionroot", top).stdout
+        out = sh("zfs", "get", "-H", "-r", "-t", "filesystem", "-o", "name,value", "encryptionroot", top).stdout
         return dict(line.split("\t") for line in out.splitlines())
 
     plain = rebal_json("restore", "sec", "--all", "--to", f"{src.name}/plain", config=cfg)
