@@ -104,7 +104,12 @@ def restore_tree_scenario(src, dst, backup_host, tmp_path, spare=None):
     assert v["level"] == "OK" and not v["findings"] and v["files"][0] == v["files"][1], v["findings"]
     assert manifests(f"{src.name}/data") == want3
 
-    if spare is not None:  # a new pool's empty root: received over (it holds nothing)
+    if spare is not None:  # a new pool's empty root: received over (it holds nothing); with a file, refused
+        note = Path(mountpoint(spare.name)) / "note.txt"
+        note.write_bytes(b"x")
+        r = rebal("restore", "nightly", "--all", "--at", point, "--to", spare.name, config=cfg, check=False)
+        assert r.returncode == 2 and f"{spare.name} exists" in r.stderr and note.read_bytes() == b"x", r.stderr
+        note.unlink()
         root = rebal_json("restore", "nightly", "--all", "--at", point, "--to", spare.name, config=cfg)
         assert [d["kind"] for d in root["datasets"]] == ["full"] * 4, root
         assert manifests(spare.name) == want

@@ -196,10 +196,12 @@ class Heal:
         f.note = ("written after the newest replicated snapshot: the backup has it as it was then"
                   if d.snapshot is None else "in a snapshot the backup does not hold")
         if self.restore_to and not self.dry_run and d.snapshot is None:
-            from .restore import RestoreError
+            from .restore import RestoreError, RestoreRefused
 
             try:
                 f.restored_to = self._restore_beside(d, newest.name)
+            except RestoreRefused as e:  # its copy is there already: kept, not overwritten
+                f.note += f"; not put aside: {e}"
             except RestoreError as e:  # a file made after that snapshot: the backup has no copy of it
                 f.state, f.note = "lost", f"the backup has no copy of it: {e}"
 

@@ -25,7 +25,6 @@ from .restore import PointNotFound, RestoreError, RestorePoint, RestoreRefused
 from .sides import job_hosts
 from .transport import Here, Ssh, classify_ssh
 
-EMPTY = 1 << 20  # bytes a dataset may reference and still count as empty (a new pool's root: some 100 KiB)
 
 
 @dataclass
@@ -157,15 +156,10 @@ class TreeRestore:
             src = self.job.target + ds[len(self.to):]
             if ds in here.tokens or here.has(ds, self.point.name):
                 continue
-            if ds == self.to and "/" not in ds and not snaps and len(here.snaps) == 1 and self._empty(ds):
+            if ds == self.to and "/" not in ds and not snaps and len(here.snaps) == 1 and self.into.holds_nothing(ds):
                 continue  # a new pool's root: received over with -F (it holds nothing)
             raise RestoreRefused(f"{ds} exists on {self.into.where}{' (' + src + ' restores there)' if src else ''}: "
                                  "nothing is overwritten. Restore --to a new name, or destroy it yourself first")
-
-    def _empty(self, ds: str) -> bool:
-        p = self.into.props(ds, ["referenced"])
-        v = p.get("referenced", {}).get("value", "")
-        return True if not v[:1].isdigit() else _bytes(v) <= EMPTY
 
     def _one(self, rep: DatasetRestore, backup: Tree, here: Tree) -> None:
         target = rep.target
@@ -208,13 +202,6 @@ class TreeRestore:
 
 def _shown(argv: list[str], host: ZfsHost) -> str:
     return " ".join(argv) if host.local else f"ssh {host.where} {argv[-1]}"
-
-
-def _bytes(v: str) -> int:
-    try:
-        return int(v)
-    except ValueError:
-        return 1 << 62
 
 
 def restore_tree(job: Replicate, link: Ssh | Here, point: RestorePoint, to: str, **kw) -> TreeReport:

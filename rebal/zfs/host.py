@@ -141,6 +141,16 @@ class ZfsHost:
                 found[parts[0]] = parts[2].strip()
         return Tree(tree_from(res.stdout), found)
 
+    def holds_nothing(self, dataset: str) -> bool:
+        """The file system is mounted and its directory is empty (a new pool's root): receiving over it
+        loses nothing. False when that cannot be seen (not mounted, not listed)."""
+        v = self.values(dataset, ["mounted", "mountpoint"], recursive=False).get(dataset, {})
+        mp = v.get("mountpoint", "")
+        if v.get("mounted") != "yes" or not mp.startswith("/"):
+            return False
+        res = self.link.run(["ls", "-A", "--", mp], check=False)
+        return res.returncode == 0 and not res.stdout.strip()
+
     def exists(self, name: str) -> bool:
         return self._zfs("list", "-H", "-o", "name", "-t", "all", name).returncode == 0
 
