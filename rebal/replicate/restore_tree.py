@@ -86,10 +86,11 @@ class TreeRestore:
         self._check_destination(here)
         skipped: list[str] = []
         for ds in order:
-            if self.stop.is_set():
-                break
             rep = DatasetRestore(ds, self.target_of(ds))
             self.report.datasets.append(rep)
+            if self.stop.is_set():  # (a failure: the run is not reported done, the next one goes on)
+                rep.kind, rep.error = "failed", "stopped before it began; the same command again restores it"
+                continue
             if any(_below(s, ds) for s in skipped):
                 rep.kind, rep.error = "missing", "its parent was not restored"
                 skipped.append(ds)
