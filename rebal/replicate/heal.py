@@ -149,8 +149,7 @@ class Heal:
         send = backup.send(bsnap, flags)
         recv = self.here.receive(f"{ds}@{snap}", corrective=True)
         if self.dry_run:
-            shown = " ".join(send) if backup.local else f"ssh {backup.where} {send[-1]}"
-            self.report.planned.append(f"{shown} | {' '.join(recv)}")
+            self.report.planned.append(f"{backup.shown(send)} | {self.here.shown(recv)}")
             return
         res = pump([send], recv, stop=self.stop)
         self.report.bytes += res.bytes

@@ -145,8 +145,7 @@ def restore_dataset(job: Replicate, ssh: Ssh, point: RestorePoint, to: str, *, f
     if token:
         rep.notes.append("an interrupted restore into this dataset is resumed")
     if dry_run:
-        shown = " ".join(send) if frm.local else f"ssh {frm.where} {send[-1]}"
-        rep.planned.append(f"{shown} | {' '.join(recv) if into.local else f'ssh {into.where} ' + recv[-1]}")
+        rep.planned.append(f"{frm.shown(send)} | {into.shown(recv)}")
         return rep
     from ..throttle import Throttle
     from ..units import parse_size

@@ -178,7 +178,7 @@ class TreeRestore:
         force = target == self.to and target in here.snaps and not token  # the new pool's empty root
         recv = self.into.receive(target, force=force)
         if self.dry_run:
-            self.report.planned.append(f"{_shown(send, self.frm)} | {_shown(recv, self.into)}")
+            self.report.planned.append(f"{self.frm.shown(send)} | {self.into.shown(recv)}")
             return
         base = self._done
 
@@ -199,10 +199,6 @@ class TreeRestore:
             rep.error = str(classify_ssh(self.link.ep, res.sender_err or res.receiver_err))
         else:
             rep.error = (res.receiver_err or res.sender_err or "failed").strip()[-300:]
-
-
-def _shown(argv: list[str], host: ZfsHost) -> str:
-    return " ".join(argv) if host.local else f"ssh {host.where} {argv[-1]}"
 
 
 def restore_tree(job: Replicate, link: Ssh | Here, point: RestorePoint, to: str, **kw) -> TreeReport:

@@ -91,6 +91,10 @@ class ZfsHost:
     def local(self) -> bool:
         return self.link.local
 
+    def shown(self, argv: list[str]) -> str:
+        """A command line built by this host, as a dry run shows it: as is here, `ssh HOST CMD` there."""
+        return " ".join(argv) if self.local else f"ssh {self.where} {argv[-1]}"
+
     def _zfs(self, *args: str, readonly: bool = True, check: bool = False, timeout: float | None = 300) -> Result:
         return self.link.run(["zfs", *args], readonly=readonly, check=check, timeout=timeout)
 
