@@ -37,6 +37,50 @@ def sequence(request) -> tuple[int, int]:
     return steps, seed
 
 
+LANE_TEST_LIMIT = int(os.environ.get("REBAL_LANE_TEST_LIMIT", "900"))  # seconds a lane test may take
+LANE_PROGRESS = Path(os.environ.get("REBAL_LANE_PROGRESS", "/var/tmp/lane-progress.log"))  # the guest's running record: which test, how long
+
+
+class LaneTestTimeout(Exception):
+    """A lane test outlived its limit (a hung command in the guest): it fails, the rest go on."""
+
+
+def _lane_alarm(signum, frame):
+    import faulthandler
+
+    with LANE_PROGRESS.open("a") as f:  # where every thread stood: what hung
+        faulthandler.dump_traceback(file=f, all_threads=True)
+    raise LaneTestTimeout(f"over its limit: see {LANE_PROGRESS} for where it hung")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """In the lane's guest, each test has a limit (``lane_limit(seconds)`` marker, else
+    REBAL_LANE_TEST_LIMIT): past it the test fails with the stacks of where it hung written to
+    /var/tmp/lane-progress.log, instead of one hung command eating the whole lane's hour in silence
+    (seen: CI's lane stopped after 58 minutes, 0 passed, nothing said of which test)."""
+    if not IN_LANE:
+        yield
+        return
+    import signal
+    import time
+
+    mark = item.get_closest_marker("lane_limit")
+    limit = int(mark.args[0]) if mark else LANE_TEST_LIMIT
+    t0 = time.monotonic()
+    with LANE_PROGRESS.open("a") as f:
+        f.write(f"start {item.nodeid} (limit {limit} s)\n")
+    old = signal.signal(signal.SIGALRM, _lane_alarm)
+    signal.alarm(limit)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+        with LANE_PROGRESS.open("a") as f:
+            f.write(f"end {item.nodeid} {time.monotonic() - t0:.0f} s\n")
+
+
 def pytest_collection_modifyitems(config, items):
     """The OpenZFS lane's tests run only there: `bash scripts/test-openzfs.sh` (CI runs it too)."""
     skip_guest = pytest.mark.skip(reason="needs real OpenZFS: runs in the lane (bash scripts/test-openzfs.sh)")

@@ -9,7 +9,7 @@ seed drawn anew each run and printed. The full lane runs it: about 9 s a step un
 import pytest
 from seqsteps import run_sequence
 
-pytestmark = [pytest.mark.openzfs, pytest.mark.lane_long]
+pytestmark = [pytest.mark.openzfs, pytest.mark.lane_long, pytest.mark.lane_limit(6 * 3600)]  # 1,000 steps: ~2.5 h
 
 
 def test_a_thousand_random_steps(make_pool, backup_host, tmp_path, request):

@@ -48,3 +48,43 @@ def test_failures_and_interrupts():
 def test_all_held_passed():
     rc, why = verdict(0, {"passed": 31}, 31, narrowed=False)
     assert rc == 0 and why == "31 passed of the 31 collected"
+
+
+def test_the_guest_output_is_passed_on_and_a_hung_run_is_stopped(capfdbinary):
+    from lane import streamed
+
+    code, out = streamed(["sh", "-c", "echo one; echo two >&2; exit 3"], 60)
+    assert (code, out) == (3, "one\ntwo\n")
+    assert b"one\ntwo\n" in capfdbinary.readouterr().out  # as it came, not only at the end
+    code, out = streamed(["sh", "-c", "echo started; exec sleep 120"], 1)
+    assert (code, out) == (None, "started\n")
+
+
+def test_a_hung_lane_test_fails_alone_with_where_it_hung(tmp_path):
+    """The guest's watchdog (tests/conftest.py): a test over its lane_limit fails, the stacks of
+    where it hung are in the progress log, and the next test still runs."""
+    import os
+    import subprocess
+
+    tests = Path(__file__).resolve().parents[1]
+    (tmp_path / "conftest.py").write_text(  # the suite's own conftest, under another module name
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('rebal_conftest', {str(tests / 'conftest.py')!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "pytest_runtest_protocol = m.pytest_runtest_protocol\n")
+    (tmp_path / "test_hang.py").write_text(
+        "import subprocess, pytest\n"
+        "@pytest.mark.lane_limit(1)\n"
+        "def test_hangs():\n    subprocess.run(['sleep', '120'])\n"
+        "def test_next():\n    assert True\n")
+    log = tmp_path / "progress.log"
+    env = dict(os.environ, REBAL_LANE="openzfs", REBAL_LANE_PROGRESS=str(log))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-W",
+                        "ignore::pytest.PytestUnknownMarkWarning", str(tmp_path)],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100)
+    assert "1 failed, 1 passed" in r.stdout, r.stdout
+    assert "LaneTestTimeout" in r.stdout
+    text = log.read_text()
+    assert "start test_hang.py::test_hangs (limit 1 s)" in text
+    assert "in test_hangs" in text  # faulthandler's stack of the hung test
+    assert "end test_hang.py::test_next" in text

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -127,6 +128,34 @@ def install(g: Guest, work: Path, deb: Path | None = None) -> None:
           "/root/lane/src/rebal.egg-info; mv /root/lane/src/rebal /root/lane/rebal-source", timeout=300)
 
 
+def streamed(argv: list[str], limit: float) -> tuple[int | None, str]:
+    """Run ``argv``, its output passed on as it comes (CI's log shows which test is running) and
+    kept; (exit code, output), or (None, output) when it outlived ``limit`` seconds and was killed."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert proc.stdout is not None
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        proc.kill()
+
+    timer = threading.Timer(limit, expire)
+    timer.start()
+    kept = bytearray()
+    try:
+        while chunk := os.read(proc.stdout.fileno(), 65536):
+            kept += chunk
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+        code = proc.wait()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return (None if expired.is_set() else code), kept.decode(errors="replace")
+
+
 def run_guest_tests(args, work: Path) -> tuple[int, dict]:
     deb = None if args.bench_only else build_deb()
     g = Guest(work / "guest", disks=8, disk_size="2G", disks_4k=1)  # /dev/vdj: 4 KiB physical sectors
@@ -149,16 +178,20 @@ def run_guest_tests(args, work: Path) -> tuple[int, dict]:
             head += ["-k", shlex.quote(args.k)]
         held = collected(g.ssh(" ".join(head + ["--collect-only", "-q", "tests", "2>&1"]), check=False).stdout)
         print(f"lane: the guest set holds {held} tests", flush=True)
-        pytest = head + ["-q", "--basetemp=/var/tmp/lane-pytest", "-o addopts='-ra'", "--durations=40", "tests"]
-        r = subprocess.run(g._ssh_argv(" ".join(pytest) + " 2>&1"), stdout=subprocess.PIPE, text=True,
-                           timeout=args.timeout)
-        sys.stdout.write(r.stdout)
+        pytest = head + ["-v", "--basetemp=/var/tmp/lane-pytest", "-o addopts='-ra'", "--durations=40", "tests"]
+        g.ssh("rm -f /var/tmp/lane-progress.log", check=False)
+        code, out = streamed(g._ssh_argv(" ".join(pytest) + " 2>&1"), args.timeout)
+        if code is None:  # the whole run outlived its limit: say where the guest stood
+            print(f"lane: the guest's pytest outlived {args.timeout} s: stopped; where it stood:", flush=True)
+            print(g.ssh("tail -n 80 /var/tmp/lane-progress.log; ps -eo pid,etimes,stat,args --forest "
+                        "| grep -v -e ' \\[' | tail -n 40", check=False, timeout=60).stdout, flush=True)
+            code = 124
         figures = g.ssh("cat /var/tmp/lane-figures.jsonl", check=False).stdout  # the tests' measured figures
         for line in figures.splitlines():
             print(f"lane figure: {line}", flush=True)
         print(f"lane: guest tests took {time.monotonic() - t0:.0f} s", flush=True)
-        got = counts(r.stdout)
-        rc, why = verdict(r.returncode, got, held, bool(args.k))
+        got = counts(out)
+        rc, why = verdict(code, got, held, bool(args.k))
         print(f"lane: guest tests: {why}", flush=True)
         if args.bench and not args.k:
             rc = rc or run_bench(args, g)
