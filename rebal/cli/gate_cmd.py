@@ -21,6 +21,8 @@ def gate(
     log_file: Annotated[Optional[str], typer.Option("--log", metavar="FILE", help="Also log every command, allowed or refused, to FILE.")] = None,
     command: Annotated[Optional[str], typer.Option("--command", help="Check this command line instead of $SSH_ORIGINAL_COMMAND (for testing a key).")] = None,
     check_only: Annotated[bool, typer.Option("--check", help="Only say whether the command would be allowed; run nothing.")] = False,
+    allow_for: Annotated[Optional[str], typer.Option("--allow-for", metavar="USER", help="Print the zfs allow command that gives USER (the key's login, not root) what this gate needs here, the least this host's zfs can express (receive:append on OpenZFS 2.3.2+).")] = None,
+    raw: Annotated[bool, typer.Option("--raw", help="With --send-from --allow-for: the jobs send raw (send:encrypted on OpenZFS 2.4+).")] = False,
 ) -> None:
     """The ssh forced command that lets a replication job do its work and nothing else
     (command="rebal gate --receive-into backup/tank-data",restrict in authorized_keys)."""
@@ -33,6 +35,14 @@ def gate(
     if allow_rollback and send_from:
         raise UsageError("--allow-rollback goes with --receive-into")
     policy = Policy("receive" if receive_into else "send", receive_into or send_from, allow_rollback)
+    if allow_for is not None:
+        from ..replicate.gate import allow_set
+        from ..replicate.transport import Here
+        from ..zfs.host import ZfsHost
+
+        argv, notes = allow_set(policy.mode, policy.root, allow_for, ZfsHost(Here()).version(), raw, allow_rollback)
+        out_text("# as root on this host:\n" + " ".join(argv) + "\n" + "".join(f"# {n}\n" for n in notes))
+        return
     line = command if command is not None else os.environ.get("SSH_ORIGINAL_COMMAND")
     if check_only:
         try:

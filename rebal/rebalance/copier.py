@@ -277,7 +277,7 @@ class Copier:
     # -- steps --------------------------------------------------------------------------------
 
     def _lease(self, fd: int) -> bool:
-        if not self.use_lease or not _sigio_harmless():
+        if not self.use_lease or not sigio_harmless():
             return False
         try:
             fcntl.fcntl(fd, F_SETLEASE, fcntl.F_RDLCK)
@@ -442,7 +442,7 @@ def _open_original(dfd: int, ref: FileRef) -> tuple[int, os.stat_result]:
     return fd, st
 
 
-def _sigio_harmless() -> bool:
+def sigio_harmless() -> bool:
     """A broken lease is announced with SIGIO, whose default action ends the process. Ignore it
     (the lease state is polled with F_GETLEASE); where that cannot be arranged, take no lease."""
     import signal

@@ -108,6 +108,10 @@ class Capabilities:
                                    f"{'from' if self.job.pull else 'into'} there")
         if mine != root and not mine.startswith(root + "/"):
             raise ReplicationError(f"{self.ssh.ep.host}: this key is gated to {root}; {mine} is outside it")
+        if self.force_rollback and not self.job.pull and info.get("append_only"):
+            raise ReplicationError(f"{self.ssh.ep.host}: {info.get('user')} may only append there (zfs allow "
+                                   f"receive:append on {root}): ZFS refuses the rollback of --force-rollback; "
+                                   "roll back on the backup host as root")
         if self.force_rollback and not self.job.pull and not info.get("allow_rollback"):
             raise ReplicationError(f"{self.ssh.ep.host}: the gate refuses zfs receive -F (--force-rollback); "
                                    "start it with --allow-rollback in authorized_keys, or roll back on the backup host")

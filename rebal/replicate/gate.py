@@ -374,3 +374,41 @@ def check(policy: Policy, line: str) -> list[list[str]]:
             raise Refused("a pipeline must start with zfs send")
         _send_mode(policy, first)
     return stages
+
+
+RECEIVE_APPEND = (2, 3, 2)  # `zfs allow ... receive:append`: receive, never -F (DESIGN.md fact 20)
+SEND_ENCRYPTED = (2, 4, 0)  # `zfs allow ... send:encrypted`: raw sends of encrypted datasets only
+
+
+def allow_set(mode: str, root: str, user: str, version: tuple[int, ...], raw: bool = False,
+              rollback: bool = False) -> tuple[list[str], list[str]]:
+    """The `zfs allow` command that lets ``user`` (a gated key's login, not root) do a job's work
+    under ``root`` on a host whose zfs is ``version``, the least this zfs can express; and what an
+    older one gives up."""
+    names.dataset(root)
+    problem = names.user_problem(user)
+    if problem:
+        raise RebalError(f"user {user!r}: {problem}", exit_code=2)
+    shown = ".".join(map(str, version)) or "unknown"
+    notes: list[str] = []
+    if mode == "receive":
+        if rollback:
+            perms = ["receive", "create", "mount", "readonly"]
+            notes.append("--allow-rollback: receive (not receive:append) lets the key roll the backup back, "
+                         "destroying its newer snapshots")
+        elif version >= RECEIVE_APPEND:
+            perms = ["receive:append", "create", "mount", "readonly"]
+        else:
+            perms = ["receive", "create", "mount", "readonly"]
+            notes.append(f"this zfs ({shown}) has no receive:append (OpenZFS 2.3.2+): the key's user may "
+                         "receive -F, which rolls the backup back and destroys its newer snapshots; only "
+                         "the gate refuses it")
+    else:
+        send = "send"
+        if raw and version >= SEND_ENCRYPTED:
+            send = "send:encrypted"
+        elif raw:
+            notes.append(f"this zfs ({shown}) has no send:encrypted (OpenZFS 2.4.0+): the key may also send "
+                         "unencrypted (plain) streams")
+        perms = [send, "snapshot", "hold", "release", "bookmark", "destroy", "mount"]
+    return ["zfs", "allow", "-u", user, ",".join(perms), root], notes

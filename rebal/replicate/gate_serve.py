@@ -47,6 +47,30 @@ def _mountpoint(root: str) -> str | None:
     return mp if r.returncode == 0 and mp.startswith("/") else None
 
 
+def _info(policy: Policy) -> dict:
+    """The gate's answer to a job's probe, and on a receiving end whose user is not root, whether that
+    user may only append (`zfs allow ... receive:append`, OpenZFS 2.3.2+: no receive -F, so the key
+    cannot roll the backup back): then a job's --force-rollback is refused up front, naming it."""
+    info = policy.info()
+    if policy.mode == "receive" and os.geteuid() != 0:
+        import grp
+        import pwd
+
+        from ..errors import RebalError
+        from ..zfs.host import ZfsHost
+        from .transport import Here
+
+        pw = pwd.getpwuid(os.geteuid())
+        groups = tuple(g.gr_name for g in grp.getgrall() if pw.pw_name in g.gr_mem) + (grp.getgrgid(pw.pw_gid).gr_name,)
+        try:
+            perms = ZfsHost(Here()).delegated(policy.root, pw.pw_name, groups)
+        except RebalError:  # the probe answers anyway; the receive itself says what is missing
+            perms = set()
+        info["user"] = pw.pw_name
+        info["append_only"] = "receive:append" in perms and "receive" not in perms
+    return info
+
+
 def _receive_excludes() -> list[str]:
     """`-x PROP` for each unsafe property, where this zfs's receive has -x (OpenZFS 0.7+; zfs-fuse has
     none): a stream's own value of them is ignored, as if the sender had not sent it. Only for a gate
@@ -93,11 +117,11 @@ def serve(policy: Policy, line: str | None, log_path: str | None = None, who: st
             return 2
     log.info("allowed from %s (%s %s): %s", who, policy.mode, policy.root, shown)
     if stages == [[INFO]]:
-        sys.stdout.write(json.dumps(policy.info()) + "\n")
+        sys.stdout.write(json.dumps(_info(policy)) + "\n")
         return 0
     if stages in ([["zfs", "receive"]], [["zfs", "recv"]], [["zfs", "send"]]):
         # the usage text a job asks for first: it learns the gate from the same round trip
-        sys.stderr.write(f"{INFO} {json.dumps(policy.info())}\n")
+        sys.stderr.write(f"{INFO} {json.dumps(_info(policy))}\n")
         sys.stderr.flush()
     if policy.mode == "receive":
         stages = harden(stages)

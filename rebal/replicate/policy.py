@@ -91,7 +91,7 @@ def plan_send(dataset: str, source: list[Snap], target: list[Snap] | None, to: S
 # -- what zfs receive's errors mean ----------------------------------------------------------------
 
 
-def explain_receive_error(stderr: str, target: str, base: str | None) -> str:
+def explain_receive_error(stderr: str, target: str, base: str | None, forced: bool = False) -> str:
     """A message an admin can act on, from `zfs receive`'s stderr (texts of OpenZFS and zfs-fuse)."""
     low = stderr.lower()
     if "has been modified" in low:
@@ -109,9 +109,15 @@ def explain_receive_error(stderr: str, target: str, base: str | None) -> str:
                 "rename or destroy it, or choose another target")
     if "out of space" in low or "no space" in low:
         return f"the backup pool of {target} is full"
+    if "permission denied" in low and forced:
+        return (f"permission denied for the rollback of --force-rollback (zfs receive -F) into {target}: the "
+                "user rebal logs in as on the backup host may receive without rolling back (zfs allow "
+                "receive:append) but not roll back; roll back there as root: "
+                f"{stderr.strip().splitlines()[0]}")
     if "permission denied" in low:
         return (f"permission denied receiving into {target}: the user rebal logs in as on the backup host needs "
-                "`zfs allow -u USER receive,create,mount,readonly` on the target's parent (README: Securing backups): "
+                "`zfs allow -u USER receive:append,create,mount,readonly` (receive before OpenZFS 2.3.2) on the "
+                "target's parent (docs/replication.md: Securing backups): "
                 f"{stderr.strip().splitlines()[0]}")
     last = stderr.strip().splitlines()
     return f"zfs receive into {target} failed: {' '.join(last[:2]) if last else 'no message'}"

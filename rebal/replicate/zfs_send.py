@@ -375,7 +375,7 @@ class ZfsReplicator(Capabilities):
 
                     rep.error = str(classify_ssh(self.ssh.ep, res.sender_err if self.job.pull else res.receiver_err))
                 elif res.receiver_rc != 0:
-                    rep.error = explain_receive_error(res.receiver_err, target, rep.base)
+                    rep.error = explain_receive_error(res.receiver_err, target, rep.base, forced=force)
                     self.usage_stale(res.receiver_err)
                 else:
                     rep.error = f"zfs send of {ds}@{snap} failed: {res.sender_err or res.sender_rc}"

@@ -78,6 +78,28 @@ def _flags(usage: str) -> set[str]:
     return out
 
 
+def delegations(text: str, user: str, groups: tuple[str, ...] = ()) -> set[str]:
+    """Of `zfs allow DATASET`'s text: what applies to ``user`` on DATASET: its own local and
+    local+descendent grants, and its parents' descendent and local+descendent ones (create-time
+    permissions and set definitions are not grants)."""
+    out: set[str] = set()
+    block, section = 0, ""
+    applies = {1: ("Local permissions", "Local+Descendent permissions"),
+               2: ("Descendent permissions", "Local+Descendent permissions")}
+    whom = {"everyone", f"user {user}"} | {f"group {g}" for g in groups}
+    for line in text.splitlines():
+        if line.startswith("---- Permissions on "):
+            block, section = min(block + 1, 2), ""
+        elif not line.startswith("\t"):
+            section = line.strip().rstrip(":")
+        elif block and section in applies[block]:
+            parts = line.split()
+            who = "everyone" if parts[0] == "everyone" else " ".join(parts[:2])
+            if who in whom and len(parts) >= 2:
+                out.update(parts[-1].split(","))
+    return out
+
+
 class ZfsHost:
     def __init__(self, link: Link) -> None:
         self.link = link
@@ -144,6 +166,15 @@ class ZfsHost:
             if len(parts) >= 3 and parts[1] == "receive_resume_token" and parts[2].strip() not in ("", "-"):
                 found[parts[0]] = parts[2].strip()
         return Tree(tree_from(res.stdout), found)
+
+    def delegated(self, dataset: str, user: str, groups: tuple[str, ...] = ()) -> set[str]:
+        """The permissions `zfs allow` gives ``user`` (by name, through ``groups``, or as everyone)
+        on ``dataset``, from it and its parents (sets by name, as ``@set``, not opened)."""
+        names.dataset(dataset)
+        res = self._zfs("allow", dataset)
+        if res.returncode != 0:
+            raise self._error(res)
+        return delegations(res.stdout, user, groups)
 
     def holds_nothing(self, dataset: str) -> bool:
         """The file system is mounted and its directory is empty (a new pool's root): receiving over it

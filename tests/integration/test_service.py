@@ -4,6 +4,7 @@ on loopback, systemd-analyze, prometheus_client's parser, and the daemon as a pr
 import http.server
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -349,3 +350,17 @@ def test_the_unattended_commands_speak_json_and_run_has_a_dry_run(make_pool, tmp
     assert "test message" in (tmp_path / "sent").read_text()
     r = rebal("run", "nosuch", config=cfg, check=False)
     assert r.returncode == 2 and "no job named 'nosuch'" in r.stderr
+
+
+EXPOSURE = re.compile(r"Overall exposure level for \S+: (\d+\.\d+)")
+
+
+@pytest.mark.parametrize("unit", ["rebal.service", "rebal-due.service"])
+def test_the_units_expose_at_most_3(unit):
+    """`systemd-analyze security` of the shipped units (issue 49: 6.2 before their confinement). The
+    lane asks Debian 13's systemd the same (tests/openzfs/test_lane_confined.py)."""
+    r = subprocess.run(["systemd-analyze", "security", "--offline=true", "--no-pager", str(ROOT / "systemd" / unit)],
+                       capture_output=True, text=True)
+    m = EXPOSURE.search(r.stdout)
+    assert m, (r.returncode, r.stdout[-2000:], r.stderr)
+    assert float(m.group(1)) <= 3.0, r.stdout

@@ -174,3 +174,74 @@ def test_unprivileged_push_and_pull_through_gates(make_pool, user):
         assert manifest(root) == manifest(backup_root(f"{dst.name}/pull/data"))
     finally:
         host.stop()
+
+
+def test_a_key_that_may_only_append(make_pool, user):
+    """Issue 49: the set `rebal gate --allow-for` prints for OpenZFS 2.4 has receive:append, not
+    receive. Through the gate the key receives full and incremental sends; ZFS itself refuses it a
+    rollback, a destroy and a receive -F (which the old set, receive, lets through: asserted too);
+    `rebal replicate --force-rollback` says why in one line."""
+    base, pw = user
+    home = base / "u"
+    src = make_pool([[]], size="1G")
+    dst = make_pool([[]], size="1G")
+    sh("zfs", "create", f"{src.name}/data")
+    sh("zfs", "create", f"{dst.name}/app")
+    sh("zfs", "allow", "-u", USER, PUSH_SOURCE, f"{src.name}/data")
+    shown = subprocess.run([sys.executable, "-m", "rebal", "gate", "--receive-into", f"{dst.name}/app", "--allow-for",
+                            USER], capture_output=True, text=True, check=True).stdout
+    allow = [ln.split() for ln in shown.splitlines() if ln.startswith("zfs allow")]
+    assert allow == [["zfs", "allow", "-u", USER, "receive:append,create,mount,readonly", f"{dst.name}/app"]], shown
+    sh(*allow[0])
+    host = host_for_user(base, home, pw)
+    log = home / "gate.log"
+    log.touch()
+    os.chown(log, pw.pw_uid, pw.pw_gid)
+    backup = f"{dst.name}/app/data"
+    try:
+        gate_key(host, f"--receive-into {dst.name}/app", log)
+        cfg = home / "config.toml"
+        cfg.write_text(f'state_db = "{home / "state.db"}"\n' + cfg_block(
+            host, home, name="ap", source=f"{src.name}/data", target=backup,
+            target_host=host.host, target_port=host.port, target_user=USER))
+        os.chown(cfg, pw.pw_uid, pw.pw_gid)
+        root = mountpoint(f"{src.name}/data")
+        write_random(os.path.join(root, "a.bin"), 4)
+        r1 = json.loads(rebal_as_user(home, cfg, "replicate", "ap", "--json").stdout)
+        assert r1["outcome"] == "ok" and r1["datasets"][0]["kind"] == "full", r1
+        write_random(os.path.join(root, "b.bin"), 4, seed=1)
+        r2 = json.loads(rebal_as_user(home, cfg, "replicate", "ap", "--json").stdout)
+        assert r2["outcome"] == "ok" and r2["datasets"][0]["kind"] == "incremental", r2
+        kept = snaps(backup)
+        assert len(kept) >= 2, kept
+
+        # ZFS refuses this user a rollback and a destroy of the backup's snapshots
+        for argv in (["zfs", "rollback", "-r", f"{backup}@{kept[0]}"], ["zfs", "destroy", f"{backup}@{kept[0]}"]):
+            r = as_user(home, argv)
+            assert r.returncode != 0 and "permission denied" in r.stderr.lower(), (argv, r.stderr)
+        # and a receive -F that would destroy a snapshot taken on the backup since (a stream the user
+        # may send: from the base both sides share to a new snapshot of the source)
+        sh("zfs", "snapshot", f"{backup}@on-the-backup")
+        sh("zfs", "snapshot", f"{src.name}/data@n3")
+        have = sh("zfs", "list", "-H", "-o", "name", "-t", "snapshot,bookmark", "-r", f"{src.name}/data").stdout.split()
+        base_ref = next(n for n in have if n.endswith(("@" + kept[-1], "#" + kept[-1])))  # the cursor
+        pipe = f"zfs send -i {base_ref} {src.name}/data@n3 | zfs receive -u -F {backup}"
+        r = as_user(home, ["sh", "-c", pipe])
+        assert r.returncode != 0 and "permission denied" in r.stderr.lower(), r.stderr
+        assert "on-the-backup" in snaps(backup)
+
+        # --force-rollback through the gate: one line that names the permission
+        write_random(os.path.join(root, "c.bin"), 1, seed=2)
+        rf = rebal_as_user(home, cfg, "replicate", "ap", "--force-rollback", "--json", check=False)
+        out = json.loads(rf.stdout)
+        assert rf.returncode == 1 and out["outcome"] == "failed", out
+        assert "receive:append" in out["error"] and "\n" not in out["error"], out["error"]
+        assert "on-the-backup" in snaps(backup)
+
+        # the same receive -F with the old set (receive) goes through: what receive:append stopped
+        sh("zfs", "allow", "-u", USER, "receive", f"{dst.name}/app")
+        r = as_user(home, ["sh", "-c", pipe])
+        assert r.returncode == 0, r.stderr
+        assert "on-the-backup" not in snaps(backup) and "n3" in snaps(backup)
+    finally:
+        host.stop()

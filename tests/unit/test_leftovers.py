@@ -49,3 +49,55 @@ def test_rules(tmp_path):
 
 def test_nothing_to_do():
     assert clean([]).removed == [] and clean([b"/nonexistent/.rebal-1.tmp"]).left == []
+
+
+def test_the_kernel_says_whether_a_copy_is_open(tmp_path):
+    """A write lease is granted only on a file no other process has open: asked of the kernel, no
+    look into /proc (which the systemd units cannot do for other users' processes)."""
+    import subprocess
+
+    from rebal.rebalance.leftovers import in_use
+
+    p = tmp_path / ".rebal-1.tmp"
+    p.write_bytes(b"copy")
+    assert in_use(os.fsencode(p)) is False
+    with open(p, "ab") as out:
+        holder = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=out)  # another process writes to it
+    try:
+        assert in_use(os.fsencode(p)) is True
+    finally:
+        holder.communicate(b"")
+    assert in_use(os.fsencode(p)) is False
+
+
+def test_where_nothing_can_tell_the_copy_stays(tmp_path):
+    """A process that can neither lease the copy nor read other users' descriptors (here: user nobody)
+    leaves it, with the reason, instead of taking "none seen" for "none open"."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        import pytest
+
+        pytest.skip("needs root and setpriv to run a check as another user")
+    d = tempfile.mkdtemp(dir="/var/tmp", prefix="rebal-leftover-")
+    try:
+        os.chmod(d, 0o755)
+        ino = mk(os.path.join(d, "file"), b"original")
+        copy = os.path.join(d, os.fsdecode(tmp_name(ino)))
+        mk(copy, b"copy")
+        os.chmod(copy, 0o644)  # nobody may read it, but not lease it: it is root's
+        code = ("import json, os, sys; from rebal.rebalance.leftovers import clean; "
+                "r = clean([os.fsencode(sys.argv[1])]); print(json.dumps([r.removed, r.left]))")
+        src = os.path.dirname(os.path.dirname(os.path.dirname(__import__("rebal").__file__)))
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                            code, copy], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=src),
+                           check=True)
+        removed, left = json.loads(r.stdout)
+        assert removed == [] and left == [[copy, "cannot tell whether a process has it open"]]
+        assert os.path.exists(copy)
+    finally:
+        shutil.rmtree(d)

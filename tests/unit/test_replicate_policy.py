@@ -167,7 +167,7 @@ def test_host_key_failures_are_clear():
 
 def test_a_permission_denied_receive_names_the_zfs_allow_set():
     msg = P.explain_receive_error("cannot receive new filesystem stream: permission denied\n", "bk/x", None)
-    assert "permission denied receiving into bk/x" in msg and "zfs allow -u USER receive,create,mount,readonly" in msg
+    assert "permission denied receiving into bk/x" in msg and "zfs allow -u USER receive:append,create,mount,readonly" in msg
 
 
 def test_the_record_gives_a_base_only_where_the_landed_snapshot_is_the_newest_point_of_the_job():
