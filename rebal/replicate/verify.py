@@ -22,6 +22,7 @@ from ..process.command import run
 from . import local as L
 from .policy import is_ours
 from .snapview import LocalView, RemoteView
+from ..zfs.host import HostError, ZfsHost
 from .transport import Ssh, classify_ssh
 
 
@@ -185,14 +186,19 @@ def _verify_dataset(rep: VerifyReport, job: Replicate, ssh: Ssh, ds: str, tds: s
             f"@{base.name} is that point by guid. Set retention_source.last = 1 to verify contents "
             "(that snapshot then pins what a rebalance rewrites)")))
         return
-    if ssh.run(["zfs", "get", "-H", "-o", "value", "keystatus", tds], check=False).stdout.strip() == "unavailable":
+    backup = ZfsHost(ssh)
+    try:
+        keystatus = backup.values(tds, ["keystatus"], recursive=False).get(tds, {}).get("keystatus")
+    except HostError:  # a zfs without encryption (zfs-fuse) has no such property
+        keystatus = None
+    if keystatus == "unavailable":
         # a raw send's backup: encrypted there, its key not loaded (the backup host cannot read it, by
         # design); the same snapshot by guid is the same blocks, checksummed as they were received
         rep.notes.append(f"{said}the backup holds {tds} encrypted (raw send, its key not loaded there): @{base.name} "
                          "is the source's by guid; its files cannot be read there to compare")
         return
     newest_tgt = max(tgt, key=lambda s: s.txg)
-    if _modified_since(ssh, tds, newest_tgt.name, rep):
+    if _modified_since(backup, tds, newest_tgt.name, rep):
         rep.findings.append(Finding(WARNING, subject, f"the backup dataset {tds} was written to since its last "
                                     f"received snapshot @{newest_tgt.name}: the next incremental will fail. Find who "
                                     "writes there (set readonly=on), then replicate with --force-rollback to undo it"))
@@ -201,21 +207,20 @@ def _verify_dataset(rep: VerifyReport, job: Replicate, ssh: Ssh, ds: str, tds: s
         compare(rep, subject, sv, local_inventory(sv), ssh, tv, remote_inventory(ssh, tv), sample_n)
 
 
-def _settle_remote(ssh: Ssh, pool: str) -> None:
-    """Let the backup pool write out its open transaction group, so sizes are current."""
-    if ssh.run(["zpool", "sync", pool], readonly=False, check=False).returncode != 0:
-        ssh.run(["zfs", "set", "rebal:settle=1", pool], readonly=False, check=False)
-        ssh.run(["zfs", "inherit", "rebal:settle", pool], readonly=False, check=False)
-
-
-def _modified_since(ssh: Ssh, ds: str, snap: str, rep: VerifyReport) -> bool:
-    _settle_remote(ssh, ds.split("/")[0])
-    res = ssh.run(["zfs", "get", "-Hp", "-o", "value", "written", ds], check=False)
-    if res.returncode == 0 and res.stdout.strip().isdigit():
-        return int(res.stdout.strip()) > 0
+def _modified_since(backup: ZfsHost, ds: str, snap: str, rep: VerifyReport) -> bool:
+    backup.settle(ds.split("/")[0])
+    try:
+        written = backup.props(ds, ["written"]).get("written", {}).get("value", "")
+    except HostError:
+        written = ""
+    if written.isdigit():
+        return int(written) > 0
     # old ZFS has no `written`: compare what the dataset and its newest snapshot reference
-    a = ssh.run(["zfs", "get", "-Hp", "-o", "value", "referenced", ds], check=False).stdout.strip()
-    b = ssh.run(["zfs", "get", "-Hp", "-o", "value", "referenced", f"{ds}@{snap}"], check=False).stdout.strip()
+    try:
+        a = backup.props(ds, ["referenced"])["referenced"]["value"]
+        b = backup.props(f"{ds}@{snap}", ["referenced"])["referenced"]["value"]
+    except (HostError, KeyError):
+        a = b = ""
     rep.notes.append("this ZFS has no `written` property: a change on the backup is judged by its size")
     return a.isdigit() and b.isdigit() and a != b
 

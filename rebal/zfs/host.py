@@ -395,3 +395,11 @@ class ZfsHost:
 
     def sync(self, pool: str) -> None:
         self._zpool("sync", pool, readonly=False)
+
+    def settle(self, pool: str) -> None:
+        """Write out the pool's open transaction group, so sizes and `written` are current: `zpool
+        sync`, or where there is none (zfs-fuse) a user property set and inherited (each commits)."""
+        names.pool(pool)
+        if self._zpool("sync", pool, readonly=False).returncode != 0:
+            self._zfs("set", "rebal:settle=1", pool, readonly=False)
+            self._zfs("inherit", "rebal:settle", pool, readonly=False)
