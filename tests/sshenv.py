@@ -122,3 +122,15 @@ def ssh_as_job(host: BackupHost, command: str, input: bytes = b"") -> subprocess
         ["ssh", "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={host.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
          "-i", str(host.identity), "-o", "IdentitiesOnly=yes", "-p", str(host.port), "-l", "root", host.host, command],
         input=input, capture_output=True, timeout=60)
+
+
+def logged_key(host: BackupHost, log: Path) -> None:
+    """The test key runs whatever it asks for, and every command line it sends is written to ``log``
+    first (a forced command, as an admin would audit a key): which host did what is then seen, even
+    though both hosts of a loopback test are this machine."""
+    wrapper = host.dir / "logshell.sh"
+    wrapper.write_text(f'#!/bin/sh\nprintf "%s\\n" "$SSH_ORIGINAL_COMMAND" >> "{log}"\n'
+                       'exec /bin/sh -c "$SSH_ORIGINAL_COMMAND"\n')
+    wrapper.chmod(0o755)
+    pub = (host.dir / "clientkey.pub").read_text().strip()
+    (host.dir / "authorized_keys").write_text(f'command="{wrapper}" {pub}\n')

@@ -118,7 +118,6 @@ def _verify_at_a_fresh_snapshot(cfg: Config, j, ssh: Ssh, n, seed: int, conn):
     from dataclasses import replace
 
     from ..locks import Together
-    from . import local as L
     from .job import run_job
     from .policy import is_ours
     from .verify import verify_zfs
@@ -137,9 +136,13 @@ def _verify_at_a_fresh_snapshot(cfg: Config, j, ssh: Ssh, n, seed: int, conn):
             rep = verify_zfs(j, ssh, n, seed)
         finally:
             if rs.last == 0 and not (rs.hourly or rs.daily or rs.weekly or rs.monthly) and is_ours(snap, j.name):
-                tree = L.local_tree(j.source, j.recursive)  # only where it was taken (a job may leave some out)
-                for ds in sorted(d for d, v in tree.items() if any(s.name == snap and not s.bookmark for s in v)):
-                    L.CliLocal().destroy_snapshots(ds, [snap])
+                from .sides import job_hosts
+
+                source = job_hosts(j, ssh)[0]  # a pull job's source is the other end
+                tree = source.tree(j.source, recursive=j.recursive)  # only where it was taken (a job may leave some out)
+                for ds in sorted(d for d, v in (tree.snaps if tree else {}).items()
+                                 if any(s.name == snap and not s.bookmark for s in v)):
+                    source.destroy_snapshot(ds, snap)
     rep.notes.append(f"replicated first (run {details.get('run_id')}) so that the source and the backup share "
                      f"@{snap} to compare; the source keeps it only as a bookmark again, as its retention says")
     return rep
@@ -154,13 +157,15 @@ def scrub_backup(cfg: Config, job: str) -> tuple[str, str, str]:
         ds = j.target if j.mode == "zfs" else _remote_dataset_of(ssh, j.target)
         if not ds:
             raise UsageError(f"the target of job {job} is not on a ZFS dataset: nothing to scrub")
-        from ..zfs.host import HostError, ZfsHost
+        from ..zfs.host import HostError
+        from .sides import job_hosts
 
         target_pool = ds.split("/")[0]
+        backup = job_hosts(j, ssh)[1]  # the backup's host: this one for a pull job
         try:
-            ZfsHost(ssh).scrub(target_pool)
+            backup.scrub(target_pool)
         except HostError as e:
             if ("scrub" in str(e) and "progress" in str(e)) or "currently scrubbing" in str(e):
-                return ssh.where, target_pool, "running"
+                return backup.where, target_pool, "running"
             raise UsageError(f"backup host: {str(e).split(': ', 1)[-1]}") from None
-        return ssh.where, target_pool, "started"
+        return backup.where, target_pool, "started"

@@ -15,7 +15,7 @@ from ..errors import RebalError, UsageError
 from ..process.command import run
 from ..process.pipeline import pump
 from .policy import parse_snapshot_name
-from .snapview import RemoteView
+from .snapview import SnapView
 from .transport import Ssh, classify_ssh
 
 
@@ -163,7 +163,14 @@ def restore_dataset(job: Replicate, ssh: Ssh, point: RestorePoint, to: str, *, f
 
 def restore_path(job: Replicate, ssh: Ssh, point: RestorePoint, path: str, to: str, *, force: bool = False,
                  dry_run: bool = False, stop: threading.Event | None = None) -> RestoreReport:
-    """One file or directory from a restore point, by rsync over ssh, into the directory ``to``."""
+    """One file or directory from a restore point, by rsync over ssh, into the directory ``to``.
+    ``ssh`` reaches the job's other end; the backup is read on the backup's host, which is this one
+    for a pull job (then rsync copies here)."""
+    from ..zfs.host import ZfsHost
+    from .sides import job_hosts
+
+    backup: ZfsHost = job_hosts(job, ssh)[1]
+    ssh = backup.link  # type: ignore[assignment]  (Here or Ssh: the same calls)
     rel = os.path.normpath(path.lstrip("/"))
     if rel.startswith("..") or rel in (".", ""):
         raise UsageError(f"--path {path!r}: give a path inside the backup, like home/alice/report.odt")
@@ -178,7 +185,7 @@ def restore_path(job: Replicate, ssh: Ssh, point: RestorePoint, path: str, to: s
     if not _has_snapshot(ssh, holder, point.name):
         raise PointNotFound(f"{shown}: not in this restore point (the backup's {holder} has no @{point.name}: "
                             "it came into the job after that point)")
-    with RemoteView(ssh, holder, point.name, f"restore-{job.name}", rep.notes) as view:
+    with SnapView(backup, holder, point.name, f"restore-{job.name}", rep.notes) as view:
         if sub:
             _rsync_back(ssh, os.path.join(view, sub), to, rep, dry_run, stop, shown=shown)
         else:  # the path is a dataset's root: its view has a temporary name
@@ -191,7 +198,7 @@ def restore_path(job: Replicate, ssh: Ssh, point: RestorePoint, path: str, to: s
                              "the job later): left empty")
             continue
         into = os.path.dirname(os.path.join(dest, inner))
-        with RemoteView(ssh, ds, point.name, f"restore-{job.name}", rep.notes) as view:
+        with SnapView(backup, ds, point.name, f"restore-{job.name}", rep.notes) as view:
             sub_rep = RestoreReport("path", point.name, into)
             _rsync_back(ssh, view, into, sub_rep, dry_run, stop, shown=f"{os.path.join(rel, inner)} (@{point.name})",
                         name=os.path.basename(inner))

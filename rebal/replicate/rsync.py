@@ -21,9 +21,10 @@ from ..errors import RebalError
 from ..process.command import run
 from . import local as L
 from .policy import Buckets, is_ours, parse_snapshot_name, retain, snapshot_name
+from ..zfs.host import ZfsHost
 from .select import select
-from .snapview import LocalView, cleanup_views
-from .transport import Ssh, classify_ssh
+from .snapview import SnapView, cleanup_views
+from .transport import Here, Ssh, classify_ssh
 
 PARTIAL_DIR = ".rebal-partial"
 
@@ -105,6 +106,7 @@ class RsyncReplicator:
         self.job, self.ssh = job, ssh
         self.local = local or L.local_backend()
         self._run = runner
+        self.here = ZfsHost(Here(runner))  # the source's host: rsync jobs push
         self.dry_run = dry_run
         self.stop = stop or threading.Event()
         self.progress = progress
@@ -188,17 +190,14 @@ class RsyncReplicator:
         return f
 
     def _mountpoint(self, ds: str) -> str | None:
-        res = self._run(["zfs", "get", "-H", "-o", "value", "mountpoint", ds])
-        mp = res.stdout.strip()
-        return mp if mp.startswith("/") else None
+        return self.here.mountpoint(ds)
 
     def _view(self, ds: str, snap: str):
-        return LocalView(ds, snap, self.job.name, self._run, self.report.notes)
+        return SnapView(self.here, ds, snap, self.job.name, self.report.notes)
 
     def _cleanup_views(self) -> None:
         """Clones left by a run that died (only made where a ZFS has no .zfs directory)."""
-        cleanup_views(lambda argv: self._run(argv, readonly=False, check=False), self.job.source.split("/")[0],
-                      self.job.name)
+        cleanup_views(self.here, self.job.source.split("/")[0], self.job.name)
 
     def _rsync(self, src_dir: str, dest: str, children: list[str]) -> None:
         argv = ["rsync", *self.flags(), *self.ssh.rsync_remote()]

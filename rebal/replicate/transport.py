@@ -245,10 +245,12 @@ class Here:
     local = True
     where = "this host"
 
-    def __init__(self) -> None:
+    def __init__(self, runner=None) -> None:
+        """``runner``: how a command runs here (process.command.run, or a run's counting runner)."""
         self.ep = Endpoint("localhost")
         self.commands = 0
         self.runs = 0
+        self._runner = runner
 
     def argv(self, *parts: list[str]) -> list[str]:
         if len(parts) != 1:
@@ -257,6 +259,11 @@ class Here:
 
     def run(self, *parts: list[str], readonly: bool = True, dry_run: bool = False, check: bool = True,
             timeout: float | None = 300, input: str | None = None) -> Result:
+        if self._runner is not None:
+            extra = {"dry_run": True} if dry_run else {}
+            if input is not None:
+                extra["input"] = input
+            return self._runner(self.argv(*parts), readonly=readonly, check=check, timeout=timeout, **extra)
         return run(self.argv(*parts), readonly=readonly, dry_run=dry_run, check=check, timeout=timeout, input=input)
 
     def rsync_remote(self) -> list[str]:

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from ..config import Replicate
 from ..health import CRITICAL, OK, WARNING, Finding
 from ..process.command import run
+from ..zfs.host import HostError, ZfsHost
 from . import local as L
 from .policy import is_ours
-from .snapview import LocalView, RemoteView
-from ..zfs.host import HostError, ZfsHost
-from .transport import Ssh, classify_ssh
+from .snapview import SnapView
+from .transport import Here, Ssh, classify_ssh
 
 
 @dataclass
@@ -57,8 +57,11 @@ def local_inventory(root: str) -> dict[str, int]:
     return {os.fsdecode(os.path.relpath(p, rb)): st.st_size for p, st in regular_files(rb)}
 
 
-def remote_inventory(ssh: Ssh, root: str) -> dict[str, int]:
-    res = ssh.run(["find", root, "-type", "f", "-printf", "%P\\0%s\\0"], timeout=None)
+def inventory(host: ZfsHost, root: str) -> dict[str, int]:
+    """relative path -> size of every regular file below ``root`` on ``host``."""
+    if host.local:
+        return local_inventory(root)
+    res = host.link.run(["find", root, "-type", "f", "-printf", "%P\\0%s\\0"], timeout=None)
     parts = res.stdout.split("\0")
     return {parts[i]: int(parts[i + 1]) for i in range(0, len(parts) - 1, 2)}
 
@@ -74,16 +77,24 @@ def local_hash(path: str) -> str:
 _HASH = re.compile(r"^\\?([0-9a-f]{64}) ")
 
 
-def remote_hashes(ssh: Ssh, root: str, rels: list[str]) -> list[str | None]:
+def hashes(host: ZfsHost, root: str, rels: list[str]) -> list[str | None]:
+    """sha256 of each file (None: missing or unreadable), read on ``host``."""
     if not rels:
         return []
-    res = ssh.run(["sha256sum", "--", *[os.path.join(root, r) for r in rels]], check=False, timeout=None)
-    lines = [x for x in res.stdout.split("\n") if x]
-    out = []
-    for line in lines:
+    if host.local:
+        out: list[str | None] = []
+        for r in rels:
+            try:
+                out.append(local_hash(os.path.join(root, r)))
+            except OSError:
+                out.append(None)
+        return out
+    res = host.link.run(["sha256sum", "--", *[os.path.join(root, r) for r in rels]], check=False, timeout=None)
+    found: list[str | None] = []
+    for line in (x for x in res.stdout.split("\n") if x):
         m = _HASH.match(line)
-        out.append(m.group(1) if m else None)
-    return out + [None] * (len(rels) - len(out))
+        found.append(m.group(1) if m else None)
+    return found + [None] * (len(rels) - len(found))
 
 
 def choose_sample(inv: dict[str, int], n: int | None, seed: int) -> list[str]:
@@ -93,8 +104,10 @@ def choose_sample(inv: dict[str, int], n: int | None, seed: int) -> list[str]:
     return sorted(random.Random(seed).sample(names, n))
 
 
-def compare(rep: VerifyReport, subject: str, src_root: str, src_inv: dict, ssh: Ssh, dst_root: str, dst_inv: dict,
+def compare(rep: VerifyReport, subject: str, source: ZfsHost, src_root: str, backup: ZfsHost, dst_root: str,
             sample_n: int | None) -> None:
+    """File count, sizes and a sample's hashes of the same point on both hosts."""
+    src_inv, dst_inv = inventory(source, src_root), inventory(backup, dst_root)
     rep.files = (len(src_inv), len(dst_inv))
     rep.bytes = (sum(src_inv.values()), sum(dst_inv.values()))
     if rep.files[0] != rep.files[1] or rep.bytes[0] != rep.bytes[1]:
@@ -105,35 +118,39 @@ def compare(rep: VerifyReport, subject: str, src_root: str, src_inv: dict, ssh: 
                                     + (f"; missing on the backup: {', '.join(missing)}" if missing else "")
                                     + (f"; only on the backup: {', '.join(extra)}" if extra else "")))
     rep.sample = choose_sample(src_inv, sample_n, rep.seed)
-    theirs = remote_hashes(ssh, dst_root, rep.sample)
-    for rel, th in zip(rep.sample, theirs):
-        mine = local_hash(os.path.join(src_root, rel))
-        if th is None:
+    for rel, mine, th in zip(rep.sample, hashes(source, src_root, rep.sample), hashes(backup, dst_root, rep.sample)):
+        if mine is None:
+            rep.findings.append(Finding(CRITICAL, subject, f"{rel}: cannot be read on the source"))
+        elif th is None:
             rep.findings.append(Finding(CRITICAL, subject, f"{rel}: missing or unreadable on the backup"))
         elif th != mine:
             rep.findings.append(Finding(CRITICAL, subject, f"{rel}: content differs on the backup (sha256)"))
 
 
-def verify_zfs(job: Replicate, ssh: Ssh, sample_n: int | None, seed: int, runner=run) -> VerifyReport:
+def verify_zfs(job: Replicate, link: Ssh | Here, sample_n: int | None, seed: int, runner=run) -> VerifyReport:
     """Every dataset the job replicates (the source alone, or for a recursive job each one its rules
     choose), each at the newest snapshot both sides have: the findings of all, the files and bytes
-    summed, the sample named per dataset. Through a gated key (rebal gate) only the snapshots' guids
-    are compared: the gate lets nothing read the backup's files."""
+    summed, the sample named per dataset. ``link`` reaches the job's other end (the backup host of a
+    push job, the file server of a pull job): the two hosts are the job's, whichever end this is.
+    Through a gated key (rebal gate) only the snapshots' guids are compared: the gate lets nothing
+    read the other end's files."""
+    from .sides import job_hosts
     from .zfs_send import Remote
 
+    source, backup = job_hosts(job, link if not link.local else Here(runner))
     rep = VerifyReport(job.name, seed=seed)
-    gated = not getattr(ssh, "local", False) and job.direction == "push" and Remote(ssh).gate_info() is not None
+    gated = not link.local and Remote(link).gate_info() is not None
     rep.gated = gated
-    if job.recursive and job.direction == "push":
+    if job.recursive:
         from .select import select
 
-        datasets = select(job, runner).included
+        datasets = select(job, lambda argv, **kw: source.link.run(argv, **kw)).included
     else:
         datasets = [job.source]
     for ds in datasets:
         one = VerifyReport(job.name, seed=seed)
         tds = job.target + ds[len(job.source):]
-        _verify_dataset(one, job, ssh, ds, tds, sample_n, runner, many=len(datasets) > 1, contents=not gated)
+        _verify_dataset(one, job, source, backup, ds, tds, sample_n, many=len(datasets) > 1, contents=not gated)
         rep.findings += one.findings
         rep.notes += one.notes
         rep.snapshot = rep.snapshot or one.snapshot
@@ -145,14 +162,15 @@ def verify_zfs(job: Replicate, ssh: Ssh, sample_n: int | None, seed: int, runner
     return rep
 
 
-def _verify_dataset(rep: VerifyReport, job: Replicate, ssh: Ssh, ds: str, tds: str, sample_n: int | None,
-                    runner, many: bool, contents: bool = True) -> None:
-    from .zfs_send import Remote
-
+def _verify_dataset(rep: VerifyReport, job: Replicate, source: ZfsHost, backup: ZfsHost, ds: str, tds: str,
+                    sample_n: int | None, many: bool, contents: bool = True) -> None:
     subject = f"job:{job.name}"
     said = f"{ds}: " if many else ""
-    src = L.local_snapshots(ds, runner, bookmarks=True)
-    tgt = Remote(ssh).snapshots(tds)
+    src = source.snapshots(ds, bookmarks=True)
+    if src is None:
+        rep.findings.append(Finding(CRITICAL, subject, f"the source {ds} does not exist on {source.where}"))
+        return
+    tgt = backup.snapshots(tds)
     if tgt is None:
         rep.findings.append(Finding(CRITICAL, subject, f"the target {tds} does not exist on the backup host"))
         return
@@ -171,9 +189,9 @@ def _verify_dataset(rep: VerifyReport, job: Replicate, ssh: Ssh, ds: str, tds: s
     rep.snapshot = base.name
     if not contents:
         rep.findings.append(Finding(WARNING, subject, (
-            f"{said}contents not compared: the backup host's key is gated (rebal gate), which lets nothing read "
-            f"the backup's files; the backup's @{base.name} is the source's by guid. Run `zfs scrub` there, or "
-            "verify from a key that is not gated")))
+            f"{said}contents not compared: the job's key is gated on the other end (rebal gate), which lets nothing "
+            f"read files there; the backup's @{base.name} is the source's by guid. Run `zfs scrub` on the backup "
+            "host, or verify from a key that is not gated")))
         return
     if base.bookmark:
         # the source keeps the point as a bookmark only (retention_source keeps no snapshot): the
@@ -186,7 +204,6 @@ def _verify_dataset(rep: VerifyReport, job: Replicate, ssh: Ssh, ds: str, tds: s
             f"@{base.name} is that point by guid. Set retention_source.last = 1 to verify contents "
             "(that snapshot then pins what a rebalance rewrites)")))
         return
-    backup = ZfsHost(ssh)
     try:
         keystatus = backup.values(tds, ["keystatus"], recursive=False).get(tds, {}).get("keystatus")
     except HostError:  # a zfs without encryption (zfs-fuse) has no such property
@@ -202,9 +219,9 @@ def _verify_dataset(rep: VerifyReport, job: Replicate, ssh: Ssh, ds: str, tds: s
         rep.findings.append(Finding(WARNING, subject, f"the backup dataset {tds} was written to since its last "
                                     f"received snapshot @{newest_tgt.name}: the next incremental will fail. Find who "
                                     "writes there (set readonly=on), then replicate with --force-rollback to undo it"))
-    with LocalView(ds, base.name, f"verify-{job.name}", runner, rep.notes) as sv, \
-            RemoteView(ssh, tds, base.name, f"verify-{job.name}", rep.notes) as tv:
-        compare(rep, subject, sv, local_inventory(sv), ssh, tv, remote_inventory(ssh, tv), sample_n)
+    with SnapView(source, ds, base.name, f"verify-{job.name}", rep.notes) as sv, \
+            SnapView(backup, tds, base.name, f"verify-{job.name}", rep.notes) as tv:
+        compare(rep, subject, source, sv, backup, tv, sample_n)
 
 
 def _modified_since(backup: ZfsHost, ds: str, snap: str, rep: VerifyReport) -> bool:
@@ -236,8 +253,8 @@ def verify_rsync(job: Replicate, ssh: Ssh, sample_n: int | None, seed: int, snap
             return rep
         snapshot = ours[-1]
     rep.snapshot = snapshot
-    with LocalView(job.source, snapshot, f"verify-{job.name}", runner, rep.notes) as sv:
-        compare(rep, subject, sv, local_inventory(sv), ssh, job.target, remote_inventory(ssh, job.target), sample_n)
+    with SnapView(ZfsHost(Here(runner)), job.source, snapshot, f"verify-{job.name}", rep.notes) as sv:
+        compare(rep, subject, ZfsHost(Here(runner)), sv, ZfsHost(ssh), job.target, sample_n)
         # and rsync's own opinion over the sample, by checksum
         if rep.sample:
             files = "\0".join(rep.sample) + "\0"

@@ -11,13 +11,16 @@ Every command line is built here, as an argument list; the link joins it for ssh
 
 from __future__ import annotations
 
+import os
+import tempfile
+import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from .. import names
 from ..errors import RebalError
 from ..process.command import Result
-from .snaps import Snap, parse_guid_txg, tree_from
+from .snaps import Snap, parse_guid_txg, snapshots_from, tree_from
 
 
 class HostError(RebalError):
@@ -207,6 +210,17 @@ class ZfsHost:
             out[prop] = {"value": value, "source": source}
         return out
 
+    def snapshots(self, dataset: str, *, bookmarks: bool = False) -> list[Snap] | None:
+        """The dataset's own snapshots (and with ``bookmarks`` its bookmarks), oldest first; None
+        when the dataset does not exist on this host."""
+        names.dataset(dataset)
+        res = self._zfs("get", "-Hp", "-d", "1", "-o", "name,property,value", "guid,createtxg", dataset)
+        if res.returncode != 0:
+            if "does not exist" in res.stderr:
+                return None
+            raise self._error(res)
+        return snapshots_from(res.stdout, dataset, bookmarks)
+
     def snapshot_info(self, dataset: str) -> dict[str, dict[str, int]] | None:
         """name -> {creation, referenced, used, guid} of the snapshots of one dataset; None when the
         dataset does not exist on this host."""
@@ -224,6 +238,30 @@ class ZfsHost:
             raise self._error(res)
         return dict((line.split("\t") + [""])[:2] for line in res.stdout.splitlines() if line)
 
+    def mountpoint(self, dataset: str) -> str | None:
+        """The dataset's mountpoint property where it is a path ("none", "legacy", "-": None)."""
+        names.dataset(dataset)
+        res = self._zfs("get", "-H", "-o", "value", "mountpoint", dataset)
+        if res.returncode != 0:
+            raise self._error(res)
+        mp = res.stdout.strip()
+        return mp if mp.startswith("/") else None
+
+    def is_dir(self, path: str) -> bool:
+        if self.local:
+            return os.path.isdir(path)
+        return self.link.run(["test", "-d", path], check=False).returncode == 0
+
+    def private_dir(self, prefix: str) -> str:
+        """A new empty directory only root can enter, under /tmp."""
+        if self.local:
+            return tempfile.mkdtemp(prefix=prefix)
+        return self.link.run(["mktemp", "-d", f"/tmp/{prefix}XXXXXXXX"], readonly=False).stdout.strip()
+
+    def remove_dir(self, path: str) -> None:
+        if path:
+            self.link.run(["rmdir", "--", path], readonly=False, check=False)
+
     # -- changing it ----------------------------------------------------------------------------
 
     def set(self, dataset: str, prop: str, value: str) -> None:
@@ -235,6 +273,30 @@ class ZfsHost:
         res = self._zfs("inherit", prop, dataset, readonly=False)
         if res.returncode != 0:
             raise self._error(res)
+
+    def clone(self, snapshot: str, name: str, props: dict[str, str]) -> None:
+        names.snapshot(snapshot)
+        names.dataset(name)
+        opts = [a for k, v in props.items() for a in ("-o", f"{k}={v}")]
+        res = self._zfs("clone", *opts, snapshot, name, readonly=False)
+        if res.returncode != 0:
+            raise self._error(res)
+
+    def destroy_snapshot(self, dataset: str, snap: str) -> None:
+        """Destroy one snapshot (rebal's own: the callers check the name)."""
+        names.snapshot(f"{dataset}@{snap}")
+        res = self._zfs("destroy", f"{dataset}@{snap}", readonly=False)
+        if res.returncode != 0:
+            raise self._error(res)
+
+    def destroy_clone(self, name: str) -> None:
+        """Destroy a clone rebal made (never anything else: the callers name only their own)."""
+        names.dataset(name)
+        for _ in range(50):  # zfs-fuse may call a just-used file system busy for a moment
+            res = self._zfs("destroy", "-f", name, readonly=False)
+            if res.returncode == 0 or "does not exist" in res.stderr:
+                return
+            time.sleep(0.1)
 
     def abort(self, dataset: str) -> None:
         """Forget a partial receive (its resume token)."""

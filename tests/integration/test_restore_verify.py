@@ -13,7 +13,9 @@ from fsenv import manifest
 from test_replicate import cfg_for, fill, mountpoint, pools, snaps  # noqa: F401  (fixtures)
 from zfsenv import sh
 
-from rebal.replicate.snapview import LocalView
+from rebal.replicate.snapview import SnapView
+from rebal.replicate.transport import Here
+from rebal.zfs.host import ZfsHost
 
 pytestmark = pytest.mark.zfs
 KIDS = ("child", "sibling")
@@ -33,7 +35,7 @@ def replicated(pools, backup_host, tmp_path):  # noqa: F811
 
 
 def snapshot_manifest(ds, snap, **kw):
-    with LocalView(ds, snap, "test") as view:
+    with SnapView(ZfsHost(Here()), ds, snap, "test") as view:
         return manifest(view, **kw)
 
 
