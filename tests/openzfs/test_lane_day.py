@@ -20,7 +20,7 @@ from fsenv import manifest
 from lanelib import write_random
 from zfsenv import sh
 
-pytestmark = [pytest.mark.openzfs]
+pytestmark = [pytest.mark.openzfs, pytest.mark.lane_alone]  # installs the .deb, drops pip's rebal, systemd
 
 REPO = Path(__file__).resolve().parents[2]
 LANE = Path("/root/lane")

@@ -174,6 +174,7 @@ def last_ok(job: str) -> dict | None:
 
 
 @pytest.mark.lane_long  # about 6 minutes under TCG: the full lane runs it, CI's quick lane does not
+@pytest.mark.lane_alone  # /etc/rebal, the shipped units, the lane's disks vdf-vdh
 def test_four_jobs_from_the_timer_three_rounds(server):
     src, dst, usb = server
     cfg = ETC / "config.toml"

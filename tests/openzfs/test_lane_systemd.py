@@ -15,7 +15,7 @@ from conftest import rebal_json
 from lanelib import restore_etc, write_random
 from zfsenv import sh
 
-pytestmark = [pytest.mark.openzfs, pytest.mark.lane_long]
+pytestmark = [pytest.mark.openzfs, pytest.mark.lane_long, pytest.mark.lane_alone]
 
 REPO = Path(__file__).resolve().parents[2]
 ETC = Path("/etc/rebal")

@@ -146,6 +146,7 @@ def test_sigkill_mid_run_resumes_every_partial_receive(make_pool, backup_host, t
         same(ds, f"{dst.name}/big/{ds.rsplit('/', 1)[1]}")
 
 
+@pytest.mark.lane_alone  # sets zfs_txg_timeout, which every pool in the guest shares
 def test_a_write_not_yet_synced_is_not_taken_for_unchanged(make_pool, backup_host, tmp_path):
     """`written@` counts only synced transaction groups: a file written just before a run is dirty in
     memory, the property says 0. With the txg held open for two minutes, a run right after the write

@@ -88,3 +88,33 @@ def test_a_hung_lane_test_fails_alone_with_where_it_hung(tmp_path):
     assert "start test_hang.py::test_hangs (limit 1 s)" in text
     assert "in test_hangs" in text  # faulthandler's stack of the hung test
     assert "end test_hang.py::test_next" in text
+
+
+def test_the_guest_tests_split_into_two_streams_of_about_equal_time():
+    from lane import nodeids
+    from parallel import durations_from_progress, split
+
+    listed = ("tests/a.py::t1\ntests/a.py::t2\ntests/b.py::t\ntests/c.py::t[x]\ntests/d.py::t\n\n"
+              "5 tests collected in 0.3s\n")
+    ids = nodeids(listed)
+    assert ids == ["tests/a.py::t1", "tests/a.py::t2", "tests/b.py::t", "tests/c.py::t[x]", "tests/d.py::t"]
+    took = durations_from_progress("start tests/a.py::t1 (limit 900 s)\nend tests/a.py::t1 300 s\n"
+                                   "end tests/a.py::t2 10 s\nend tests/b.py::t 200 s\nend tests/c.py::t[x] 90 s\n"
+                                   "noise\nend tests/d.py::t 20 s\n")
+    assert took["tests/a.py::t1"] == 300 and took["tests/c.py::t[x]"] == 90
+    a, b = split(ids, took)
+    assert a == ["tests/a.py"] and b == ["tests/b.py", "tests/c.py", "tests/d.py"]  # 310 s against 310 s
+    # unknown durations: by test count; one stream: every file
+    assert sorted(split(ids, {})[0] + split(ids, {})[1]) == ["tests/a.py", "tests/b.py", "tests/c.py", "tests/d.py"]
+    assert split(ids, took, 1) == [["tests/a.py", "tests/b.py", "tests/c.py", "tests/d.py"]]
+
+
+def test_two_streams_are_passed_on_labelled_and_a_hung_one_stops_both(capfd):
+    from parallel import run_streams
+
+    codes, outs = run_streams([["sh", "-c", "echo one"], ["sh", "-c", "echo two; exit 1"]], ["a", "b"], 60)
+    assert codes == [0, 1] and outs == ["one\n", "two\n"]
+    shown = capfd.readouterr().out
+    assert "[a] one\n" in shown and "[b] two\n" in shown
+    codes, outs = run_streams([["sh", "-c", "echo x"], ["sh", "-c", "exec sleep 120"]], ["a", "b"], 1)
+    assert codes == [None, None] and outs[0] == "x\n"

@@ -23,7 +23,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 sys.path.insert(0, str(HERE))
-from guest import Guest, GuestError, image_dir  # noqa: E402
+from guest import CACHE, Guest, GuestError, image_dir  # noqa: E402
+from parallel import durations_from_progress, load_durations, run_streams, save_durations, split  # noqa: E402
+
+DURATIONS = CACHE / "durations.json"  # each guest test's last duration on this machine: how the streams split
 
 SUMMARY = re.compile(r"(\d+) (passed|failed|error|errors|skipped|xfailed|xpassed)")
 
@@ -51,6 +54,11 @@ def collected(text: str) -> int:
     if NOTHING.search(text) or "deselected" in text:
         return 0
     raise ValueError(f"no collection line in pytest's output: {text.strip()[-300:]!r}")
+
+
+def nodeids(text: str) -> list[str]:
+    """The test ids `pytest --collect-only -q` lists, one a line, before its closing line."""
+    return [ln.strip() for ln in text.splitlines() if "::" in ln and not ln.startswith((" ", "="))]
 
 
 def verdict(code: int, got: dict[str, int], held: int | None, narrowed: bool) -> tuple[int, str]:
@@ -170,27 +178,57 @@ def run_guest_tests(args, work: Path) -> tuple[int, dict]:
             g.ssh(args.guest_prep, check=False)
         marks = ("(openzfs or lane) and not openzfs_vm and not lane_long" if args.quick
                  else "(openzfs or lane) and not openzfs_vm")
-        # CI=true: a fixture that cannot find what it needs (sshd, rsync, a ZFS feature) fails
-        # instead of skipping, as it does in CI's suite
-        head = ["cd /root/lane/src &&", "CI=true REBAL_LANE=openzfs", "python3 -m pytest -p no:cacheprovider",
-                "-m", shlex.quote(marks)]
-        if args.k:
-            head += ["-k", shlex.quote(args.k)]
-        held = collected(g.ssh(" ".join(head + ["--collect-only", "-q", "tests", "2>&1"]), check=False).stdout)
-        print(f"lane: the guest set holds {held} tests", flush=True)
-        pytest = head + ["-v", "--basetemp=/var/tmp/lane-pytest", "-o addopts='-ra'", "--durations=40", "tests"]
+
+        def pytest(select: str, *rest: str) -> str:
+            # CI=true: a fixture that cannot find what it needs (sshd, rsync, a ZFS feature) fails
+            # instead of skipping, as it does in CI's suite
+            head = ["cd /root/lane/src &&", "CI=true REBAL_LANE=openzfs", "python3 -m pytest -p no:cacheprovider",
+                    "-m", shlex.quote(select)]
+            return " ".join(head + (["-k", shlex.quote(args.k)] if args.k else []) + list(rest))
+
+        listed = g.ssh(pytest(marks, "--collect-only", "-q", "tests", "2>&1"), check=False).stdout
+        held = collected(listed)
+        alone = set(nodeids(g.ssh(pytest(f"({marks}) and lane_alone", "--collect-only", "-q", "tests", "2>&1"),
+                                  check=False).stdout))
+        together = [n for n in nodeids(listed) if n not in alone]
+        print(f"lane: the guest set holds {held} tests ({len(alone)} run alone)", flush=True)
         g.ssh("rm -f /var/tmp/lane-progress.log", check=False)
-        code, out = streamed(g._ssh_argv(" ".join(pytest) + " 2>&1"), args.timeout)
-        if code is None:  # the whole run outlived its limit: say where the guest stood
+        durations = load_durations(DURATIONS)
+        groups = [grp for grp in split(together, durations, 1 if args.serial else 2) if grp]
+        deadline = time.monotonic() + args.timeout
+        outs, codes = [], []
+        if groups:
+            print(f"lane: {len(groups)} streams at once: " + "; ".join(" ".join(grp) for grp in groups), flush=True)
+            argvs = [g._ssh_argv(pytest(f"({marks}) and not lane_alone", "-v", f"--basetemp=/var/tmp/lane-pytest-{i}",
+                                        "-o addopts='-ra'", "--durations=20", *grp, "2>&1"))
+                     for i, grp in enumerate(groups)]
+            got_codes, got_outs = run_streams(argvs, [chr(97 + i) for i in range(len(groups))],
+                                              max(60.0, deadline - time.monotonic()))
+            codes += got_codes
+            outs += got_outs
+        if alone and None not in codes:
+            code, out = streamed(g._ssh_argv(pytest(f"({marks}) and lane_alone", "-v", "--basetemp=/var/tmp/lane-pytest-z",
+                                                    "-o addopts='-ra'", "--durations=20", "tests", "2>&1")),
+                                 max(60.0, deadline - time.monotonic()))
+            codes.append(code)
+            outs.append(out)
+        progress = g.ssh("cat /var/tmp/lane-progress.log", check=False, timeout=60).stdout
+        if None in codes:  # the run outlived its limit: say where the guest stood
             print(f"lane: the guest's pytest outlived {args.timeout} s: stopped; where it stood:", flush=True)
-            print(g.ssh("tail -n 80 /var/tmp/lane-progress.log; ps -eo pid,etimes,stat,args --forest "
-                        "| grep -v -e ' \\[' | tail -n 40", check=False, timeout=60).stdout, flush=True)
-            code = 124
+            print("\n".join(progress.splitlines()[-80:]), flush=True)
+            print(g.ssh("ps -eo pid,etimes,stat,args --forest | grep -v -e ' \\[' | tail -n 40", check=False,
+                        timeout=60).stdout, flush=True)
+        else:
+            save_durations(DURATIONS, durations_from_progress(progress))
         figures = g.ssh("cat /var/tmp/lane-figures.jsonl", check=False).stdout  # the tests' measured figures
         for line in figures.splitlines():
             print(f"lane figure: {line}", flush=True)
         print(f"lane: guest tests took {time.monotonic() - t0:.0f} s", flush=True)
-        got = counts(out)
+        got: dict[str, int] = {}
+        for out in outs:
+            for k, v in counts(out).items():
+                got[k] = got.get(k, 0) + v
+        code = 124 if None in codes else max((c for c in codes if c != 5), default=5)
         rc, why = verdict(code, got, held, bool(args.k))
         print(f"lane: guest tests: {why}", flush=True)
         if args.bench and not args.k:
@@ -209,7 +247,7 @@ def run_bench(args, g: Guest) -> int:
     rc = 0
     # the guest tests' leftovers (pytest keeps its temporary directories) would leave the bench's
     # sparse vdevs too little room on the guest's root: seen, the bench's pool was suspended
-    g.ssh("rm -rf /var/tmp/lane-pytest /var/tmp/rebal-rwbench*", check=False, timeout=600)
+    g.ssh("rm -rf /var/tmp/lane-pytest* /var/tmp/rebal-rwbench*", check=False, timeout=600)
     benches = {"rewrite": (f"bench/openzfs_rewrite.py --files {args.bench_files}", 7200),
                "tree": (f"bench/replicate_tree.py --sizes {shlex.quote(args.tree_sizes)} "
                         f"--depths {shlex.quote(args.tree_depths)} --tools {shlex.quote(args.tree_tools)}", 14400)}
@@ -269,6 +307,8 @@ def main() -> int:
     ap.add_argument("--guest-prep", metavar="CMD",
                     help="a shell line run in the guest before its tests (e.g. to show that a lane without "
                          "sshd fails: --guest-prep 'rm /usr/sbin/sshd')")
+    ap.add_argument("--serial", action="store_true",
+                    help="one stream of guest tests instead of two at once (then those marked lane_alone)")
     ap.add_argument("--quick", action="store_true",
                     help="leave out the tests marked lane_long (CI's lane: about 10 minutes instead of 30)")
     args = ap.parse_args()
