@@ -99,3 +99,51 @@ def test_only_the_process_layer_starts_processes():
 
 def test_no_module_is_over_500_lines():
     assert [(n, c) for n, p in modules().items() if (c := len(p.read_text().splitlines())) > 500] == []
+
+
+# the gate is an ssh forced command: its stdout and stderr are the channel to the job on the other
+# end (its answers, its one-line refusals), written where it runs the command it allowed
+SPEAKS = {"rebal/replicate/gate_serve.py", "rebal/process/pipeline.py"}
+# modules below rebal/zfs that still build zfs/zpool/zdb command lines (issue 46: the host model
+# takes them over; this list may only shrink): gate.py and gate_serve.py read and run what arrives
+BUILDS_ZFS = {
+    "rebal/cli/complete.py", "rebal/jobs.py", "rebal/oldblocks.py",
+    "rebal/readspeed.py", "rebal/refresh.py", "rebal/replicate/capabilities.py",
+    "rebal/replicate/gate.py", "rebal/replicate/gate_serve.py", "rebal/replicate/local.py",
+    "rebal/replicate/prune.py", "rebal/replicate/remote.py", "rebal/replicate/rsync.py", "rebal/replicate/select.py",
+    "rebal/replicate/targets.py", "rebal/replicate/unchanged.py", "rebal/replicate/zfs_send.py", "rebal/where.py",
+}
+
+
+def _calls(path: Path) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Name) and f.id == "print":
+                out.append("print")
+            elif isinstance(f, ast.Attribute) and f.attr in ("write", "echo") and ast.unparse(f.value) in (
+                    "sys.stdout", "sys.stderr", "typer"):
+                out.append(ast.unparse(f))
+    return out
+
+
+def test_nothing_below_the_cli_prints():
+    said = {str(p.relative_to(ROOT.parent)): _calls(p) for p in ROOT.rglob("*.py")
+            if p.relative_to(ROOT).parts[0] not in ("cli", "__main__.py")}
+    assert {p for p, c in said.items() if c} <= SPEAKS, {p: c for p, c in said.items() if c and p not in SPEAKS}
+
+
+def test_zfs_command_lines_are_built_in_fewer_places():
+    """A list literal that starts with "zfs", "zpool" or "zdb" is a command line being built."""
+    found = set()
+    for p in ROOT.rglob("*.py"):
+        rel = str(p.relative_to(ROOT.parent))
+        if rel.startswith("rebal/zfs/"):
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if (isinstance(node, ast.List) and node.elts and isinstance(node.elts[0], ast.Constant)
+                    and node.elts[0].value in ("zfs", "zpool", "zdb")):
+                found.add(rel)
+    assert found <= BUILDS_ZFS, sorted(found - BUILDS_ZFS)
+    assert BUILDS_ZFS - found == set(), f"no longer builds any: take it off the list {sorted(BUILDS_ZFS - found)}"
