@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -44,18 +45,40 @@ def unit_settings(unit: Path) -> list[tuple[str, str]]:
     return out
 
 
-def confined(argv: list[str], rw: list[str], ok=(0,), refusals=False) -> subprocess.CompletedProcess:
-    """``argv`` in a transient service with the shipped unit's confinement; no traceback, and no
-    "Operation not permitted" (a refusal by the confinement) unless ``refusals``."""
-    cmd = ["systemd-run", "--wait", "--pipe", "--collect", "--quiet", "--service-type=exec"]
-    for k, v in unit_settings(UNIT) + [("ReadWritePaths", p) for p in rw]:
-        cmd += ["-p", f"{k}={v}"]
-    r = subprocess.run(cmd + argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900)
-    assert r.returncode in ok, f"{argv}: exit {r.returncode}\n{r.stderr[-3000:]}\n{r.stdout[-2000:]}"
-    for out in (r.stdout, r.stderr):
-        assert "Traceback" not in out, f"{argv}:\n{out[-3000:]}"
-        assert refusals or "Operation not permitted" not in out, f"{argv}:\n{out[-3000:]}"
-    return r
+class Confined:
+    """A oneshot unit with the shipped unit's [Service] settings (plus the ReadWritePaths `rebal
+    units` would add) whose ExecStart runs one command line at a time: `systemctl start` waits for
+    it, `systemctl show` gives its exit status, its output goes to files."""
+
+    def __init__(self, base: Path, rw: list[str]) -> None:
+        self.base = base
+        self.name = f"rebal-confined-{os.getpid()}.service"
+        self.unit = Path("/run/systemd/system") / self.name
+        lines = ["[Service]", "Type=oneshot", f"ExecStart=/bin/sh {base / 'cmd.sh'}",
+                 f"StandardOutput=truncate:{base / 'out.txt'}", f"StandardError=truncate:{base / 'err.txt'}"]
+        lines += [f"{k}={v}" for k, v in unit_settings(UNIT)] + [f"ReadWritePaths={p}" for p in rw]
+        self.unit.write_text("\n".join(lines) + "\n")
+        sh("systemctl", "daemon-reload")
+
+    def __call__(self, argv: list[str], ok=(0,), refusals=False) -> subprocess.CompletedProcess:
+        """``argv`` under the confinement; no traceback, and no "Operation not permitted" (a refusal
+        by the confinement) unless ``refusals``."""
+        (self.base / "cmd.sh").write_text("exec " + " ".join(shlex.quote(a) for a in argv) + "\n")
+        subprocess.run(["systemctl", "start", self.name], capture_output=True, timeout=900)
+        code = int(sh("systemctl", "show", "-p", "ExecMainStatus", "--value", self.name).stdout.strip() or -1)
+        subprocess.run(["systemctl", "reset-failed", self.name], capture_output=True)
+        r = subprocess.CompletedProcess(argv, code, (self.base / "out.txt").read_text(),
+                                        (self.base / "err.txt").read_text())
+        assert r.returncode in ok, f"{argv}: exit {r.returncode}\n{r.stderr[-3000:]}\n{r.stdout[-2000:]}"
+        for out in (r.stdout, r.stderr):
+            assert "Traceback" not in out, f"{argv}:\n{out[-3000:]}"
+            assert refusals or "Operation not permitted" not in out, f"{argv}:\n{out[-3000:]}"
+        return r
+
+    def close(self) -> None:
+        self.unit.unlink(missing_ok=True)
+        sh("systemctl", "daemon-reload", check=False)
+        subprocess.run(["systemctl", "reset-failed", self.name], capture_output=True)
 
 
 @pytest.fixture
@@ -158,50 +181,51 @@ def test_every_job_kind_works_confined(site, backup_host):
         + f'[[replicate]]\nname = "local"\nsource = "{src.name}/data"\ntarget = "{dst.name}/b/local"\n'
         + job("rs", mode="rsync", source=f"{src.name}/data", target=str(rsync_dir)))
     rebal = [shutil.which("rebal") or "/usr/local/bin/rebal", "--config", str(cfg)]
-    rw = [str(base / "state"), str(src.mountpoint)]
+    out = base / "restored"
+    out.mkdir()
+    confined = Confined(base, [str(base / "state"), str(src.mountpoint), str(out)])
     try:
         # the confinement is real: the bounding set is the unit's, no disk can be written
-        status = confined(["cat", "/proc/self/status"], rw).stdout
+        status = confined(["cat", "/proc/self/status"]).stdout
         capbnd = int(re.search(r"^CapBnd:\s*([0-9a-f]+)", status, re.M).group(1), 16)
         assert capbnd == sum(1 << b for b in CAPS.values()), hex(capbnd)
         # DeviceAllow: a disk opens for reading, not for writing (count=0: nothing would be written)
         dev = confined(["sh", "-c", "dd if=/dev/vdb of=/dev/null count=1 2>&1; echo rc=$?; "
-                        "dd if=/dev/zero of=/dev/vdb count=0 2>&1; echo rc=$?"], rw, refusals=True).stdout
+                        "dd if=/dev/zero of=/dev/vdb count=0 2>&1; echo rc=$?"], refusals=True).stdout
         assert dev.count("rc=0") == 1 and "Operation not permitted" in dev, dev
 
-        st = json.loads(confined(rebal + ["status", src.name, "--json"], rw).stdout)
+        st = json.loads(confined(rebal + ["status", src.name, "--json"]).stdout)
         assert st, st
-        confined(rebal + ["health", "--json"], rw, ok=(0, 1))
-        confined(rebal + ["scrub", src.name], rw)
+        confined(rebal + ["health", "--json"], ok=(0, 1))
+        confined(rebal + ["scrub", src.name])
 
         rb = json.loads(confined(rebal + ["rebalance", f"{src.name}/data", "--method", "copy", "--all", "--json"],
-                                 rw).stdout.splitlines()[-1])
+                                 ).stdout.splitlines()[-1])
         assert rb["outcome"] == "ok" and rb["files"] > 0, rb
         assert left.exists(), "the leftover copy another process holds open was removed"
         holder.communicate(b"\n")
         rb2 = json.loads(confined(rebal + ["rebalance", f"{src.name}/data", "--method", "rewrite", "--all",
-                                           "--json"], rw).stdout.splitlines()[-1])
+                                           "--json"]).stdout.splitlines()[-1])
         assert rb2["outcome"] == "ok" and rb2["files"] > 0, rb2
         assert not left.exists(), "the leftover copy nothing holds open was kept"
-        rf = confined(rebal + ["refresh", str(src.mountpoint / "docs"), "--json"], rw)
+        rf = confined(rebal + ["refresh", str(src.mountpoint / "docs"), "--json"])
         assert json.loads(rf.stdout.splitlines()[-1])["outcome"] == "ok", rf.stdout[-2000:]
 
         for name in ("push", "pull", "local", "rs"):
-            r = json.loads(confined(rebal + ["replicate", name, "--json"], rw).stdout)
+            r = json.loads(confined(rebal + ["replicate", name, "--json"]).stdout)
             assert r["outcome"] == "ok", (name, r)
         assert (rsync_dir / "f3.bin").read_bytes() == (data / "f3.bin").read_bytes()
-        confined(rebal + ["verify", "push"], rw)
-        out = base / "restored"
-        out.mkdir()
-        confined(rebal + ["restore", "push", "--path", "f3.bin", "--to", str(out)], rw + [str(out)])
+        confined(rebal + ["verify", "push"])
+        confined(rebal + ["restore", "push", "--path", "f3.bin", "--to", str(out)])
         assert (out / "f3.bin").read_bytes() == (data / "f3.bin").read_bytes()
-        assert f'rebal_pool_spread_points{{pool="{src.name}"}}' in confined(rebal + ["metrics"], rw).stdout
-        confined(rebal + ["run", "metrics"], rw)
+        assert f'rebal_pool_spread_points{{pool="{src.name}"}}' in confined(rebal + ["metrics"]).stdout
+        confined(rebal + ["run", "metrics"])
         assert (base / "state" / "rebal.prom").exists()
-        n = json.loads(confined(rebal + ["notify", "--test", "--json"], rw).stdout)
+        n = json.loads(confined(rebal + ["notify", "--test", "--json"]).stdout)
         assert n["ok"] and n["channels"] == {"email": "ok", "webhook": "ok"}, n
         assert len(got_mail) == 1 and len(posts) == 1
     finally:
+        confined.close()
         if holder.poll() is None:
             holder.kill()
             holder.wait()

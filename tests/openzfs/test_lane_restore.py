@@ -48,7 +48,7 @@ def test_a_cut_restore_resumes_from_its_token(make_pool, backup_host, tmp_path):
     os.killpg(p.pid, signal.SIGKILL)
     p.wait()
     deadline = time.monotonic() + 60
-    while "zfs receive" in subprocess.run(["pgrep", "-af", "zfs receive"], capture_output=True, text=True).stdout:
+    while to in subprocess.run(["pgrep", "-af", "zfs receive"], capture_output=True, text=True).stdout:  # this one's
         assert time.monotonic() < deadline, "a receive still runs after the kill"
         time.sleep(0.5)
     token = sh("zfs", "get", "-H", "-o", "value", "receive_resume_token", to).stdout.strip()
