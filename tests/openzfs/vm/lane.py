@@ -209,8 +209,9 @@ def run_guest_tests(args, work: Path) -> tuple[int, dict]:
         if alone and None not in codes:
             # the streams' temporary directories (their pools are gone; pytest keeps the files) would
             # leave the guest's root too little room: seen, pytest could not make a test's directory
-            g.ssh("rm -rf /var/tmp/lane-pytest-[0-9]*; df -h --output=avail,pcent /var/tmp | tail -1 "
-                  "| sed 's/^/lane: the guest has free for the tests run alone: /'", check=False, timeout=600)
+            print(g.ssh("rm -rf /var/tmp/lane-pytest-[0-9]*; df -h --output=avail,pcent /var/tmp | tail -1 "
+                        "| sed 's/^/lane: free on the guest for the tests run alone: /'", check=False,
+                        timeout=600).stdout, end="", flush=True)
             code, out = streamed(g._ssh_argv(pytest(f"({marks}) and lane_alone", "-v", "--basetemp=/var/tmp/lane-pytest-z",
                                                     "-o addopts='-ra'", "--durations=20", "tests", "2>&1")),
                                  max(60.0, deadline - time.monotonic()))
