@@ -176,8 +176,9 @@ def test_every_job_kind_works_confined(site, backup_host):
         f'from = "rebal@test"\nto = ["admin@test"]\n'
         f'[notify.webhook]\nurl = "http://127.0.0.1:{web.server_address[1]}/hook"\n'
         + job("push", source=f"{src.name}/data", target=f"{dst.name}/b/push")
-        + job("pull", direction="pull", source_host=backup_host.host, source_port=backup_host.port,
-              source=f"{src.name}/data", target=f"{dst.name}/b/pull")
+        + f'[[replicate]]\nname = "pull"\ndirection = "pull"\nsource_host = "{backup_host.host}"\n'
+          f'source_port = {backup_host.port}\nidentity_file = "{etc / "id"}"\nknown_hosts = "{etc / "known_hosts"}"\n'
+          f'source = "{src.name}/data"\ntarget = "{dst.name}/b/pull"\n'
         + f'[[replicate]]\nname = "local"\nsource = "{src.name}/data"\ntarget = "{dst.name}/b/local"\n'
         + job("rs", mode="rsync", source=f"{src.name}/data", target=str(rsync_dir)))
     rebal = [shutil.which("rebal") or "/usr/local/bin/rebal", "--config", str(cfg)]
