@@ -90,6 +90,17 @@ def gate_line(j: Replicate, public: str, rebal_path: str) -> tuple[str, str]:
     return f'command="{cmd}",restrict {public}', where
 
 
+def allow_hint(j: Replicate, line: str) -> str | None:
+    """For a gated key that logs in as another user than root: how to get the `zfs allow` line that
+    user needs there (the gate on that host asks its own zfs which permissions exist)."""
+    user = j.source_user if j.direction == "pull" else j.target_user
+    if user == "root" or not line.startswith("command="):
+        return None
+    gated = line.split('"', 2)[1]  # the gate's command line, as authorized_keys holds it
+    return (f"{user} is not root there: `{gated} --allow-for {user}`, run there as root, prints the zfs allow "
+            "line it needs, the least that host's OpenZFS can express (receive:append from 2.3.2)")
+
+
 def install(j: Replicate, line: str, *, login_identity: str | None, authorized_keys: str) -> bool:
     """Append ``line`` to the other host's authorized_keys over the admin's own ssh login (their
     key or password, checked against the job's pinned known_hosts). False when it was there already."""
@@ -162,6 +173,9 @@ def pair(j: Replicate, *, pin: str | None, do_install: bool, login_identity: str
                 raise CannotWrite.of("the known_hosts file", j.known_hosts, e) from None
             out.pinned = out.pinned_now = True
     out.line, out.where = gate_line(j, out.public, rebal_path)
+    hint = allow_hint(j, out.line)
+    if hint:
+        out.notes.append(hint)
     if do_install:
         if not out.pinned:
             raise RebalError(f"{host}: its host key is not pinned yet: give --pin with the fingerprint you checked",
