@@ -47,7 +47,7 @@ def open_paths() -> set[tuple[int, int]] | None:
 def in_use(path: bytes) -> bool | None:
     """Whether some process has the file open, asked of the kernel: a write lease is granted only on
     a file nobody else has open (fcntl(2)), and needs no look into other processes (the units run
-    without CAP_SYS_PTRACE). None where leases cannot tell (no lease support, as on FUSE)."""
+    without CAP_SYS_PTRACE). None where leases cannot tell (a file system without them; zfs-fuse has them)."""
     from .copier import F_SETLEASE, sigio_harmless
 
     if not sigio_harmless():
