@@ -178,3 +178,17 @@ def backup_host(tmp_path_factory, zfs_ready):
     host = start_sshd(tmp_path_factory.mktemp("sshd"))
     yield host
     host.stop()
+
+
+@pytest.fixture
+def own_sshd(tmp_path, zfs_ready):
+    """An sshd of this test's own on loopback: its authorized_keys may be rewritten (a gated key, a
+    key that logs what it is sent), which the session's backup_host must not be."""
+    from sshenv import sshd_problem, start_sshd
+
+    problem = sshd_problem()
+    if problem:
+        pytest.fail(problem)
+    host = start_sshd(tmp_path / "sshd")
+    yield host
+    host.stop()

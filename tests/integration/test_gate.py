@@ -10,7 +10,7 @@ import pytest
 from conftest import rebal, rebal_json
 from fsenv import manifest
 from replscenarios import backup_root, fill, mountpoint, snaps
-from sshenv import gate_key, ssh_as_job, sshd_problem, start_sshd
+from sshenv import gate_key, ssh_as_job
 from zfsenv import sh
 
 # the lane runs them on OpenZFS (bookmarks, receive -u, -x); CI runs them on zfs-fuse, and its quick
@@ -21,13 +21,8 @@ ZERO = {"last": 1, "hourly": 0, "daily": 0, "weekly": 0, "monthly": 0}
 
 
 @pytest.fixture
-def gated(tmp_path, zfs_ready):
-    problem = sshd_problem()
-    if problem:
-        pytest.fail(problem)
-    host = start_sshd(tmp_path / "sshd")
-    yield host
-    host.stop()
+def gated(own_sshd):
+    return own_sshd
 
 
 @pytest.fixture

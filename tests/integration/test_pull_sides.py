@@ -9,20 +9,15 @@ import os
 import pytest
 from conftest import rebal, rebal_json
 from replscenarios import fill, mountpoint
-from sshenv import logged_key, sshd_problem, start_sshd
+from sshenv import logged_key
 from zfsenv import sh
 
 pytestmark = [pytest.mark.zfs]
 
 
 @pytest.fixture
-def file_server(tmp_path, zfs_ready):
-    problem = sshd_problem()
-    if problem:
-        pytest.fail(problem)
-    host = start_sshd(tmp_path / "sshd")
-    yield host
-    host.stop()
+def file_server(own_sshd):
+    return own_sshd
 
 
 def test_verify_restore_and_scrub_of_a_pull_job_use_the_right_hosts(make_pool, file_server, tmp_path):
