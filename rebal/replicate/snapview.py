@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 
-from ..zfs.host import ZfsHost
+from ..zfs.host import HostError, ZfsHost
 
 VIEW_PREFIX = "rebal-view-"
 _n = itertools.count()
@@ -32,7 +32,11 @@ class SnapView:
         pool = self.ds.split("/")[0]
         self.dir = self.host.private_dir("rebal-view-")
         self.clone = f"{pool}/{VIEW_PREFIX}{self.label}-{os.getpid()}-{next(_n)}"
-        self.host.clone(f"{self.ds}@{self.snap}", self.clone, {"mountpoint": self.dir, "readonly": "on"})
+        try:
+            self.host.clone(f"{self.ds}@{self.snap}", self.clone, {"mountpoint": self.dir, "readonly": "on"})
+        except BaseException:  # no clone, no view: the private directory goes too (__exit__ is not called)
+            self.host.remove_dir(self.dir)
+            raise
         note = (f"no .zfs/snapshot {'here' if self.host.local else 'on ' + self.host.where}: a read-only clone "
                 "of the snapshot was read")
         if note not in self.notes:
@@ -47,6 +51,10 @@ class SnapView:
 
 def cleanup_views(host: ZfsHost, pool: str, label: str) -> None:
     """Remove clones left by a run of ``label`` that died."""
-    for name in host.filesystems(pool):
+    try:
+        listed = host.filesystems(pool)
+    except HostError:  # a tidy-up: the run itself says what is wrong with the pool
+        return
+    for name in listed:
         if name.startswith(f"{pool}/{VIEW_PREFIX}{label}-"):
             host.destroy_clone(name)
