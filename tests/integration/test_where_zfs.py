@@ -40,6 +40,7 @@ def vdev_paths(pool: str) -> dict[int, str]:
     return ids
 
 
+@pytest.mark.lane_long  # CI's quick lane leaves it to the full lane (CI's time: the quick set is about 16 min here)
 def test_where_agrees_with_zdb_and_sees_the_rebalance_spread_blocks(make_pool, tmp_path):
     pool = make_pool([[], []], size="128M")
     sh("zfs", "create", f"{pool.name}/data")
@@ -75,6 +76,7 @@ def test_where_agrees_with_zdb_and_sees_the_rebalance_spread_blocks(make_pool, t
     assert sum(v["share"] for v in after["vdevs"] if v["name"] in new) > 0.3, after["vdevs"]
 
 
+@pytest.mark.lane_long  # CI's quick lane leaves it to the full lane (CI's time: the quick set is about 16 min here)
 def test_where_errors_are_clear(make_pool, tmp_path):
     cfg = write_cfg(tmp_path)
     r = rebal("where", "/nonexistent/x", config=cfg, check=False)

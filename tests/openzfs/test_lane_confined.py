@@ -106,6 +106,7 @@ def site(backup_host, zfs_ready):
         shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.mark.lane_long  # CI's quick lane leaves it to the full lane (CI's time: the quick set is about 16 min here)
 def test_every_job_kind_works_confined(site, backup_host):
     base, src, dst, etc = site
     sh("zfs", "create", f"{src.name}/data")

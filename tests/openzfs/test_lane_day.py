@@ -101,6 +101,7 @@ def day(backup_host, zfs_ready, request):
     return src, dst, debs[-1]
 
 
+@pytest.mark.lane_long  # CI's quick lane leaves it to the full lane (CI's time: the quick set is about 16 min here)
 def test_a_day_in_the_life(day, backup_host):
     src, dst, deb = day
     data = Path(f"/srv/{src}/data")

@@ -13,6 +13,7 @@ pytestmark = pytest.mark.openzfs
 FIGURES = os.environ.get("REBAL_LANE_FIGURES", "/var/tmp/lane-figures.jsonl")
 
 
+@pytest.mark.lane_long  # CI's quick lane leaves it to the full lane (CI's time: the quick set is about 16 min here)
 def test_reads_fall_on_the_old_vdevs_then_on_all(make_pool, tmp_path):
     got = read_spread_scenario(make_pool, tmp_path, "512M", files=8, mib=16, rebalance_args=["--all"])
     assert not any("zfs-fuse" in n for n in got["after"]["notes"])

@@ -43,6 +43,7 @@ def test_auto_uses_zfs_rewrite_P_keeps_inodes_and_stops_under_target(make_pool, 
     assert pool_prop(pool.name, "feature@physical_rewrite") == "active"
 
 
+@pytest.mark.lane_long  # CI's quick lane leaves it to the full lane (CI's time: the quick set is about 16 min here)
 def test_a_sigterm_ends_the_zfs_rewrite_processes_and_the_next_run_finishes(make_pool, tmp_path):
     """Real `zfs rewrite -v` processes (two lanes of 6,000 files): SIGTERM to rebal ends them mid-part
     (sent at the first "progress" event, told as they name their first files: measured, 117 of

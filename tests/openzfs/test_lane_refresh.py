@@ -13,6 +13,7 @@ pytestmark = pytest.mark.openzfs
 FIGURES = os.environ.get("REBAL_LANE_FIGURES", "/var/tmp/lane-figures.jsonl")
 
 
+@pytest.mark.lane_long  # CI's quick lane leaves it to the full lane (CI's time: the quick set is about 16 min here)
 def test_compression_off_to_zstd_in_place(make_pool, tmp_path):
     pool = make_pool([[]], size="1G", ashift=12)
     out = compression_scenario(pool, tmp_path, "zstd", mib=24)
@@ -23,6 +24,7 @@ def test_compression_off_to_zstd_in_place(make_pool, tmp_path):
                             "saved": out["saved"], "usage": out["run"]["usage"]}) + "\n")
 
 
+@pytest.mark.lane_long  # CI's quick lane leaves it to the full lane (CI's time: the quick set is about 16 min here)
 def test_recordsize_128k_to_1m_by_copy(make_pool, tmp_path):
     pool = make_pool([[]], size="1G")
     recordsize_scenario(pool, tmp_path, "128K", "1M", 1 << 20, mib=6)
@@ -37,11 +39,11 @@ def test_a_hardlinked_file_is_counted_once_and_said_left(make_pool, tmp_path):
 
 
 # checksum and copies are also refreshed on zfs-fuse (by copy) in the suite: in place here, in the full
-# lane (about a minute each under TCG); dedup, which zfs-fuse's suite does not cover, in CI's too
+# lane (about a minute each under TCG), as dedup, which zfs-fuse's suite does not cover
 @pytest.mark.parametrize("prop,old,new,also", [
     pytest.param("checksum", "fletcher4", "sha256", (), marks=pytest.mark.lane_long),
     pytest.param("copies", "1", "2", (), marks=pytest.mark.lane_long),
-    ("dedup", "off", "on", ("checksum",))])
+    pytest.param("dedup", "off", "on", ("checksum",), marks=pytest.mark.lane_long)])
 def test_checksum_copies_and_dedup_refreshed_in_place(make_pool, tmp_path, prop, old, new, also):
     from refreshscenarios import property_scenario
 

@@ -146,6 +146,7 @@ def test_full_then_incremental_from_a_bookmark_and_receive_u(pools, backup_host,
     assert r3["outcome"] == "ok" and {(d["base"], d["base_bookmark"]) for d in r3["datasets"]} == {(v["snapshot"], True)}
 
 
+@pytest.mark.lane_long  # CI's quick lane leaves it to the full lane (CI's time: the quick set is about 16 min here)
 def test_a_job_that_keeps_snapshots_holds_nothing_and_moves_to_bookmarks(pools, backup_host, tmp_path):
     """retention_source keeps the newest snapshot (for verify): still no hold, the cursor is the
     bookmark; destroying that snapshot by hand does not break the next incremental."""
@@ -195,6 +196,7 @@ def test_1gib_send_killed_half_way_resumes_from_its_token(disk_pools, backup_hos
     assert a == b
 
 
+@pytest.mark.lane_long  # CI's quick lane leaves it to the full lane (CI's time: the quick set is about 16 min here)
 def test_stale_token_is_aborted_once(pools, backup_host, tmp_path):
     src, dst = pools
     cfg = cfg_for(tmp_path, backup_host, name="st", source=f"{src.name}/data", target=f"{dst.name}/copy",
@@ -242,6 +244,7 @@ def test_diverged_and_modified_targets_fail_with_nothing_destroyed(pools, backup
     assert snaps(target) == before and os.path.exists(os.path.join(mountpoint(target), "written-on-backup"))
 
 
+@pytest.mark.lane_long  # CI's quick lane leaves it to the full lane (CI's time: the quick set is about 16 min here)
 def test_rsync_reads_the_snapshot_directory(pools, backup_host, tmp_path):
     src, dst = pools
     target = os.path.join(mountpoint(dst.name), "files")
@@ -273,6 +276,7 @@ def test_restore_and_verify_round_trip(pools, backup_host, tmp_path):
         manifest(backup_root(f"{src.name}/restored"), exclude=kids)
 
 
+@pytest.mark.lane_long  # CI's quick lane leaves it to the full lane (CI's time: the quick set is about 16 min here)
 def test_growing_tree_with_holds(pools, backup_host, tmp_path):
     tree_scenario(*pools, backup_host, tmp_path)
 

@@ -46,6 +46,7 @@ def bookmarks(ds: str) -> list[str]:
     return sorted(n.split("#", 1)[1] for n in out)
 
 
+@pytest.mark.lane_long  # CI's quick lane leaves it to the full lane (CI's time: the quick set is about 16 min here)
 def test_excludes_through_a_gated_key_with_bookmarks(pools, gated, tmp_path):
     src, dst = pools
     gate_key(gated, f"--receive-into {dst.name}/gate", tmp_path / "gate.log")
@@ -60,6 +61,7 @@ def test_excludes_through_a_gated_key_with_bookmarks(pools, gated, tmp_path):
     assert bookmarks(f"{d}/scratch/junk") == [] and bookmarks(f"{d}/a") == [r1["snapshot"]]
 
 
+@pytest.mark.lane_long  # CI's quick lane leaves it to the full lane (CI's time: the quick set is about 16 min here)
 def test_property_selection_through_a_gated_key(pools, gated, tmp_path):
     src, dst = pools
     gate_key(gated, f"--receive-into {dst.name}/gate", tmp_path / "gate.log")
@@ -68,6 +70,7 @@ def test_property_selection_through_a_gated_key(pools, gated, tmp_path):
     assert {d["cursor"] for d in r2["datasets"]} == {"bookmark"} and all(d["base_bookmark"] for d in r2["datasets"])
 
 
+@pytest.mark.lane_long  # CI's quick lane leaves it to the full lane (CI's time: the quick set is about 16 min here)
 def test_local_target_resumes_a_cut_receive(pools, tmp_path):
     """A local job's receive cut half way (the stream ended early: -s keeps a token) is resumed by the
     next run before its own snapshot, then continues incrementally; no ssh at all."""
@@ -234,6 +237,7 @@ def test_the_wire_through_a_gated_key(pools, gated, tmp_path):
     same(d, f"{dst.name}/gate/w")
 
 
+@pytest.mark.lane_long  # CI's quick lane leaves it to the full lane (CI's time: the quick set is about 16 min here)
 def test_two_jobs_on_one_source_one_failing_for_a_week_with_bookmarks(pools, backup_host, tmp_path):
     """On OpenZFS each job's cursor is a bookmark: the off-site job prunes its snapshots daily for a
     week while the local one fails, and the local one's bookmark still carries it on incrementally."""

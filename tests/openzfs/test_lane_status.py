@@ -39,6 +39,7 @@ def check(pool, cfg_file, extra_sections=()):
     return jp, others
 
 
+@pytest.mark.lane_long  # CI's quick lane leaves it to the full lane (CI's time: the quick set is about 16 min here)
 def test_mirrors(make_pool, cfg_file):
     pool = make_pool([["mirror", 2], ["mirror", 2]], size="512M")
     write_random(pool.mountpoint / "a", 200)

@@ -97,6 +97,7 @@ def test_the_record_is_trusted_only_while_the_source_says_nothing_moved(make_poo
     same(kids[0], gone)
 
 
+@pytest.mark.lane_long  # CI's quick lane leaves it to the full lane (CI's time: the quick set is about 16 min here)
 def test_sigkill_mid_run_resumes_every_partial_receive(make_pool, backup_host, tmp_path):
     src, dst = make_pool([[]], size="2G"), make_pool([[]], size="2G")
     sh("zfs", "create", f"{src.name}/big")

@@ -55,7 +55,8 @@ def test_the_guest_output_is_passed_on_and_a_hung_run_is_stopped(capfdbinary):
 
     code, out = streamed(["sh", "-c", "echo one; echo two >&2; exit 3"], 60)
     assert (code, out) == (3, "one\ntwo\n")
-    assert b"one\ntwo\n" in capfdbinary.readouterr().out  # as it came, not only at the end
+    shown = capfdbinary.readouterr().out  # as it came, not only at the end, each line with its time
+    assert b"[z 0:00] one\n" in shown and b"[z 0:00] two\n" in shown
     code, out = streamed(["sh", "-c", "echo started; exec sleep 120"], 1)
     assert (code, out) == (None, "started\n")
 
@@ -115,6 +116,18 @@ def test_two_streams_are_passed_on_labelled_and_a_hung_one_stops_both(capfd):
     codes, outs = run_streams([["sh", "-c", "echo one"], ["sh", "-c", "echo two; exit 1"]], ["a", "b"], 60)
     assert codes == [0, 1] and outs == ["one\n", "two\n"]
     shown = capfd.readouterr().out
-    assert "[a] one\n" in shown and "[b] two\n" in shown
+    assert "[a 0:00] one\n" in shown and "[b 0:00] two\n" in shown
     codes, outs = run_streams([["sh", "-c", "echo x"], ["sh", "-c", "exec sleep 120"]], ["a", "b"], 1)
     assert codes == [None, None] and outs[0] == "x\n"
+
+
+def test_a_silent_stream_is_reported_while_it_is_silent():
+    """A stream that prints nothing for quiet_after seconds is reported once per silence (the lane
+    then prints where the guest stands), a stream that ended is not."""
+    from parallel import run_streams
+
+    seen = []
+    codes, outs = run_streams([["sh", "-c", "echo a; sleep 4; echo b"], ["true"]], ["a", "b"], 60,
+                              on_quiet=lambda label, quiet: seen.append((label, quiet)), quiet_after=1)
+    assert codes == [0, 0] and outs[0] == "a\nb\n"
+    assert [label for label, _ in seen] == ["a"] and seen[0][1] >= 1

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -136,32 +137,13 @@ def install(g: Guest, work: Path, deb: Path | None = None) -> None:
           "/root/lane/src/rebal.egg-info; mv /root/lane/src/rebal /root/lane/rebal-source", timeout=300)
 
 
-def streamed(argv: list[str], limit: float) -> tuple[int | None, str]:
-    """Run ``argv``, its output passed on as it comes (CI's log shows which test is running) and
-    kept; (exit code, output), or (None, output) when it outlived ``limit`` seconds and was killed."""
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    assert proc.stdout is not None
-    expired = threading.Event()
-
-    def expire() -> None:
-        expired.set()
-        proc.kill()
-
-    timer = threading.Timer(limit, expire)
-    timer.start()
-    kept = bytearray()
-    try:
-        while chunk := os.read(proc.stdout.fileno(), 65536):
-            kept += chunk
-            sys.stdout.buffer.write(chunk)
-            sys.stdout.buffer.flush()
-        code = proc.wait()
-    finally:
-        timer.cancel()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return (None if expired.is_set() else code), kept.decode(errors="replace")
+def streamed(argv: list[str], limit: float, label: str = "z",
+             on_quiet: Callable[[str, float], None] | None = None) -> tuple[int | None, str]:
+    """Run ``argv``, its output passed on as it comes (CI's log shows which test is running, and
+    since when) and kept; (exit code, output), or (None, output) when it outlived ``limit`` seconds
+    and was killed."""
+    codes, outs = run_streams([argv], [label], limit, on_quiet)
+    return codes[0], outs[0]
 
 
 def run_guest_tests(args, work: Path) -> tuple[int, dict]:
@@ -195,7 +177,8 @@ def run_guest_tests(args, work: Path) -> tuple[int, dict]:
         g.ssh("rm -f /var/tmp/lane-progress.log", check=False)
         durations = load_durations(DURATIONS)
         groups = [grp for grp in split(together, durations, 1 if args.serial else 2) if grp]
-        deadline = time.monotonic() + args.timeout
+        deadline = args.deadline
+        report = quiet_report(g)
         outs, codes = [], []
         if groups:
             print(f"lane: {len(groups)} streams at once: " + "; ".join(" ".join(grp) for grp in groups), flush=True)
@@ -203,7 +186,7 @@ def run_guest_tests(args, work: Path) -> tuple[int, dict]:
                                         "-o addopts='-ra'", "--durations=20", *grp, "2>&1"))
                      for i, grp in enumerate(groups)]
             got_codes, got_outs = run_streams(argvs, [chr(97 + i) for i in range(len(groups))],
-                                              max(60.0, deadline - time.monotonic()))
+                                              max(60.0, deadline - time.monotonic()), report)
             codes += got_codes
             outs += got_outs
         if alone and None not in codes:
@@ -214,12 +197,13 @@ def run_guest_tests(args, work: Path) -> tuple[int, dict]:
                         timeout=600).stdout, end="", flush=True)
             code, out = streamed(g._ssh_argv(pytest(f"({marks}) and lane_alone", "-v", "--basetemp=/var/tmp/lane-pytest-z",
                                                     "-o addopts='-ra'", "--durations=20", "tests", "2>&1")),
-                                 max(60.0, deadline - time.monotonic()))
+                                 max(60.0, deadline - time.monotonic()), on_quiet=report)
             codes.append(code)
             outs.append(out)
         progress = g.ssh("cat /var/tmp/lane-progress.log", check=False, timeout=60).stdout
         if None in codes:  # the run outlived its limit: say where the guest stood
             print(f"lane: the guest's pytest outlived {args.timeout} s: stopped; where it stood:", flush=True)
+            report("limit", time.monotonic() - deadline)
             print("\n".join(progress.splitlines()[-80:]), flush=True)
             print(g.ssh("ps -eo pid,etimes,stat,args --forest | grep -v -e ' \\[' | tail -n 40", check=False,
                         timeout=60).stdout, flush=True)
@@ -243,7 +227,26 @@ def run_guest_tests(args, work: Path) -> tuple[int, dict]:
         if args.keep:
             print(f"lane: guest kept running: ssh -i {g.key} -p {g.port} root@127.0.0.1", flush=True)
         else:
-            g.shutdown()
+            g.shutdown(timeout=30)  # then cut: the overlay is thrown away, and CI's SIGKILL is 60 s behind
+
+
+def quiet_report(g: Guest) -> Callable[[str, float], None]:
+    """What the lane prints when a stream of guest tests is silent for minutes: the test it is in (the
+    progress log), the guest's load, the room on its root (the tests' pools are sparse files there: a
+    full root suspends them), the pools' health, and the oldest ZFS, rsync and rebal processes."""
+    probe = ("tail -n 3 /var/tmp/lane-progress.log; uptime; df -h --output=avail,pcent /var/tmp | tail -1; "
+             "timeout 20 zpool list -H -o name,health,alloc 2>&1 | head -n 12; "
+             "ps -eo pid,etimes,stat,wchan:24,args --sort=-etimes | grep -E ' (zfs|zpool|rsync|ssh|python3 -m rebal)' "
+             "| grep -v grep | head -n 15")
+
+    def report(label: str, quiet: float) -> None:
+        try:
+            seen = g.ssh(probe, check=False, timeout=90).stdout
+        except subprocess.SubprocessError as e:
+            seen = f"(the guest did not answer: {e})\n"
+        print(f"lane: [{label}] nothing printed for {quiet:.0f} s; in the guest:\n"
+              + "".join(f"lane:   {line}\n" for line in seen.splitlines()), end="", flush=True)
+    return report
 
 
 def run_bench(args, g: Guest) -> int:
@@ -306,7 +309,7 @@ def main() -> int:
                     "tree (bench/replicate_tree.py)")
     ap.add_argument("--bench-only", action="store_true", help="boot, install and run only the bench (no tests)")
     ap.add_argument("--timeout", type=int, default=None,
-                    help="seconds one pytest run (guest or host) may take before the lane gives up on it "
+                    help="seconds the guest's tests (boot and install included) or the host's may take "
                          "(default: 1 hour for --quick, 5 for the full set, whose 1,000-step sequence "
                          "alone takes over 2 under TCG)")
     ap.add_argument("--guest-prep", metavar="CMD",
@@ -319,6 +322,9 @@ def main() -> int:
     args = ap.parse_args()
     if args.timeout is None:
         args.timeout = 3600 if args.quick else 5 * 3600
+    # the limit counts from here, boot and install included: the lane then has its report printed
+    # and its guest down before whoever gave it the limit (CI's script) gives up on it
+    args.deadline = time.monotonic() + args.timeout
     # a SIGTERM (CI's outer timeout) unwinds like ^C: the guest is shut down, no qemu is left behind
     signal.signal(signal.SIGTERM, _interrupt)
     if os.geteuid() != 0:

@@ -15,6 +15,8 @@ import os
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 DEFAULT_TEST_SECONDS = 40.0  # a test with no recorded duration
@@ -69,13 +71,28 @@ def save_durations(path: Path, seen: dict[str, float]) -> None:
         pass  # a cache: the next run splits by test counts
 
 
-def run_streams(argvs: list[list[str]], labels: list[str], limit: float) -> tuple[list[int | None], list[str]]:
-    """Run each argv at once, each line of their output passed on as it comes with its stream's label;
-    (exit codes, outputs). A stream over ``limit`` seconds is killed: its code is None."""
+def stamp(seconds: float) -> str:
+    """A stream line's time since the streams began: "12:05" (minutes:seconds)."""
+    m, sec = divmod(int(seconds), 60)
+    return f"{m}:{sec:02d}"
+
+
+def run_streams(argvs: list[list[str]], labels: list[str], limit: float,
+                on_quiet: Callable[[str, float], None] | None = None,
+                quiet_after: float = 300.0) -> tuple[list[int | None], list[str]]:
+    """Run each argv at once, each line of their output passed on as it comes with its stream's label
+    and the time since the start (CI's log then says when each test ended); (exit codes, outputs). A
+    stream over ``limit`` seconds is killed: its code is None. A stream that prints nothing for
+    ``quiet_after`` seconds is reported once per silence to ``on_quiet(label, seconds)`` (the lane
+    then says where the guest stands: a hang is seen while it happens, not only at the limit)."""
+    t0 = time.monotonic()
     procs = [subprocess.Popen(a, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
              for a in argvs]
     kept: list[list[str]] = [[] for _ in procs]
+    last = [t0] * len(procs)
+    reported = [False] * len(procs)
     expired = threading.Event()
+    done = threading.Event()
     lock = threading.Lock()
 
     def expire() -> None:
@@ -90,19 +107,34 @@ def run_streams(argvs: list[list[str]], labels: list[str], limit: float) -> tupl
             line = raw.decode(errors="replace")
             kept[i].append(line)
             with lock:
-                sys.stdout.write(f"[{labels[i]}] {line}")
+                last[i] = time.monotonic()
+                reported[i] = False
+                sys.stdout.write(f"[{labels[i]} {stamp(last[i] - t0)}] {line}")
                 sys.stdout.flush()
+
+    def watch() -> None:
+        while not done.wait(min(30.0, quiet_after)):
+            for i, p in enumerate(procs):
+                with lock:
+                    quiet = time.monotonic() - last[i]
+                    due = p.poll() is None and not reported[i] and quiet >= quiet_after
+                    reported[i] = reported[i] or due
+                if due and on_quiet is not None:
+                    on_quiet(labels[i], quiet)
 
     timer = threading.Timer(limit, expire)
     timer.start()
-    readers = [threading.Thread(target=pump, args=(i,), daemon=True) for i in range(len(procs))]
+    threads = [threading.Thread(target=pump, args=(i,), daemon=True) for i in range(len(procs))]
+    watcher = threading.Thread(target=watch, daemon=True)
     try:
-        for t in readers:
+        for t in threads:
             t.start()
+        watcher.start()
         codes = [p.wait() for p in procs]
-        for t in readers:
+        for t in threads:
             t.join()
     finally:
+        done.set()
         timer.cancel()
         for p in procs:
             if p.poll() is None:
