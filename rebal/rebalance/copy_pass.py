@@ -49,6 +49,7 @@ def copy_dir(r, pool: ThreadPoolExecutor, d, root: bytes, dev: int):
     try:
         dst = os.fstat(dfd)
         journal.start_dir(r.conn, r.report.run_id, d.path, dst)
+        r.enter_dir(d)
         barrier = durable.Barrier(dfd)
         batched = durable.per_batch(barrier)
         work = (lambda dfd_, f: r.copier.prepare(dfd_, f, fsync=False)) if batched else r.copier.copy
@@ -85,7 +86,9 @@ def copy_dir(r, pool: ThreadPoolExecutor, d, root: bytes, dev: int):
                     results = swap_batch(r, barrier, results)
                 barrier.renames()
                 finish(r, dfd, rep, batch, ids, results, attempt, retry)
-            if r.limit_hit():
+                if not rep.cut and r.reached_in_dir():  # the target, inside the directory: the batch
+                    rep.cut, todo = True, []  # in flight is finished, no other is started
+            if rep.cut or r.limit_hit():
                 return rep
             todo = retry
             if not todo:
@@ -178,11 +181,17 @@ def take_batch(r, todo: list[FileRef], rep) -> tuple[list[FileRef], list[FileRef
     a limit is reached (the stop reason says which) or every file left is deferred."""
     room = _avail(todo[0].dir) - r.reserve - r.pending_size  # copies in flight take room too
     done = r.report.bytes + r.pending_size
+    # near the target, no more than the model says is left to move (less what is in flight): the run
+    # then stops within a batch of the target, not a window of two whole batches past it
+    need = r.need_here()
+    if need is not None and need <= r.pending_size and r.pending_size:
+        return [], list(todo)  # what is in flight may be enough: measure after it
+    budget = BATCH_BYTES if need is None else min(BATCH_BYTES, need - r.pending_size)
     batch: list[FileRef] = []
     size = grow = 0
     rest: list[FileRef] = []
     for i, ref in enumerate(todo):
-        if len(batch) >= BATCH_FILES or size >= BATCH_BYTES:
+        if len(batch) >= BATCH_FILES or (batch and size >= budget):
             rest.extend(todo[i:])
             break
         if r.pinned(ref.mtime_ns):

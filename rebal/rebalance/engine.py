@@ -163,7 +163,7 @@ def _available(zfs, dataset: str) -> int:
 
 def _step_done(r: Run, rep: DirReport) -> bool:
     """After a directory (or the hardlink groups): measure, tally, report; True at the target."""
-    reached = r.target_reached() and not r.all
+    reached = (rep.cut or r.target_reached()) and not r.all
     _tally_step(r, rep)
     return reached
 
@@ -204,7 +204,7 @@ def _loop(r: Run, dirs: list[DirEntry]) -> tuple[str, str]:
                 finished = not rep.deferred
                 r.pending_done.append((d.path, rep.files, rep.bytes, finished))
             else:
-                finished = not r.stop.is_set() and not rep.deferred
+                finished = not r.stop.is_set() and not rep.deferred and not rep.cut
                 journal.end_dir(r.conn, r.report.run_id, d.path, rep.files, rep.bytes, finished)
             r.report.dirs += finished
             if finished:
