@@ -21,5 +21,12 @@ def test_a_thousand_random_steps(make_pool, backup_host, tmp_path, request):
     if seed is None:
         seed = random.SystemRandom().randrange(10**6)
     print(f"lane sequence: {steps} steps, seed {seed}")
+    import json
+    import time
+
+    t0 = time.monotonic()
     w = run_sequence(make_pool, backup_host, tmp_path, steps, seed)
     assert w.kills >= 1, w.kill_notes  # a rebalance was killed mid-run at least once
+    with open(os.environ.get("REBAL_LANE_FIGURES", "/var/tmp/lane-figures.jsonl"), "a") as f:  # the lane prints it
+        f.write(json.dumps({"test": "sequence", "seed": seed, "steps": steps, "kinds": len(w.counts),
+                            "kills": w.kills, "seconds": round(time.monotonic() - t0), "counts": w.counts}) + "\n")
