@@ -233,8 +233,10 @@ def run_guest_tests(args, work: Path) -> tuple[int, dict]:
 def quiet_report(g: Guest) -> Callable[[str, float], None]:
     """What the lane prints when a stream of guest tests is silent for minutes: the test it is in (the
     progress log), the guest's load, the room on its root (the tests' pools are sparse files there: a
-    full root suspends them), the pools' health, and the oldest ZFS, rsync and rebal processes."""
+    full root suspends them), its memory and the kernel's word on OOM kills, hung tasks and suspended
+    pools, the pools' health, and the oldest ZFS, rsync and rebal processes."""
     probe = ("tail -n 3 /var/tmp/lane-progress.log; uptime; df -h --output=avail,pcent /var/tmp | tail -1; "
+             "free -m | head -n 2; dmesg | grep -i -E 'out of memory|oom-kill|blocked for more|suspended' | tail -n 5; "
              "timeout 20 zpool list -H -o name,health,alloc 2>&1 | head -n 12; "
              "ps -eo pid,etimes,stat,wchan:24,args --sort=-etimes | grep -E ' (zfs|zpool|rsync|ssh|python3 -m rebal)' "
              "| grep -v grep | head -n 15")
