@@ -39,12 +39,12 @@ def expiry(snap: str, job, existing: list[str], now: datetime) -> tuple[str | No
     """When retention of ``job`` (a config.Replicate) destroys its snapshot ``snap``: (ISO time or
     None, words). Simulates the job's next runs on its schedule against its source retention."""
     from ..replicate.job import buckets
-    from ..replicate.policy import parse_snapshot_name, retain, snapshot_name
+    from ..replicate.policy import parse_snapshot_name, retain, snapshot_name, snapshot_time
 
     rules = buckets(job.retention_source)
     if not job.schedule:
         when = "at the next run of job " + job.name
-        keep = retain([(s, parse_snapshot_name(s)[1]) for s in existing + [snapshot_name(job.name, now)]],
+        keep = retain([(s, snapshot_time(s)) for s in existing + [snapshot_name(job.name, now)]],
                       rules, {snapshot_name(job.name, now)})
         return None, (when if snap not in keep else f"kept by job {job.name}'s retention for several runs")
     from datetime import timedelta
@@ -52,7 +52,7 @@ def expiry(snap: str, job, existing: list[str], now: datetime) -> tuple[str | No
     from ..config import cron_trigger
 
     trig = cron_trigger(job.schedule, timezone=datetime.now().astimezone().tzinfo)  # as the scheduler reads it
-    names = [(s, parse_snapshot_name(s)[1]) for s in existing if parse_snapshot_name(s)]
+    names = [(s, snapshot_time(s)) for s in existing if parse_snapshot_name(s)]
     t, prev = now, None
     for _ in range(RUNS):
         t = trig.get_next_fire_time(prev, t)

@@ -4,15 +4,22 @@ the backup host's scrub. Library code: returns reports, never prints."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from .. import state
-from ..config import Config
+from ..config import Config, Replicate
 from ..errors import UsageError
 from .job import connect, find_job
-from .transport import Ssh
+from .transport import Wire
+
+if TYPE_CHECKING:
+    from .verify import VerifyReport
+
 
 
 def list_points(cfg: Config, job: str):
@@ -26,12 +33,12 @@ def list_points(cfg: Config, job: str):
 
 
 def restore(cfg: Config, job: str, *, to: str, at: str, path: str | None, force: bool, dry_run: bool,
-            stop: threading.Event, progress=None, whole_tree: bool = False, key_location: str | None = None):
+            stop: threading.Event, progress: Callable[[int], None] | None = None, whole_tree: bool = False, key_location: str | None = None):
     """Restore a point of a job (whole dataset, every dataset of it with ``whole_tree``, or one
     path) and record the run (not for a dry run)."""
     from ..recorded import recorded
-    from .restore import choose, points, restore_dataset, restore_path
-    from .restore_tree import TreeRestoreFailed, restore_tree
+    from .restore import RestoreReport, choose, points, restore_dataset, restore_path
+    from .restore_tree import TreeReport, TreeRestoreFailed, restore_tree
 
     j = find_job(cfg, job)
     if key_location is not None and (not whole_tree or not j.raw):
@@ -53,6 +60,7 @@ def restore(cfg: Config, job: str, *, to: str, at: str, path: str | None, force:
             with connect(j) as ssh:
                 _ds, pts = points(j, ssh)
                 point = choose(pts, at)
+                rep: TreeReport | RestoreReport
                 if whole_tree:
                     if path or force:
                         raise UsageError("--all restores every dataset of the job; it takes neither --path nor "
@@ -102,14 +110,15 @@ def verify(cfg: Config, job: str, sample: str, seed: int):
     return level, rep
 
 
-def _differs_already(rep) -> bool:
+def _differs_already(rep: VerifyReport) -> bool:
     """A report with a critical finding already (the backup differs by guid, ...) is not helped by a new run."""
     from ..health import CRITICAL
 
     return rep.level >= CRITICAL
 
 
-def _verify_at_a_fresh_snapshot(cfg: Config, j, ssh: Ssh, n, seed: int, conn):
+def _verify_at_a_fresh_snapshot(cfg: Config, j: Replicate, ssh: Wire, n: int | None, seed: int,
+                                conn: sqlite3.Connection | None) -> VerifyReport | None:
     """The source keeps its last replicated point only as a bookmark (the default: nothing pins what
     a rebalance rewrites), so there is no source content of that time to compare the backup with.
     Replicate once more, keeping that run's snapshot on the source, compare both sides at it, then

@@ -6,12 +6,36 @@ size) where they are installed on both ends. A mixin of ZfsReplicator."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from .policy import receive_has_o, receive_has_u, receive_resumable, send_features
+from ..process.command import Result
+from ..zfs.cli import Runner
+from .policy import SendFeatures, receive_has_o, receive_has_u, receive_resumable, send_features
 from .remote import Remote, ReplicationError
+from .transport import Wire
+
+if TYPE_CHECKING:
+    from ..state import Cache
+    from .zfs_run import Job, ZfsReport
 
 
 class Capabilities:
+    # what ZfsReplicator (zfs_send.py) holds, which this mixin reads and sets
+    job: Job
+    ssh: Wire
+    remote: Remote
+    report: ZfsReport
+    cache: Cache | None
+    dry_run: bool
+    force_rollback: bool
+    _run: Runner
+    gate: dict | None
+    usage_key: str
+    send: SendFeatures
+    resumable: bool
+    recv_u: bool
+    recv_o: bool
 
     def detect(self) -> None:
         from .gate import marker
@@ -71,7 +95,7 @@ class Capabilities:
             else:
                 self.report.notes.append("mbuffer is not installed on both ends: the stream is not buffered")
 
-    def _usage_there(self, command: str, fetch) -> str:
+    def _usage_there(self, command: str, fetch: Callable[[], Result]) -> str:
         """The usage text of `zfs COMMAND` on the other end: from the state database when it was
         asked there within a day, else asked now (and kept). A receive or send that then fails on
         an option forgets it (usage_stale)."""

@@ -23,7 +23,7 @@ from ..zfs.host import ZfsHost
 from ..zfs.snaps import Snap
 from .job import connect
 from .sides import job_hosts
-from .transport import Here, Ssh
+from .transport import Wire
 
 
 class HealError(RebalError):
@@ -79,7 +79,7 @@ def jobs_of(cfg: Config, pool: str, job: str | None) -> list[Replicate]:
 
 
 class Heal:
-    def __init__(self, pool: str, jobs: list[Replicate], link: Ssh | Here, *, dry_run: bool = False,
+    def __init__(self, pool: str, jobs: list[Replicate], link: Wire, *, dry_run: bool = False,
                  stop: threading.Event | None = None,
                  restore_to: str | None = None) -> None:
         self.pool, self.jobs, self.link = pool, jobs, link
@@ -205,9 +205,11 @@ class Heal:
                 f.state, f.note = "lost", f"the backup has no copy of it: {e}"
 
     def _restore_beside(self, d: Damaged, point: str) -> str:
-        from .restore import RestorePoint, restore_path
+        from .restore import RestorePoint, RestoreRefused, restore_path
 
-        j = self.job_of(d.dataset)
+        j = self.job_of(d.dataset) if d.dataset else None
+        if j is None or d.dataset is None or d.path is None or self.restore_to is None:
+            raise RestoreRefused(f"no job of this pool covers {d.dataset or d.entry}")
         rel = (d.dataset[len(j.source):] + d.path).lstrip("/")
         rep = restore_path(j, self.link, RestorePoint(point, None), rel, self.restore_to, stop=self.stop)
         return rep.to

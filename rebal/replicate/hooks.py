@@ -8,11 +8,14 @@ before any snapshot is taken; a post hook always runs, and its failure makes the
 
 from __future__ import annotations
 
+import threading
+
 from ..errors import CommandFailed, RebalError
 from ..process.command import run
 
 
-def run_hook(argv: list[str], phase: str, environ: dict[str, str], timeout: int, stop=None) -> str | None:
+def run_hook(argv: list[str], phase: str, environ: dict[str, str], timeout: int,
+             stop: threading.Event | None = None) -> str | None:
     """Run one hook; None when it succeeded, else what went wrong (one line, its last output)."""
     env = {k: str(v) for k, v in environ.items()} | {"REBAL_PHASE": phase}
     try:

@@ -5,38 +5,40 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 
 from .. import state
-from ..config import Config, Replicate
+from ..config import Config, Replicate, Retention
 from ..errors import RebalError, UsageError
 from ..locks import FileLock
 from ..units import parse_size
 from .hooks import run_hook
 from .policy import Buckets, parse_snapshot_name
 from .rsync import RsyncJob, RsyncReplicator
-from .transport import Endpoint, Here, Ssh, TransportError
-from .zfs_send import Job, ReplicationError, ZfsReplicator, kill_all
+from .transport import Endpoint, Here, Ssh, TransportError, Wire
+from .zfs_send import DatasetReport, Job, ReplicationError, ZfsReplicator, kill_all
 
 
 class HookFailed(RebalError):
     exit_code = 1
 
 
-def buckets(r) -> Buckets:
+def buckets(r: Retention) -> Buckets:
     return Buckets(r.hourly, r.daily, r.weekly, r.monthly, r.last)
 
 
 def endpoint(j: Replicate) -> Endpoint:
     """The other end: the backup host of a push job, the file server of a pull job."""
-    if j.direction == "pull":
-        return Endpoint(j.source_host, j.source_user, j.source_port, j.identity_file, j.known_hosts,
-                        connect_timeout=max(5, j.keepalive), alive_interval=j.keepalive, options=tuple(j.ssh_options))
-    return Endpoint(j.target_host, j.target_user, j.target_port, j.identity_file, j.known_hosts,
+    host, user, port = ((j.source_host, j.source_user, j.source_port) if j.direction == "pull"
+                        else (j.target_host, j.target_user, j.target_port))
+    if host is None:
+        raise RebalError(f"job {j.name}: no host to reach (a local target needs no ssh)")
+    return Endpoint(host, user, port, j.identity_file, j.known_hosts,
                     connect_timeout=max(5, j.keepalive), alive_interval=j.keepalive, options=tuple(j.ssh_options))
 
 
-def connect(j: Replicate) -> Ssh | Here:
+def connect(j: Replicate) -> Wire:
     """The other end of a job: ssh to its host, or this host for a local target."""
     return Here() if j.local_target else Ssh(endpoint(j))
 
@@ -57,7 +59,7 @@ def find_job(cfg: Config, name: str) -> Replicate:
     return j
 
 
-def replicator(j: Replicate, ssh: Ssh, every: bool = False, **kw):
+def replicator(j: Replicate, ssh: Wire, every: bool = False, **kw):
     """The mode's replicator. ``every``: snapshot and send every dataset, unchanged ones too."""
     if j.mode == "zfs":
         job = Job(j.name, j.source, j.target, j.recursive, j.raw, j.compressed, j.large_blocks, j.embedded,
@@ -69,33 +71,36 @@ def replicator(j: Replicate, ssh: Ssh, every: bool = False, **kw):
                   backup_check_every=j.backup_check_every)
         return ZfsReplicator(job, ssh, **kw)
     kw.pop("force_rollback", None)
-    job = RsyncJob(j.name, j.source, j.target, j.recursive, f"{max(1, parse_size(j.bwlimit) // 1024)}K" if j.bwlimit else None,
-                   j.snapshot_target, buckets(j.retention_source), buckets(j.retention_target),
-                   exclude=tuple(j.exclude), include=tuple(j.include), by_property=j.by_property)
-    return RsyncReplicator(job, ssh, **kw)
+    rjob = RsyncJob(j.name, j.source, j.target, j.recursive,
+                    f"{max(1, parse_size(j.bwlimit) // 1024)}K" if j.bwlimit else None,
+                    j.snapshot_target, buckets(j.retention_source), buckets(j.retention_target),
+                    exclude=tuple(j.exclude), include=tuple(j.include), by_property=j.by_property)
+    return RsyncReplicator(rjob, ssh, **kw)
 
 
-def record_landed(conn, job: str, r, outcome: str) -> None:
+def record_landed(conn: sqlite3.Connection, job: str, r: ZfsReplicator | RsyncReplicator, outcome: str) -> None:
     """What is now on the target, per dataset (health's snapshot ages): the zfs mode's datasets
     that landed, even in a run that failed for others; the rsync mode's after a run that got through."""
+    rows: list[tuple[str, str, float]] = []
     rep = r.report
-    rows = []
-    if hasattr(rep, "datasets"):  # a dataset that sat the run out (nothing written) is current as of now
-        rows += [(d.source, d.base, time.time()) for d in rep.datasets if d.kind == "unchanged"]
-    parsed = parse_snapshot_name(rep.snapshot) if rep.snapshot else None
-    if parsed is not None:
-        if hasattr(rep, "datasets"):
-            landed = [d.source for d in rep.datasets if d.kind in ("full", "incremental", "nothing")]
+    if isinstance(r, ZfsReplicator):  # a dataset that sat the run out (nothing written) is current as of now
+        rows += [(d.source, d.base, time.time()) for d in r.report.datasets if d.kind == "unchanged" and d.base]
+    snap = rep.snapshot
+    parsed = parse_snapshot_name(snap) if snap else None
+    if snap and parsed is not None:
+        if isinstance(r, ZfsReplicator):
+            landed = [d.source for d in r.report.datasets if d.kind in ("full", "incremental", "nothing")]
         else:
-            landed = list(getattr(r, "datasets", [])) if outcome in ("ok", "warning") else []
-        rows += [(d, rep.snapshot, parsed[1].timestamp()) for d in landed]
+            landed = list(r.datasets) if outcome in ("ok", "warning") else []
+        rows += [(d, snap, parsed[1].timestamp()) for d in landed]
     if rows:
         state.record_points(conn, job, rows)
 
 
 def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bool = False,
-            stop: threading.Event | None = None, progress=None, conn=None, on_wait=None,
-            every: bool = False, on_dataset=None) -> tuple[str, dict]:
+            stop: threading.Event | None = None, progress: Callable[..., None] | None = None,
+            conn: sqlite3.Connection | None = None, on_wait: Callable[[str], None] | None = None,
+            every: bool = False, on_dataset: Callable[[DatasetReport], None] | None = None) -> tuple[str, dict]:
     """Run one job. Returns (outcome, details); outcome is ok, warning or failed. Never raises for a
     failed transfer: that is recorded; raises for bad input and for a run that is already going.
     Waits while a rebalance of data this job replicates runs (``on_wait`` is told)."""
@@ -131,7 +136,7 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
                 state.set_progress(cfg.state_db, run_id, n)
 
         hook_env = {"REBAL_JOB": name, "REBAL_SOURCE": j.source, "REBAL_TARGET": j.target,
-                    "REBAL_TARGET_HOST": j.remote_host or "", "REBAL_RUN_ID": run_id}
+                    "REBAL_TARGET_HOST": j.remote_host or "", "REBAL_RUN_ID": str(run_id)}
         try:
             if j.pre_command:
                 problem = run_hook(j.pre_command, "pre", hook_env, j.hook_timeout, stop)

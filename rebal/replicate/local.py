@@ -11,10 +11,14 @@ Listing datasets and snapshots always uses the zfs command (libzfs_core has no l
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from types import ModuleType
 
 from .. import names
 from ..errors import CommandFailed, RebalError
 from ..process.command import run
+from ..zfs.cli import Runner
 from ..zfs.snaps import Snap, guid_query, parse_guid_txg, snapshots_from, tree_from  # noqa: F401 (re-exported)
 from .policy import snapshot_name
 
@@ -26,7 +30,7 @@ class LocalError(RebalError):
 class CliLocal:
     name = "zfs-cli"
 
-    def __init__(self, runner=run) -> None:
+    def __init__(self, runner: Runner = run) -> None:
         self._run = runner
 
     def snapshot(self, snaps: list[str], recursive: bool = False, dry_run: bool = False) -> None:
@@ -72,7 +76,7 @@ class LzcLocal(CliLocal):
 
     name = "libzfs_core"
 
-    def __init__(self, lzc, runner=run) -> None:
+    def __init__(self, lzc: ModuleType, runner: Runner = run) -> None:
         super().__init__(runner)
         self.lzc = lzc
 
@@ -107,9 +111,10 @@ class LzcLocal(CliLocal):
         self.lzc.lzc_bookmark({bookmark.encode(): snap.encode()})
 
 
-def take_snapshot(local, source: str, job: str, recursive: bool, clock, sleep=time.sleep, tries: int = 3,
+def take_snapshot(local: CliLocal, source: str, job: str, recursive: bool, clock: Callable[[], datetime],
+                  sleep: Callable[[float], None] = time.sleep, tries: int = 3,
                   avoid: frozenset[str] | set[str] = frozenset(), datasets: list[str] | None = None,
-                  left_out: list[str] = ()) -> str:
+                  left_out: Sequence[str] = ()) -> str:
     """Snapshot ``source`` (and, ``recursive``, its children) as rebal-<job>-<UTC second>; the name.
     A run that follows another within the same second would take the same name: zfs refuses it
     ("dataset already exists") where the last run's snapshot is still on the source, and where it
@@ -141,7 +146,8 @@ def planned_snapshot(source: str, snap: str, recursive: bool, datasets: list[str
     return "zfs snapshot " + " ".join(f"{d}@{snap}" for d in datasets)
 
 
-def _snapshot_some(local, source: str, snap: str, datasets: list[str], left_out: list[str]) -> None:
+def _snapshot_some(local: CliLocal, source: str, snap: str, datasets: list[str],
+                   left_out: Sequence[str]) -> None:
     """Snapshot ``datasets`` at one instant: one `zfs snapshot a@s b@s ...`. A ZFS that takes one name
     per command (zfs-fuse: "too many arguments") gets the source's recursive snapshot, then the
     snapshot destroyed again on the datasets ``left_out`` (still one instant for the chosen ones)."""
@@ -155,9 +161,9 @@ def _snapshot_some(local, source: str, snap: str, datasets: list[str], left_out:
             local.destroy_snapshots(d, [snap])
 
 
-def available_backends(runner=run) -> list:
+def available_backends(runner: Runner = run) -> list[CliLocal]:
     """Every backend that works on this machine (the CLI one always; pyzfs where it loads)."""
-    out = []
+    out: list[CliLocal] = []
     try:
         import libzfs_core as lzc  # noqa: PLC0415  (pyzfs, shipped with OpenZFS)
 
@@ -169,19 +175,19 @@ def available_backends(runner=run) -> list:
     return out
 
 
-def local_backend(runner=run):
+def local_backend(runner: Runner = run) -> CliLocal:
     return available_backends(runner)[0]
 
 
 # -- reading, always through the zfs command ------------------------------------------------------
 
 
-def local_tree(root: str, recursive: bool, runner=run, bookmarks: bool = False) -> dict[str, list[Snap]]:
+def local_tree(root: str, recursive: bool, runner: Runner = run, bookmarks: bool = False) -> dict[str, list[Snap]]:
     """The job's datasets (the root, and its children for a recursive job) with their snapshots:
     one `zfs get` for the whole tree."""
     tree = tree_from(runner(guid_query(root, recursive=recursive)).stdout, bookmarks)
     return {d: s for d, s in tree.items() if d == root or (recursive and d.startswith(root + "/"))}
 
 
-def local_snapshots(dataset: str, runner=run, bookmarks: bool = False) -> list[Snap]:
+def local_snapshots(dataset: str, runner: Runner = run, bookmarks: bool = False) -> list[Snap]:
     return snapshots_from(runner(guid_query(dataset, recursive=False)).stdout, dataset, bookmarks)

@@ -106,6 +106,8 @@ def install(j: Replicate, line: str, *, login_identity: str | None, authorized_k
     key or password, checked against the job's pinned known_hosts). False when it was there already."""
     host, port, user = ((j.source_host, j.source_port, j.source_user) if j.direction == "pull"
                         else (j.target_host, j.target_port, j.target_user))
+    if host is None:
+        raise RebalError(f"job {j.name} has no other host to add a key to (a local target)", exit_code=2)
     argv = ["ssh", "-p", str(port), "-l", user, "-o", "StrictHostKeyChecking=yes"]
     if j.known_hosts:
         argv += ["-o", f"UserKnownHostsFile={j.known_hosts}"]

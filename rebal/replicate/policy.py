@@ -29,6 +29,14 @@ def parse_snapshot_name(name: str) -> tuple[str, datetime] | None:
     return m.group("job"), datetime.strptime(m.group("ts"), _STAMP).replace(tzinfo=timezone.utc)
 
 
+def snapshot_time(name: str) -> datetime:
+    """The UTC time in a name rebal made (its callers have checked it is one: is_ours)."""
+    p = parse_snapshot_name(name)
+    if p is None:
+        raise ValueError(f"not a snapshot name rebal makes: {name}")
+    return p[1]
+
+
 def is_ours(snap: str, job: str) -> bool:
     p = parse_snapshot_name(snap)
     return p is not None and p[0] == job
@@ -232,7 +240,8 @@ def _bucket_keys(t: datetime) -> dict[str, tuple]:
     }
 
 
-def retain(snaps: list[tuple[str, datetime]], buckets: Buckets, protect: set[str] = frozenset()) -> set[str]:
+def retain(snaps: list[tuple[str, datetime]], buckets: Buckets,
+           protect: set[str] | frozenset[str] = frozenset()) -> set[str]:
     """Names to keep: the newest ``last`` snapshots (none with 0), the newest snapshot of each of the last N hours /
     days / weeks / months (per bucket count), and every name in ``protect`` (the common base)."""
     keep = set(protect)

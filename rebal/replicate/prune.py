@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from .. import names
 from ..errors import CommandFailed, NoSuchPool, RebalError
 from ..process.command import run
+from ..zfs.cli import Runner
 from . import local as L
-from .policy import Buckets, is_ours, parse_snapshot_name, retain
+from .policy import Buckets, is_ours, retain, snapshot_time
 
 
 @dataclass
@@ -25,7 +26,7 @@ class PruneReport:
 
 
 def prune(dataset: str, job: str, buckets: Buckets, recursive: bool = False, dry_run: bool = False,
-          runner=run) -> PruneReport:
+          runner: Runner = run) -> PruneReport:
     names.dataset(dataset)
     if not job or not all(c.isalnum() or c in "_.-" for c in job):
         raise RebalError(f"bad job name {job!r}", exit_code=2)
@@ -45,7 +46,7 @@ def prune(dataset: str, job: str, buckets: Buckets, recursive: bool = False, dry
         if not mine:
             continue
         newest = max(mine, key=lambda s: s.txg).name
-        keep = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in mine], buckets, {newest})
+        keep = retain([(s.name, snapshot_time(s.name)) for s in mine], buckets, {newest})
         for s in mine:
             ref = f"{ds}@{s.name}"
             if s.name in keep:

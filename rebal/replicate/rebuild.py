@@ -27,6 +27,7 @@ from .rebuild_record import Record, RebuildError, RebuildRefused, load, save  # 
 from ..zfs.host import ZfsHost
 from .sides import job_hosts
 
+
 def _job_for(cfg: Config, pool: str, job: str) -> Replicate:
     j = find_job(cfg, job)
     if j.mode != "zfs" or j.direction != "push":

@@ -10,7 +10,7 @@ from dataclasses import replace
 from ..config import Config, Replicate
 from ..errors import RebalError
 from ..zfs.host import ZfsHost
-from .transport import Here, Ssh
+from .transport import Wire
 from .verify import VerifyReport
 from .rebuild_record import NOT_SET_AGAIN, Record, RebuildError, RebuildRefused, save
 
@@ -41,7 +41,7 @@ def coverage(rec: Record, j: Replicate, here: ZfsHost) -> None:
                              f"to a job, or name them with --leave-out if they may go")
 
 
-def final_point(cfg: Config, rec: Record, j: Replicate, link: Ssh | Here, here: ZfsHost, conn: sqlite3.Connection, *, seed: int,
+def final_point(cfg: Config, rec: Record, j: Replicate, link: Wire, here: ZfsHost, conn: sqlite3.Connection, *, seed: int,
                 writers_stopped: bool) -> None:
     """A last replication whose snapshot the source keeps (the restore point), nothing written after
     it, and every file of the backup equal to the source's at it."""
@@ -111,7 +111,7 @@ def record_pool(rec: Record, j: Replicate, here: ZfsHost, ashift: int) -> None:
         rec.notes.append("encrypted datasets come back raw: keep their keys at hand (" + ", ".join(keys) + ")")
 
 
-def restore_all(rec: Record, j: Replicate, link: Ssh | Here, *, stop: threading.Event | None = None,
+def restore_all(rec: Record, j: Replicate, link: Wire, *, stop: threading.Event | None = None,
                 progress: Callable[[int], None] | None = None) -> None:
     from .restore import RestorePoint
     from .restore_tree import restore_tree
@@ -158,7 +158,7 @@ def properties_again(rec: Record, here: ZfsHost) -> None:
         rec.notes.append("not set again: " + "; ".join(failed[:5]))
 
 
-def verify_all(rec: Record, j: Replicate, link: Ssh | Here) -> None:
+def verify_all(rec: Record, j: Replicate, link: Wire) -> None:
     from .verify import verify_zfs
 
     rep = verify_zfs(j, link, None, 0)

@@ -4,28 +4,34 @@ job's backup host, or run here for a pull job (which runs on the backup host).""
 from __future__ import annotations
 
 from ..errors import RebalError
+from ..process.command import Result
+from ..zfs.cli import Runner
+from ..zfs.host import Link
 from . import local as L
 from .policy import Snap
-from .transport import Ssh
 
 
 class ReplicationError(RebalError):
     pass
 
 
-def ssh_runner(ssh: Ssh):
+def ssh_runner(ssh: Link) -> Runner:
     """A runner (the signature of runner.run) that runs each command on the other end, through ssh."""
-    def run_there(argv, **kw):
-        return ssh.run(list(argv), **kw)
+    def run_there(argv: list[str], **kw: object) -> Result:
+        return ssh.run(list(argv), **kw)  # type: ignore[arg-type]  # the runner's keywords, passed on
     return run_there
 
 
 class Remote:
     """zfs on the backup host: through ssh (a push job), or here (a pull job runs on the backup host)."""
 
-    def __init__(self, ssh: Ssh | None = None, runner=None) -> None:
+    def __init__(self, ssh: Link | None = None, runner: Runner | None = None) -> None:
         self.ssh = ssh
-        self.run = runner or ssh_runner(ssh)
+        if runner is None:
+            if ssh is None:
+                raise ValueError("Remote: a link or a runner")
+            runner = ssh_runner(ssh)
+        self.run = runner
 
     def snapshots(self, dataset: str) -> list[Snap] | None:
         res = self.run(L.guid_query(dataset, recursive=False), check=False)

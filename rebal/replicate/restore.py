@@ -16,7 +16,7 @@ from ..process.command import run
 from ..process.pipeline import pump
 from .policy import parse_snapshot_name
 from .snapview import SnapView
-from .transport import Ssh, classify_ssh
+from .transport import Ssh, Wire, classify_ssh
 
 
 class RestoreError(RebalError):
@@ -48,7 +48,7 @@ class RestorePoint:
         return {"name": self.name, "created": when, "referenced": self.referenced, "used": self.used}
 
 
-def _remote_dataset_of(ssh: Ssh, path: str) -> str | None:
+def _remote_dataset_of(ssh: Wire, path: str) -> str | None:
     """The backup host's file system mounted where ``path`` lies (the longest mount point that holds it)."""
     from ..zfs.host import ZfsHost
 
@@ -60,13 +60,13 @@ def _remote_dataset_of(ssh: Ssh, path: str) -> str | None:
     return best[0] if best else None
 
 
-def points(job: Replicate, ssh: Ssh) -> tuple[str | None, list[RestorePoint]]:
+def points(job: Replicate, ssh: Wire) -> tuple[str | None, list[RestorePoint]]:
     """(dataset on the backup host, its restore points oldest first)."""
     from ..zfs.host import HostError
-    from .sides import job_hosts
+    from .sides import backup_link, job_hosts
 
     backup = job_hosts(job, ssh)[1]  # the backup's host (here, for a pull job)
-    ds = job.target if job.mode == "zfs" else _remote_dataset_of(backup.link, job.target)
+    ds = job.target if job.mode == "zfs" else _remote_dataset_of(backup_link(job, ssh), job.target)
     out: list[RestorePoint] = []
     if ds:
         try:
@@ -116,7 +116,7 @@ class RestoreReport:
     planned: list[str] = field(default_factory=list)
 
 
-def restore_dataset(job: Replicate, ssh: Ssh, point: RestorePoint, to: str, *, force: bool = False,
+def restore_dataset(job: Replicate, ssh: Wire, point: RestorePoint, to: str, *, force: bool = False,
                     dry_run: bool = False, stop: threading.Event | None = None,
                     progress: Callable[[int], None] | None = None) -> RestoreReport:
     """`zfs send TARGET@SNAP` on the backup's host into `zfs receive` of a new dataset on the source's
@@ -161,16 +161,16 @@ def restore_dataset(job: Replicate, ssh: Ssh, point: RestorePoint, to: str, *, f
     return rep
 
 
-def restore_path(job: Replicate, ssh: Ssh, point: RestorePoint, path: str, to: str, *, force: bool = False,
+def restore_path(job: Replicate, ssh: Wire, point: RestorePoint, path: str, to: str, *, force: bool = False,
                  dry_run: bool = False, stop: threading.Event | None = None) -> RestoreReport:
     """One file or directory from a restore point, by rsync over ssh, into the directory ``to``.
     ``ssh`` reaches the job's other end; the backup is read on the backup's host, which is this one
     for a pull job (then rsync copies here)."""
     from ..zfs.host import ZfsHost
-    from .sides import job_hosts
+    from .sides import backup_link, job_hosts
 
     backup: ZfsHost = job_hosts(job, ssh)[1]
-    ssh = backup.link  # type: ignore[assignment]  (Here or Ssh: the same calls)
+    ssh = backup_link(job, ssh)
     rel = os.path.normpath(path.lstrip("/"))
     if rel.startswith("..") or rel in (".", ""):
         raise UsageError(f"--path {path!r}: give a path inside the backup, like home/alice/report.odt")
@@ -207,13 +207,13 @@ def restore_path(job: Replicate, ssh: Ssh, point: RestorePoint, path: str, to: s
     return rep
 
 
-def _has_snapshot(ssh: Ssh, ds: str, snap: str) -> bool:
+def _has_snapshot(ssh: Wire, ds: str, snap: str) -> bool:
     from ..zfs.host import ZfsHost
 
     return ZfsHost(ssh).exists(f"{ds}@{snap}")
 
 
-def _datasets_of(job: Replicate, ssh: Ssh, rel: str) -> tuple[str, str, list[tuple[str, str]]]:
+def _datasets_of(job: Replicate, ssh: Wire, rel: str) -> tuple[str, str, list[tuple[str, str]]]:
     """Where ``rel`` (a path relative to the job's source) lies on the backup host: (the dataset
     that holds it, the path inside that dataset, [(each dataset below the path, its place relative
     to the path)], parents first). In a recursive job a path may lie in a child dataset, whose
@@ -247,7 +247,7 @@ def _datasets_of(job: Replicate, ssh: Ssh, rel: str) -> tuple[str, str, list[tup
     return holder, "" if sub == "." else sub, nested
 
 
-def _rsync_back(ssh: Ssh, remote_path: str, to: str, rep: RestoreReport, dry_run: bool,
+def _rsync_back(ssh: Wire, remote_path: str, to: str, rep: RestoreReport, dry_run: bool,
                 stop: threading.Event | None, *,
                 shown: str, name: str | None = None) -> RestoreReport:
     """rsync ``remote_path`` back into ``to`` (as ``to/name`` where a name is given: a view's own

@@ -23,7 +23,7 @@ from ..process.pipeline import pump
 from ..zfs.host import HostError, Tree, ZfsHost
 from .restore import PointNotFound, RestoreError, RestorePoint, RestoreRefused
 from .sides import job_hosts
-from .transport import Here, Ssh, classify_ssh
+from .transport import Wire, classify_ssh
 
 
 
@@ -56,7 +56,7 @@ def _below(root: str, name: str) -> bool:
 
 
 class TreeRestore:
-    def __init__(self, job: Replicate, link: Ssh | Here, point: RestorePoint, to: str, *, dry_run: bool = False,
+    def __init__(self, job: Replicate, link: Wire, point: RestorePoint, to: str, *, dry_run: bool = False,
                  stop: threading.Event | None = None, progress: Callable[[int], None] | None = None,
                  key_location: str | None = None) -> None:
         from ..throttle import Throttle
@@ -201,7 +201,7 @@ class TreeRestore:
             rep.error = (res.receiver_err or res.sender_err or "failed").strip()[-300:]
 
 
-def restore_tree(job: Replicate, link: Ssh | Here, point: RestorePoint, to: str, **kw) -> TreeReport:
+def restore_tree(job: Replicate, link: Wire, point: RestorePoint, to: str, **kw) -> TreeReport:
     from .. import names
 
     names.dataset(to)

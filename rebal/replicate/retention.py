@@ -9,12 +9,17 @@ source is not pinned by replication. Where it has none (zfs-fuse), the snapshot 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import CommandFailed, RebalError
 from . import local as L
-from .policy import Snap, is_ours, parse_snapshot_name, retain
+from .policy import Snap, is_ours, retain, snapshot_time
+
+if TYPE_CHECKING:
+    from .zfs_run import Replicating
 
 
-def keep_cursor(rep, ds: str, snap: str, old_base: Snap | None) -> str:
+def keep_cursor(rep: Replicating, ds: str, snap: str, old_base: Snap | None) -> str:
     """Mark ``ds@snap`` as the next base; release what kept the old one. ``rep`` is the
     ZfsReplicator (its local backend, job and report). Returns "bookmark" or "hold" ("" if neither
     could be made: the next run then finds the base by guid on both sides, as before)."""
@@ -39,7 +44,7 @@ def keep_cursor(rep, ds: str, snap: str, old_base: Snap | None) -> str:
         return ""
 
 
-def prune(rep, datasets: list[str]) -> None:
+def prune(rep: Replicating, datasets: list[str]) -> None:
     """Destroy this job's snapshots that the retention policy does not keep, on both sides, and its
     cursor bookmarks older than each dataset's newest. Never a base still needed (a snapshot that is
     a dataset's cursor by hold, or the old base of a dataset that failed this time), never another
@@ -48,16 +53,16 @@ def prune(rep, datasets: list[str]) -> None:
     sent_ok = {d.source: d for d in report.datasets if d.kind in ("full", "incremental", "nothing")}
     protect_src: set[str] = set()
     protect_tgt: set[str] = set()
-    for d in report.datasets:
-        if d.source in sent_ok:
+    for dr in report.datasets:
+        if dr.source in sent_ok:
             protect_tgt.add(report.snapshot)  # the new common snapshot: the next base
-            if d.cursor != "bookmark":
+            if dr.cursor != "bookmark":
                 protect_src.add(report.snapshot)
-        elif d.base:
-            protect_tgt.add(d.base)  # this dataset still depends on its old base
-            if not d.base_bookmark:
-                protect_src.add(d.base)
-        if d.kind == "failed" and d.bytes:
+        elif dr.base:
+            protect_tgt.add(dr.base)  # this dataset still depends on its old base
+            if not dr.base_bookmark:
+                protect_src.add(dr.base)
+        if dr.kind == "failed" and dr.bytes:
             # cut mid-stream: the receiver may keep a resume token, which names this snapshot; the
             # next run can resume only while the source still has it
             protect_src.add(report.snapshot)
@@ -72,7 +77,7 @@ def prune(rep, datasets: list[str]) -> None:
             if is_ours(s.name, job):
                 by_name.setdefault(s.name, s)
     src = sorted(by_name.values(), key=lambda s: s.txg)
-    keep = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in src], rep.job.retention_source, protect_src)
+    keep = retain([(s.name, snapshot_time(s.name)) for s in src], rep.job.retention_source, protect_src)
     for s in src:
         if s.name in keep:
             continue
@@ -99,7 +104,7 @@ def prune(rep, datasets: list[str]) -> None:
             if is_ours(s.name, job):
                 t_names.setdefault(s.name, s)
     mine = list(t_names.values())
-    keep_t = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in mine], rep.job.retention_target, protect_tgt)
+    keep_t = retain([(s.name, snapshot_time(s.name)) for s in mine], rep.job.retention_target, protect_tgt)
     drop = {s.name for s in mine if s.name not in keep_t}
     for ds in datasets:
         t = rep.target_of(ds)
@@ -113,7 +118,7 @@ def prune(rep, datasets: list[str]) -> None:
     report.pruned_target.extend(sorted(drop))
 
 
-def _prune_bookmarks(rep, tree: dict[str, list[Snap]], sent_ok: dict) -> None:
+def _prune_bookmarks(rep: Replicating, tree: dict[str, list[Snap]], sent_ok: dict) -> None:
     """Per dataset sent this time with a bookmark cursor: this job's older bookmarks go (the new one
     is the base now). A dataset that failed keeps its bookmarks: its base is among them."""
     job = rep.job.name

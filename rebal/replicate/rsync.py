@@ -13,18 +13,20 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from .. import names
 from ..errors import RebalError
 from ..process.command import run
-from . import local as L
-from .policy import Buckets, is_ours, parse_snapshot_name, retain, snapshot_name
+from ..zfs.cli import Runner
 from ..zfs.host import ZfsHost
+from . import local as L
+from .policy import Buckets, is_ours, retain, snapshot_name, snapshot_time
 from .select import select
 from .snapview import SnapView, cleanup_views
-from .transport import Here, Ssh, classify_ssh
+from .transport import Here, Wire, classify_ssh
 
 PARTIAL_DIR = ".rebal-partial"
 
@@ -97,9 +99,10 @@ class RsyncJob:
 
 
 class RsyncReplicator:
-    def __init__(self, job: RsyncJob, ssh: Ssh, *, local=None, runner=run, dry_run: bool = False,
-                 stop: threading.Event | None = None, progress=None,
-                 clock=lambda: datetime.now(timezone.utc)) -> None:
+    def __init__(self, job: RsyncJob, ssh: Wire, *, local: L.CliLocal | None = None, runner: Runner = run,
+                 dry_run: bool = False, stop: threading.Event | None = None,
+                 progress: Callable[[int], None] | None = None,
+                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
         names.dataset(job.source)
         if not job.target.startswith("/"):
             raise RsyncError(f"rsync target {job.target!r} is not an absolute directory")
@@ -112,6 +115,7 @@ class RsyncReplicator:
         self.progress = progress
         self.clock = clock
         self.report = RsyncReport()
+        self.datasets: list[str] = []  # the run's datasets, once chosen (what landed, for health)
         self.gate: dict | None = None  # what a gate on the backup host allows (None: no gate)
         self.procs: list = []
 
@@ -140,11 +144,11 @@ class RsyncReplicator:
         for ds in datasets:
             if self.stop.is_set():
                 raise RsyncError("stopped")
-            rel = os.path.relpath(mounts[ds], root_mp) if mounts[ds] and root_mp else "."
+            mp = mounts[ds]
+            rel = os.path.relpath(mp, root_mp) if mp and root_mp else "."
             dest = os.path.normpath(os.path.join(job.target, rel))
             # child datasets are copied on their own, or left out: their directories are never touched here
-            children = [os.path.relpath(mounts[c], mounts[ds]) for c in mounts
-                        if c.startswith(ds + "/") and mounts[c] and mounts[ds]]
+            children = [os.path.relpath(cm, mp) for c, cm in mounts.items() if c.startswith(ds + "/") and cm and mp]
             with self._view(ds, snap) as view:
                 self._rsync(view, dest, children)
         if job.snapshot_target:
@@ -254,7 +258,7 @@ class RsyncReplicator:
                     having.setdefault(s.name, []).append(d)
         # the last run's snapshot stays: `rebal verify` compares the backup with it (it pins data a
         # rebalance rewrites; the zfs mode, with bookmarks, keeps none)
-        keep = retain([(n, parse_snapshot_name(n)[1]) for n in having], self.job.retention_source, {snap})
+        keep = retain([(n, snapshot_time(n)) for n in having], self.job.retention_source, {snap})
         for name, where in having.items():
             if name in keep:
                 continue
@@ -269,7 +273,7 @@ class RsyncReplicator:
             from .zfs_send import Remote
 
             tgt = [s for s in (Remote(self.ssh).snapshots(ds) or []) if is_ours(s.name, job)]
-            keep_t = retain([(s.name, parse_snapshot_name(s.name)[1]) for s in tgt], self.job.retention_target, {snap})
+            keep_t = retain([(s.name, snapshot_time(s.name)) for s in tgt], self.job.retention_target, {snap})
             for s in tgt:
                 if s.name not in keep_t:
                     self.ssh.run(["zfs", "destroy", f"{ds}@{s.name}"], readonly=False)

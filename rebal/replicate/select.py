@@ -17,8 +17,12 @@ Patterns are shell patterns (`fnmatch`) on the whole dataset name: `*` also matc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from typing import Protocol
+
+from ..zfs.cli import Runner
 
 PROPERTY = "rebal:backup"
 OFF = ("false", "off", "no", "none")
@@ -53,11 +57,11 @@ class Selection:
         return [f"{'in ' if c.included else 'out'} {c.dataset}  ({c.why})" for c in self.choices]
 
 
-def _match(name: str, patterns: list[str]) -> str | None:
+def _match(name: str, patterns: Sequence[str]) -> str | None:
     return next((p for p in patterns if fnmatchcase(name, p)), None)
 
 
-def decide(rows: list[tuple[str, str]], job: str, *, exclude: list[str] = (), include: list[str] = (),
+def decide(rows: list[tuple[str, str]], job: str, *, exclude: Sequence[str] = (), include: Sequence[str] = (),
            by_property: bool = False) -> list[Choice]:
     """Pure: the choice for each (dataset, rebal:backup value) row, parents first. ``rows`` holds the
     source and its children; the value is what `zfs list -o name,rebal:backup` prints ("-": unset)."""
@@ -110,7 +114,24 @@ def rows_from(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def select(job, runner) -> Selection:
+class Selecting(Protocol):
+    """What the selection reads of a job (a job of the config, zfs_send.Job, rsync.RsyncJob)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def recursive(self) -> bool: ...
+    @property
+    def exclude(self) -> Sequence[str]: ...
+    @property
+    def include(self) -> Sequence[str]: ...
+    @property
+    def by_property(self) -> bool: ...
+
+
+def select(job: Selecting, runner: Runner) -> Selection:
     """The selection of a zfs or rsync job (``job`` has source, name, recursive, exclude, include,
     by_property). Without a rule, no property is read: the listing is the plain one."""
     sel = Selection(job.source)

@@ -3,10 +3,15 @@ and empty parents made for datasets chosen under one that is left out. ``rep``: 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .policy import Snap
 
+if TYPE_CHECKING:
+    from .zfs_run import Replicating
 
-def find_orphans(rep, datasets: list[str]) -> dict[str, list[Snap]]:
+
+def find_orphans(rep: Replicating, datasets: list[str]) -> dict[str, list[Snap]]:
     """Backups whose source dataset is gone (destroyed or renamed): kept, never destroyed."""
     if not rep.job.recursive:
         return {}
@@ -26,7 +31,7 @@ def find_orphans(rep, datasets: list[str]) -> dict[str, list[Snap]]:
     return out
 
 
-def make_parents(rep, datasets: list[str]) -> None:
+def make_parents(rep: Replicating, datasets: list[str]) -> None:
     """A dataset chosen under one that is left out (or under a source left out itself) needs a
     parent on the target to be received into: made empty, once (a plain file system: the
     children's mount points are made in it, so it is not read-only as its received parent is)."""
@@ -52,7 +57,7 @@ def make_parents(rep, datasets: list[str]) -> None:
                 rep.target_tree[t] = []
 
 
-def renamed_from(rep, ds: str, src: list[Snap], snap: str) -> str | None:
+def renamed_from(rep: Replicating, ds: str, src: list[Snap], snap: str) -> str | None:
     """The orphaned backup that holds ``ds``'s older snapshots (same guid): ``ds`` was renamed."""
     guids = {s.guid for s in src if s.name != snap and s.guid}
     for t, tsnaps in sorted(rep.orphans.items()):

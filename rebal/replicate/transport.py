@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from .. import names
 from ..errors import CommandFailed, RebalError
 from ..process.command import Result, end, run, spawn
+from ..zfs.cli import Runner
 
 
 class TransportError(RebalError):
@@ -245,7 +246,7 @@ class Here:
     local = True
     where = "this host"
 
-    def __init__(self, runner=None) -> None:
+    def __init__(self, runner: Runner | None = None) -> None:
         """``runner``: how a command runs here (process.command.run, or a run's counting runner)."""
         self.ep = Endpoint("localhost")
         self.commands = 0
@@ -260,7 +261,7 @@ class Here:
     def run(self, *parts: list[str], readonly: bool = True, dry_run: bool = False, check: bool = True,
             timeout: float | None = 300, input: str | None = None) -> Result:
         if self._runner is not None:
-            extra = {"dry_run": True} if dry_run else {}
+            extra: dict[str, object] = {"dry_run": True} if dry_run else {}
             if input is not None:
                 extra["input"] = input
             return self._runner(self.argv(*parts), readonly=readonly, check=check, timeout=timeout, **extra)
@@ -280,3 +281,6 @@ class Here:
 
     def __exit__(self, *exc) -> None:
         pass
+
+
+Wire = Ssh | Here  # how a job reaches its other end: ssh, or this host for a local target

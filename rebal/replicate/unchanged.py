@@ -25,11 +25,18 @@ new, no record, or no fresh listing, and the run lists both sides as always.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..zfs.cli import Runner
 from .policy import Snap, is_ours, newest_common
+
+if TYPE_CHECKING:
+    from .zfs_run import Replicating
 
 
 def bases_of(datasets: list[str], source_tree: dict[str, list[Snap]], target_tree: dict[str, list[Snap]],
-             target_of) -> dict[str, Snap]:
+             target_of: Callable[[str], str]) -> dict[str, Snap]:
     """Each dataset's base where it is also the target's newest snapshot (else the normal path
     decides: a target that moved on, or one that does not exist)."""
     out = {}
@@ -63,8 +70,9 @@ def parse(text: str) -> dict[tuple[str, str], int]:
     return out
 
 
-def find_unchanged(source: str, recursive: bool, datasets: list[str], source_tree, target_tree, target_of,
-                   runner) -> tuple[dict[str, Snap], str | None]:
+def find_unchanged(source: str, recursive: bool, datasets: list[str], source_tree: dict[str, list[Snap]],
+                   target_tree: dict[str, list[Snap]], target_of: Callable[[str], str],
+                   runner: Runner) -> tuple[dict[str, Snap], str | None]:
     """(dataset -> its base, for those with no byte written since it; a note when the ZFS cannot say)."""
     bases = bases_of(datasets, source_tree, target_tree, target_of)
     if not bases:
@@ -79,7 +87,7 @@ def find_unchanged(source: str, recursive: bool, datasets: list[str], source_tre
     return {ds: b for ds, b in bases.items() if written.get((ds, prop_of(b))) == 0}, None
 
 
-def listed_key(rep) -> str:
+def listed_key(rep: Replicating) -> str:
     """The state's key for when this job last listed its backup (per target and host)."""
     ep = getattr(rep.ssh, "ep", None)
     where = f"{ep.user}@{ep.host}:{ep.port}" if ep is not None and not rep.ssh.local else "local"
@@ -101,7 +109,7 @@ def record_bases(datasets: list[str], source_tree: dict[str, list[Snap]], landed
     return out
 
 
-def by_record(rep, tree: dict[str, list[Snap]]) -> dict[str, Snap] | None:
+def by_record(rep: Replicating, tree: dict[str, list[Snap]]) -> dict[str, Snap] | None:
     """Each chosen dataset's base where the whole run is over by rebal's record (``rep``: the
     ZfsReplicator, whose ``landed`` and ``cache`` say what landed and when the backup was last
     listed): every one unchanged since the snapshot that landed. Else None: list both sides."""

@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from ..config import Replicate
 from ..health import CRITICAL, OK, WARNING, Finding
 from ..process.command import run
+from ..zfs.cli import Runner
 from ..zfs.host import HostError, ZfsHost
 from . import local as L
 from .policy import is_ours
 from .snapview import SnapView
-from .transport import Here, Ssh, classify_ssh
+from .transport import Here, Wire, classify_ssh
 
 
 @dataclass
@@ -127,7 +128,7 @@ def compare(rep: VerifyReport, subject: str, source: ZfsHost, src_root: str, bac
             rep.findings.append(Finding(CRITICAL, subject, f"{rel}: content differs on the backup (sha256)"))
 
 
-def verify_zfs(job: Replicate, link: Ssh | Here, sample_n: int | None, seed: int, runner=run) -> VerifyReport:
+def verify_zfs(job: Replicate, link: Wire, sample_n: int | None, seed: int, runner: Runner = run) -> VerifyReport:
     """Every dataset the job replicates (the source alone, or for a recursive job each one its rules
     choose), each at the newest snapshot both sides have: the findings of all, the files and bytes
     summed, the sample named per dataset. ``link`` reaches the job's other end (the backup host of a
@@ -155,9 +156,11 @@ def verify_zfs(job: Replicate, link: Ssh | Here, sample_n: int | None, seed: int
         rep.notes += one.notes
         rep.snapshot = rep.snapshot or one.snapshot
         rep.only_bookmark = rep.only_bookmark or one.only_bookmark
-        if one.files is not None:
-            rep.files = tuple(a + b for a, b in zip(rep.files or (0, 0), one.files))
-            rep.bytes = tuple(a + b for a, b in zip(rep.bytes or (0, 0), one.bytes))
+        if one.files is not None and one.bytes is not None:
+            f0, f1 = rep.files or (0, 0)
+            b0, b1 = rep.bytes or (0, 0)
+            rep.files = (f0 + one.files[0], f1 + one.files[1])
+            rep.bytes = (b0 + one.bytes[0], b1 + one.bytes[1])
         rep.sample += [f"{ds}: {x}" for x in one.sample] if len(datasets) > 1 else one.sample
     return rep
 
@@ -242,8 +245,8 @@ def _modified_since(backup: ZfsHost, ds: str, snap: str, rep: VerifyReport) -> b
     return a.isdigit() and b.isdigit() and a != b
 
 
-def verify_rsync(job: Replicate, ssh: Ssh, sample_n: int | None, seed: int, snapshot: str | None,
-                 runner=run) -> VerifyReport:
+def verify_rsync(job: Replicate, ssh: Wire, sample_n: int | None, seed: int, snapshot: str | None,
+                 runner: Runner = run) -> VerifyReport:
     rep = VerifyReport(job.name, seed=seed)
     subject = f"job:{job.name}"
     if snapshot is None or not any(s.name == snapshot for s in L.local_snapshots(job.source, runner)):

@@ -15,20 +15,22 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from .. import names
 from ..errors import RebalError
 from ..process.command import Counted, run
 from ..process.pipeline import pump
 from ..throttle import Throttle
+from ..zfs.cli import Runner
 from . import local as L
 from . import targets as T
 from .capabilities import Capabilities
 from .policy import (
-    Buckets,
+    SendPlan,
     Snap,
     base_args,
     explain_receive_error,
@@ -41,90 +43,21 @@ from .policy import (
 from .remote import Remote, ReplicationError, ssh_runner  # noqa: F401  (Remote: also imported from here)
 from .retention import keep_cursor
 from .select import select
-from .transport import Here, Ssh
+from .transport import Wire
+from .zfs_run import DatasetReport, Job, ZfsReport  # noqa: F401  (imported from here too)
 
+if TYPE_CHECKING:
+    from ..state import Cache
 
-@dataclass
-class DatasetReport:
-    source: str
-    target: str
-    kind: str = ""  # full, incremental, resumed, nothing, unchanged (sat the run out), renamed (not sent twice), failed
-    base: str | None = None
-    bytes: int = 0
-    expected: int | None = None
-    error: str = ""
-    seconds: float = 0.0  # time the stream took
-    started: float = 0.0  # when the stream began (epoch seconds): parallel streams overlap
-    base_bookmark: bool = False  # the incremental started from a bookmark
-    cursor: str = ""  # what keeps the next base: "bookmark" (pins nothing) or "hold" (a held snapshot)
-
-
-@dataclass
-class ZfsReport:
-    snapshot: str = ""
-    datasets: list[DatasetReport] = field(default_factory=list)
-    resumed: list[str] = field(default_factory=list)
-    aborted_tokens: list[str] = field(default_factory=list)
-    tokens: dict[str, str] = field(default_factory=dict)  # target -> receive_resume_token found
-    pruned_source: list[str] = field(default_factory=list)
-    pruned_target: list[str] = field(default_factory=list)
-    pruned_bookmarks: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)  # the run worked but needs the admin (a rename)
-    planned: list[str] = field(default_factory=list)  # dry run: what would be done
-    phases: dict[str, float] = field(default_factory=dict)  # seconds of each part of the run
-    excluded: list[str] = field(default_factory=list)  # datasets of the source left out, and why
-    placeholders: list[str] = field(default_factory=list)  # parents made on the target for an included child
-    remote_commands: int = 0  # ssh round trips of the run (streams included)
-    local_commands: int = 0  # zfs commands run here (pyzfs calls not counted)
-
-    @property
-    def bytes(self) -> int:
-        return sum(d.bytes for d in self.datasets)
-
-    @property
-    def expected(self) -> int | None:
-        vals = [d.expected for d in self.datasets if d.kind not in ("nothing", "unchanged")]
-        return None if any(v is None for v in vals) else sum(v for v in vals if v)
-
-    @property
-    def failed(self) -> list[DatasetReport]:
-        return [d for d in self.datasets if d.kind == "failed"]
-
-
-@dataclass
-class Job:
-    """What the zfs mode needs of a `[[replicate]]` job (see config.Replicate)."""
-
-    name: str
-    source: str
-    target: str
-    recursive: bool = False
-    raw: bool = False
-    compressed: bool = True
-    large_blocks: bool = True
-    embedded: bool = True
-    bwlimit: int | None = None
-    stream_compress: str = "none"
-    mbuffer: bool = False
-    retention_source: Buckets = field(default_factory=Buckets)
-    retention_target: Buckets = field(default_factory=Buckets)
-    parallel: int = 2
-    pull: bool = False  # run on the backup host: the source is the other end, the target is here
-    stream_compress_level: int = 3
-    mbuffer_size: str = "128M"
-    exclude: tuple[str, ...] = ()  # which datasets (select.py)
-    include: tuple[str, ...] = ()
-    by_property: bool = False
-    skip_unchanged: bool = True  # a dataset with nothing written since its base sits the run out
-    backup_check_every: int = 3600  # seconds a run with nothing to send may go without listing the backup
 
 
 class ZfsReplicator(Capabilities):
-    def __init__(self, job: Job, ssh: Ssh | Here, *, local=None, runner=run, force_rollback: bool = False,
-                 dry_run: bool = False, stop: threading.Event | None = None, progress=None,
-                 clock=lambda: datetime.now(timezone.utc), cache=None, estimates: bool = True,
-                 landed: dict[str, str] | None = None, on_dataset=None) -> None:
+    def __init__(self, job: Job, ssh: Wire, *, local: L.CliLocal | None = None, runner: Runner = run,
+                 force_rollback: bool = False, dry_run: bool = False, stop: threading.Event | None = None,
+                 progress: Callable[[int, int | None], None] | None = None,
+                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc), cache: Cache | None = None,
+                 estimates: bool = True, landed: dict[str, str] | None = None,
+                 on_dataset: Callable[[DatasetReport], None] | None = None) -> None:
         names.dataset(job.source)
         names.dataset(job.target)
         self.job, self.ssh = job, ssh
@@ -187,8 +120,8 @@ class ZfsReplicator(Capabilities):
             there = ex.submit(self.remote.tree_tokens, self.job.target, self.resumable)
             if here is None:
                 self.selection = select(self.job, self._run)
-                here = self._may_skip() and self.selection.included and L.local_tree(
-                    self.job.source, self.job.recursive, self._run, bookmarks=True)
+                if self._may_skip() and self.selection.included:
+                    here = L.local_tree(self.job.source, self.job.recursive, self._run, bookmarks=True)
             datasets = chosen = self.selection.included
             self.target_tree, tokens = there.result()
         if self.cache is not None:  # when the backup was seen last (unchanged.by_record)
@@ -357,6 +290,7 @@ class ZfsReplicator(Capabilities):
             if plan.kind == "full":
                 send = ["zfs", "send", *flags, f"{ds}@{snap}"]
             else:
+                assert plan.base is not None  # an incremental plan always has its base
                 send = ["zfs", "send", *flags, *base_args(ds, plan.base), f"{ds}@{snap}"]
             rep.kind = plan.kind
             rep.expected = self.estimate(send, ds, snap, plan.kind) if self.estimates or self.dry_run else None
@@ -396,7 +330,8 @@ class ZfsReplicator(Capabilities):
             rep.kind, rep.error = "failed", str(e)
             return rep
 
-    def _trees_after(self, ds: str, target: str, src: list[Snap], tgt: list[Snap] | None, plan, to: Snap, cursor: str) -> None:
+    def _trees_after(self, ds: str, target: str, src: list[Snap], tgt: list[Snap] | None, plan: SendPlan, to: Snap,
+                    cursor: str) -> None:
         """Keep both trees as they are now, instead of asking again for the pruning: the target got
         the new snapshot (and, from a snapshot base, those in between: -I); the source a bookmark."""
         have = {s.guid for s in tgt or []}
@@ -421,7 +356,7 @@ class ZfsReplicator(Capabilities):
         return None
 
     def _stream(self, senders: list[list[str]], recv: list[str], rep: DatasetReport):
-        def progress(n: int, rep=rep) -> None:
+        def progress(n: int, rep: DatasetReport = rep) -> None:
             rep.bytes = n
             if self.progress:
                 with self._lock:  # the streams done and those under way (sent in parallel), summed
