@@ -146,22 +146,6 @@ def _measured(opts: Options, dirs, targets, pool, zpool, filters, notes: list[st
     return out
 
 
-def _measured_reclaim(opts: Options, targets, zpool, zfs, expanded, notes: list[str]) -> dict | None:
-    """The old-ratio bytes from block pointers where zdb can read them (else None: the estimate stands)."""
-    import shutil
-
-    if opts.placement == "model" or shutil.which("zdb") is None:
-        return None
-    from ..oldblocks import measure_reclaim
-
-    try:
-        return measure_reclaim([os.fsdecode(t.root) for t in targets], zpool, zfs,
-                               {e.vdev: e.width_before for e in expanded})
-    except RebalError as err:
-        notes.append(f"old-ratio bytes not measured ({err}): estimated from file times")
-        return None
-
-
 def default_jobs(n_data_vdevs: int) -> int:
     """Enough files in flight to keep every data vdev busy, bounded by the cores."""
     # Measured on zfs-fuse, 2 cores, 2 vdevs, 6,000 files of 4-64 KiB (bench/rebalance.py):
@@ -171,13 +155,32 @@ def default_jobs(n_data_vdevs: int) -> int:
     return max(4, min(16, 2 * n_data_vdevs, 4 * cores))
 
 
-def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
-    """Measure, scan and plan. ``conn``: the state database (None: no resume, as a plan without one)."""
+@dataclass
+class _Queried:
+    """The pool's state before a run, asked at once."""
+
+    targets: list[Target]
+    pool: Pool
+    expansions: list
+    snap_lists: tuple
+    dedups: tuple
+    rewrite: object  # rewrite.detect's answer, None where the method is copy anyway
+
+    @property
+    def pool_name(self) -> str:
+        return self.targets[0].dataset.split("/")[0]
+
+    @property
+    def datasets(self) -> list[str]:
+        return sorted({t.dataset for t in self.targets})
+
+
+def _query(opts: Options, zpool, zfs) -> _Queried:
+    """The pool's queries at once, each a process of its own: one after the other they would be a
+    good part of a small run's fixed cost."""
     targets = resolve_targets(zfs, opts.targets)
     pool_name = targets[0].dataset.split("/")[0]
     datasets = sorted({t.dataset for t in targets})
-    # the pool's queries at once, each a process of its own: one after the other they would be a
-    # good part of a small run's fixed cost
     with ThreadPoolExecutor(max_workers=4 + 2 * len(datasets), thread_name_prefix="rebal-query") as ex:
         may_rewrite = opts.method in ("auto", "rewrite")
         f_pool = ex.submit(zpool.pools, [pool_name], features(may_rewrite))
@@ -189,11 +192,62 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
         expansions = f_exp.result()
         snap_lists, dedups = zip(*[f.result() for f in f_snaps]) if f_snaps else ((), ())
         sup = f_rw.result() if f_rw is not None else None
-    if any(not e.done for e in expansions):
+    return _Queried(targets, pool, expansions, snap_lists, dedups, sup)
+
+
+def _snapshots(q: _Queried, warnings: list[str]) -> list[tuple[str, int, int]]:
+    """The targets' snapshots, oldest first (they pin old blocks: rewriting what they reference grows
+    the pool, moves nothing); a warning where dedup is on."""
+    snaps: list[tuple[str, int, int]] = []
+    for ds, found, props in zip(q.datasets, q.snap_lists, q.dedups):
+        snaps += found
+        if props.get("dedup", "off") not in ("off", "-"):
+            warnings.append(f"dedup is on for {ds}: a rewrite there may only add a reference, not move data")
+    snaps.sort(key=lambda s: s[1])
+    return snaps
+
+
+def _method(opts: Options, sup, notes: list[str]) -> tuple[str, bool]:
+    """(method, physical): zfs rewrite where this ZFS has it (-P where it keeps the logical birth)."""
+    if sup is None:
+        return "copy", False
+    if sup.available:
+        return "rewrite", sup.physical
+    if opts.method == "rewrite":
+        raise RefusedError("this zfs has no 'zfs rewrite' (OpenZFS 2.3.4+); use --method copy")
+    notes.append("zfs rewrite is not available here: files are rewritten by copy-and-rename")
+    return "copy", False
+
+
+def _resume(conn, pool_name: str, targets: list[Target], opts: Options, reclaim_after_expansion: bool):
+    """(the earlier unfinished run of the same targets, the directories it finished); after a RAIDZ
+    expansion also those rewritten since it (at the new ratio already)."""
+    resume_run, done = None, set()
+    if conn is None:
+        return resume_run, done
+    from .. import state
+
+    resume_run = state.resumable_run(conn, "rebalance", run_key(pool_name, [t.root for t in targets], opts.purpose))
+    if resume_run is not None:
+        done = journal.done_dirs(conn, resume_run)
+    if reclaim_after_expansion:
+        done = done | journal.dirs_done_since(conn, pool_name, opts.filters.expanded_at)
+    return resume_run, done
+
+
+def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
+    """Measure, scan and plan. ``conn``: the state database (None: no resume, as a plan without one)."""
+    import time
+
+    from .prepare_say import reclaim_estimate, scan_warnings
+
+    q = _query(opts, zpool, zfs)
+    pool, pool_name, targets = q.pool, q.pool_name, q.targets
+    if any(not e.done for e in q.expansions):
         raise RefusedError(f"a RAIDZ expansion of pool {pool_name} is still running: wait for it "
                            f"(zpool wait -t raidz_expand {pool_name}), then rewrite the old blocks")
     # (a refresh rewrites what its filter names, whatever an expansion left at the old ratio)
-    expanded = [e for e in expansions if e.done and e.ended is not None and opts.purpose == "balance"]
+    expanded = [e for e in q.expansions if e.done and e.ended is not None and opts.purpose == "balance"]
     if len(pool.data_vdevs) < 2 and not expanded and opts.purpose == "balance":
         raise RefusedError(f"pool {pool_name} has {len(pool.data_vdevs)} data vdev and no expanded RAIDZ vdev: "
                            "nothing to balance or reclaim")
@@ -206,44 +260,15 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
                                              only_old=reclaim_only))
     warnings: list[str] = []
     notes: list[str] = []
-
-    # snapshots pin old blocks: rewriting what they reference grows the pool, moves nothing
-    snaps: list[tuple[str, int, int]] = []
-    for ds, found, props in zip(datasets, snap_lists, dedups):
-        snaps += found
-        if props.get("dedup", "off") not in ("off", "-"):
-            warnings.append(f"dedup is on for {ds}: a rewrite there may only add a reference, not move data")
-    snaps.sort(key=lambda s: s[1])
-    # creation is in whole seconds: a file written in the snapshot's second may be in it (+1: counted)
-
-    method, physical = "copy", False
-    if sup is not None:
-        if sup.available:
-            method, physical = "rewrite", sup.physical
-        elif opts.method == "rewrite":
-            raise RefusedError("this zfs has no 'zfs rewrite' (OpenZFS 2.3.4+); use --method copy")
-        else:
-            notes.append("zfs rewrite is not available here: files are rewritten by copy-and-rename")
-
+    snaps = _snapshots(q, warnings)
+    method, physical = _method(opts, q.rewrite, notes)
     filters = opts.filters
-    import time
-
     t_scan = time.monotonic()
+    # creation is in whole seconds: a file written in the snapshot's second may be in it (+1: counted)
     sc = scan([t.root for t in targets], filters, snapshot_times=[s[1] + 1 for s in snaps], hardlinks_ok=(method == "rewrite"),
               link_groups=(opts.hardlinks and method == "copy"), keep=AHEAD if method == "rewrite" and opts.listing else 0)
     scan_seconds = time.monotonic() - t_scan
-
-    # resume: directories finished by an earlier, unfinished run of the same targets
-    resume_run, done = None, set()
-    key = run_key(pool_name, [t.root for t in targets], opts.purpose)
-    if conn is not None:
-        from .. import state
-
-        resume_run = state.resumable_run(conn, "rebalance", key)
-        if resume_run is not None:
-            done = journal.done_dirs(conn, resume_run)
-        if expanded and reclaim_only:  # rewritten since the expansion: at the new ratio already
-            done = done | journal.dirs_done_since(conn, pool_name, opts.filters.expanded_at)
+    resume_run, done = _resume(conn, pool_name, targets, opts, bool(expanded and reclaim_only))
 
     remaining = [d for d in sc.dirs if d.path not in done]
     pinned_fraction = (sc.pinned_bytes / sc.bytes) if sc.bytes else 0.0
@@ -259,67 +284,12 @@ def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
         meanwhile = spread(simulate(fills(pool), plan.bytes, pinned_fraction))
         notes.append(f"snapshots hold {human(sc.pinned_bytes)} of it: the spread goal ({plan.spread_after:.1f} predicted) "
                      f"holds once they go; until then the old copies stay and the spread is about {meanwhile:.1f}")
-
-    if sc.pinned_bytes:
-        newest_name = snaps[-1][0]
-        warnings.append(
-            f"{human(sc.pinned_bytes)} of the data to rewrite is referenced by {len(snaps)} snapshot(s) "
-            f"(newest {newest_name}): rewriting it grows the pool by that much instead of moving it"
-        )
-    hl = sc.skips.counts.get("hardlinked", 0)
-    if hl:
-        warnings.append(f"{hl} hardlinked file(s) ({human(sc.skips.bytes.get('hardlinked', 0))}) will be skipped "
-                        "(--hardlinks re-creates link groups that lie wholly in the target)")
-    out = sc.skips.counts.get("hardlinked, with names outside the target", 0)
-    if out:
-        warnings.append(f"{out} hardlinked file(s) have names outside the target and will be skipped")
-    if sc.groups:
-        notes.append(f"{len(sc.groups)} hardlink group(s) ({human(sc.group_bytes)}) will be re-created as groups "
-                     "after the directories")
-    if sc.skips.temps:
-        warnings.append(
-            f"{len(sc.skips.temps)} rebal temp or anchor name(s) found (e.g. {os.fsdecode(sc.skips.temps[0])}): "
-            "left by a crash; the rebalance recovers them from the journal, or removes them where that is "
-            "provably safe, and lists the rest")
-    sp = sc.skips.counts.get("special file (socket, fifo or device)", 0)
-    if sp:
-        warnings.append(f"{sp} special file(s) (sockets, fifos, devices) will be skipped")
     reserve = pool.size * opts.reserve_percent / 100
     avail = _avail(targets[0].root)
-    if sc.largest and avail - sc.largest < reserve:
-        warnings.append(
-            f"not enough free space for the largest file ({human(sc.largest)}) plus the reserve "
-            f"({human(reserve)}): {human(avail)} available; files that do not fit are skipped"
-        )
+    warnings += scan_warnings(sc, snaps, reserve, avail, notes)
     reclaim = None
     if expanded:
-        old_alloc = sum(d.alloc for d in remaining) if reclaim_only else sc.old_alloc
-        if reclaim_only:
-            old_files = sum(d.files for d in remaining)
-        else:
-            old_files = sc.old_files
-        e = expanded[0]
-        reclaim = {
-            "vdevs": [x.as_dict() for x in expanded],
-            "old_ratio_files": old_files,
-            "old_ratio_bytes": old_alloc,
-            "how": "estimated: files last changed (ctime) before the expansion completed, less directories "
-                   "rewritten since; not measured from block pointers",
-            "reclaim_bytes": int(old_alloc * e.reclaim_fraction),
-            "goal": "reclaim" if reclaim_only else "spread and reclaim (with --all)",
-        }
-        measured = _measured_reclaim(opts, targets, zpool, zfs, expanded, notes)
-        if measured:
-            reclaim["estimated"] = {k: reclaim[k] for k in ("old_ratio_files", "old_ratio_bytes", "reclaim_bytes")}
-            reclaim.update({k: measured[k] for k in ("old_ratio_files", "old_ratio_bytes", "reclaim_bytes")})
-            reclaim["how"] = (f"measured from the block pointers of {measured['files_measured']} file(s): a block's allocated "
-                              "size says the width it was written at (the rewrite still chooses files by ctime)")
-            old_alloc, old_files = reclaim["old_ratio_bytes"], reclaim["old_ratio_files"]
-        notes.append(
-            f"{e.vdev} was expanded from {e.width_before} to {e.width_after} disks: about {human(old_alloc)} in "
-            f"{old_files} files is stored at the old data:parity ratio; rewriting it returns about "
-            f"{human(reclaim['reclaim_bytes'])} ({100 * reclaim['reclaim_bytes'] / max(1, old_alloc):.1f}%)"
-            + ("" if reclaim_only else " (--all rewrites everything; the spread goal alone may stop sooner)"))
+        reclaim = reclaim_estimate(opts, targets, zpool, zfs, expanded, remaining, sc, reclaim_only, notes)
     if plan.needed_bytes is None and plan.spread_before > opts.target_spread:
         warnings.append(
             f"rewriting all {human(plan.candidate_bytes)} under the targets is predicted to leave the spread at "
