@@ -238,7 +238,7 @@ def quiet_report(g: Guest) -> Callable[[str, float], None]:
     probe = ("tail -n 3 /var/tmp/lane-progress.log; uptime; df -h --output=avail,pcent /var/tmp | tail -1; "
              "free -m | head -n 2; dmesg | grep -i -E 'out of memory|oom-kill|blocked for more|suspended' | tail -n 5; "
              "timeout 20 zpool list -H -o name,health,alloc 2>&1 | head -n 12; "
-             "ps -eo pid,etimes,stat,wchan:24,args --sort=-etimes | grep -E ' (zfs|zpool|rsync|ssh|python3 -m rebal)' "
+             "ps -eo pid,etimes,stat,wchan:24,args --sort=-etimes | grep -E '(zfs |zpool |rsync|ssh|mbuffer|-m rebal )' "
              "| grep -v grep | head -n 15")
 
     def report(label: str, quiet: float) -> None:
