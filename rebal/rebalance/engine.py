@@ -48,35 +48,8 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
     jobs = [r["job"] for r in (prep.costs or {}).get("replication", [])]  # replicating these targets
     with PoolLock(state_db, prep.pool.name), Together(state_db, jobs, f"rebalance of pool {prep.pool.name}",
                                                       stop=stop, on_wait=events.note):
-        recovered = journal.recover(conn, prep.pool.name)
-        if recovered.rows:
-            events.note(f"recovered from an earlier crash: {recovered.rows} unfinished file(s), "
-                        f"{len(recovered.removed)} temp name(s) removed")
-        for path in recovered.left:
-            events.note(f"left alone (not recognised as rebal's): {path}")
-        if prep.scan.skips.temps:  # what no journal names (after recover: it knew the rest)
-            from .leftovers import clean
-
-            cleaned = clean(prep.scan.skips.temps)
-            if cleaned.removed:
-                events.note(f"removed {len(cleaned.removed)} leftover rebal temp name(s) that no journal named "
-                            f"(e.g. {cleaned.removed[0]})")
-            for path, why in cleaned.left:
-                events.note(f"left alone: {path} ({why}); remove it by hand once you know what it is")
-        state.mark_dead_runs(conn, "rebalance", pool=prep.pool.name, keep=prep.resume_run)
-        earlier = None  # a run continued: what its earlier parts did, and how they ended
-        if prep.resume_run is not None:
-            run_id = prep.resume_run
-            row = state.run_row(conn, run_id)
-            files, nbytes = journal.done_totals(conn, run_id)
-            old = json.loads(row["details"] or "{}") if row else {}
-            died = row is None or row["outcome"] is None
-            earlier = {"parts": old.get("parts", 1), "files": files, "bytes": nbytes,
-                       "ended": "interrupted" if died else row["outcome"], "why": state.DIED if died else row["error"]}
-            state.reopen_run(conn, run_id)
-            events.note(f"continuing run {run_id}: {len(prep.done_dirs)} directories already done")
-        else:
-            run_id = state.start_run(conn, "rebalance", pool=prep.pool.name, key=prep.key)
+        recovered = _recover(conn, prep, events)
+        run_id, earlier = _open_run(conn, prep, events)
         r = Run(prep, opts, zpool, zfs, conn, events, stop)
         r.report = Report(run_id, "failed", "", spread_before=prep.pool.spread, predicted_after=prep.plan.spread_after,
                           scan_seconds=prep.scan_seconds)
@@ -118,42 +91,89 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
                 timer.cancel()
             if old_sigio is not None:
                 signal.signal(signal.SIGIO, old_sigio)
-            r.report.seconds = time.monotonic() - t0
-            r.report.growth = r.growth
-            if r.growth:  # the snapshots that hold the old copies: the space and balance come when they go
-                r.report.waiting_on = [n for (n, c, _u), b in zip(prep.snapshots, prep.scan.pinned_by) if b]
-            try:
-                if r.settled_at is not None and r.settled_at[0] == r.moved:  # just measured, settled (the target)
-                    r.flush_done()
-                    r.report.spread_after = r.settled_at[1]
-                else:
-                    r.report.spread_after = r.measure(settle=True)
-                if opts.rewrite_all and r.report.outcome == "ok" and not prep.reclaim_only:
-                    r.report.reason += f"; the spread is now {r.report.spread_after:.1f}"
-                elif r.report.outcome == "ok" and r.report.reason == _goal(r):  # said with the settled figure
-                    r.spread_now = r.report.spread_after
-                    r.report.reason = _goal(r)
-            except RebalError:
-                r.report.spread_after = r.spread_now
-            r.report.seconds = time.monotonic() - t0  # with the last measurement, which waits for the frees
-            if prep.plan.measured and r.report.files:
-                from .measure import rewritten_placement
-
-                r.report.placement = rewritten_placement(prep.plan, r.report.done_dirs, zpool, zfs)
-            if r.report.reclaim is not None:
-                after = _available(zfs, avail_ds)
-                r.report.reclaim |= {"available_after": after,
-                                     "reclaimed": after - r.report.reclaim["available_before"]}
-            details = r.report.as_dict() | {"method": prep.method, "jobs": prep.jobs}
-            if earlier is not None:  # the whole run: every part's files and bytes, and that it was continued
-                details |= {"files": r.report.files + earlier["files"], "bytes": r.report.bytes + earlier["bytes"],
-                            "parts": earlier["parts"] + 1,
-                            "continued": f"continued after the part before ended {earlier['ended']}"
-                                         + (f": {earlier['why']}" if earlier["why"] else ""),
-                            "this_part": {"files": r.report.files, "bytes": r.report.bytes}}
-            state.end_run(conn, run_id, r.report.outcome, error=r.report.reason if r.report.outcome == "failed" else None,
-                          details=details)
+            _finish(r, earlier, avail_ds, t0)
         return r.report
+
+
+def _recover(conn, prep: Prepared, events: Events):
+    """What an earlier crash left: the journal's unfinished files put right, the temp names no
+    journal names removed where that is provably safe, runs that died marked so."""
+    recovered = journal.recover(conn, prep.pool.name)
+    if recovered.rows:
+        events.note(f"recovered from an earlier crash: {recovered.rows} unfinished file(s), "
+                    f"{len(recovered.removed)} temp name(s) removed")
+    for path in recovered.left:
+        events.note(f"left alone (not recognised as rebal's): {path}")
+    if prep.scan.skips.temps:  # what no journal names (after recover: it knew the rest)
+        from .leftovers import clean
+
+        cleaned = clean(prep.scan.skips.temps)
+        if cleaned.removed:
+            events.note(f"removed {len(cleaned.removed)} leftover rebal temp name(s) that no journal named "
+                        f"(e.g. {cleaned.removed[0]})")
+        for path, why in cleaned.left:
+            events.note(f"left alone: {path} ({why}); remove it by hand once you know what it is")
+    state.mark_dead_runs(conn, "rebalance", pool=prep.pool.name, keep=prep.resume_run)
+    return recovered
+
+
+def _open_run(conn, prep: Prepared, events: Events) -> tuple[int, dict | None]:
+    """(the run's id, what its earlier parts did and how they ended, when it continues one)."""
+    earlier = None  # a run continued: what its earlier parts did, and how they ended
+    if prep.resume_run is not None:
+        run_id = prep.resume_run
+        row = state.run_row(conn, run_id)
+        files, nbytes = journal.done_totals(conn, run_id)
+        old = json.loads(row["details"] or "{}") if row else {}
+        died = row is None or row["outcome"] is None
+        earlier = {"parts": old.get("parts", 1), "files": files, "bytes": nbytes,
+                   "ended": "interrupted" if died else row["outcome"], "why": state.DIED if died else row["error"]}
+        state.reopen_run(conn, run_id)
+        events.note(f"continuing run {run_id}: {len(prep.done_dirs)} directories already done")
+    else:
+        run_id = state.start_run(conn, "rebalance", pool=prep.pool.name, key=prep.key)
+    return run_id, earlier
+
+
+def _finish(r: Run, earlier: dict | None, avail_ds: str, t0: float) -> None:
+    """The run's last figures (the spread settled, the reclaimed space, where the rewritten data went)
+    and its record, however it ended."""
+    prep, opts, zpool, zfs, conn, run_id = r.prep, r.opts, r.zpool, r.zfs, r.conn, r.report.run_id
+    r.report.seconds = time.monotonic() - t0
+    r.report.growth = r.growth
+    if r.growth:  # the snapshots that hold the old copies: the space and balance come when they go
+        r.report.waiting_on = [n for (n, c, _u), b in zip(prep.snapshots, prep.scan.pinned_by) if b]
+    try:
+        if r.settled_at is not None and r.settled_at[0] == r.moved:  # just measured, settled (the target)
+            r.flush_done()
+            r.report.spread_after = r.settled_at[1]
+        else:
+            r.report.spread_after = r.measure(settle=True)
+        if opts.rewrite_all and r.report.outcome == "ok" and not prep.reclaim_only:
+            r.report.reason += f"; the spread is now {r.report.spread_after:.1f}"
+        elif r.report.outcome == "ok" and r.report.reason == _goal(r):  # said with the settled figure
+            r.spread_now = r.report.spread_after
+            r.report.reason = _goal(r)
+    except RebalError:
+        r.report.spread_after = r.spread_now
+    r.report.seconds = time.monotonic() - t0  # with the last measurement, which waits for the frees
+    if prep.plan.measured and r.report.files:
+        from .measure import rewritten_placement
+
+        r.report.placement = rewritten_placement(prep.plan, r.report.done_dirs, zpool, zfs)
+    if r.report.reclaim is not None:
+        after = _available(zfs, avail_ds)
+        r.report.reclaim |= {"available_after": after,
+                             "reclaimed": after - r.report.reclaim["available_before"]}
+    details = r.report.as_dict() | {"method": prep.method, "jobs": prep.jobs}
+    if earlier is not None:  # the whole run: every part's files and bytes, and that it was continued
+        details |= {"files": r.report.files + earlier["files"], "bytes": r.report.bytes + earlier["bytes"],
+                    "parts": earlier["parts"] + 1,
+                    "continued": f"continued after the part before ended {earlier['ended']}"
+                                 + (f": {earlier['why']}" if earlier["why"] else ""),
+                    "this_part": {"files": r.report.files, "bytes": r.report.bytes}}
+    state.end_run(conn, run_id, r.report.outcome, error=r.report.reason if r.report.outcome == "failed" else None,
+                  details=details)
 
 
 def _available(zfs, dataset: str) -> int:
