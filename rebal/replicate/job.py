@@ -15,9 +15,9 @@ from ..locks import FileLock
 from ..units import parse_size
 from .hooks import run_hook
 from .policy import Buckets, parse_snapshot_name
-from .rsync import RsyncJob, RsyncReplicator
+from .rsync import RsyncJob, RsyncReplicator, RsyncReport
 from .transport import Endpoint, Here, Ssh, TransportError, Wire
-from .zfs_send import DatasetReport, Job, ReplicationError, ZfsReplicator, kill_all
+from .zfs_send import DatasetReport, Job, ReplicationError, ZfsReplicator, ZfsReport, kill_all
 
 
 class HookFailed(RebalError):
@@ -107,12 +107,7 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
     j = find_job(cfg, name)
     stop = stop or threading.Event()
     if dry_run:
-        with connect(j) as ssh:
-            r = replicator(j, ssh, every, dry_run=True, force_rollback=force_rollback, stop=stop)
-            rep = r.run()
-        hooks = {"pre_command": j.pre_command, "post_command": j.post_command}
-        return "ok", {"job": name, "mode": j.mode, "dry_run": True, "local_target": j.local_target,
-                      "hooks": {k: v for k, v in hooks.items() if v}} | asdict(rep)
+        return _dry_run(j, every, force_rollback, stop)
     conn = conn or state.connect(cfg.state_db)
     from ..locks import Together
 
@@ -150,15 +145,7 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
                 rep = r.run()
             details |= asdict(rep)
             details["bytes"] = rep.bytes
-            failed = getattr(rep, "failed", [])
-            if stop.is_set():
-                outcome, error = "interrupted", "stopped by a signal"
-            elif failed:
-                outcome, error = "failed", "; ".join(f"{d.source}: {d.error}" for d in failed)
-            elif getattr(rep, "warnings", []):
-                outcome = "warning"
-            else:
-                outcome = "ok"
+            outcome, error = _outcome(rep, stop)
         except (TransportError, ReplicationError, RebalError) as e:
             error = str(e)
             details["exit_code"] = e.exit_code  # the command's exit code: 6 for an unreachable host
@@ -169,22 +156,50 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
             error = f"{type(e).__name__}: {e}"
             raise
         finally:
-            if r is not None:
-                kill_all(r.procs)
-                try:
-                    record_landed(conn, name, r, outcome)
-                except (sqlite3.Error, OSError) as e:  # the run's own outcome and error stand, and get recorded
-                    details.setdefault("warnings", []).append(f"could not record the snapshots that landed: {e}")
-            if j.post_command:
-                problem = run_hook(j.post_command, "post", hook_env | {
-                    "REBAL_SNAPSHOT": details.get("snapshot", ""), "REBAL_OUTCOME": outcome,
-                    "REBAL_BYTES": details.get("bytes", 0), "REBAL_ERROR": error or ""}, j.hook_timeout)
-                if problem:
-                    details.setdefault("warnings", []).append(problem)
-                    outcome = "warning" if outcome == "ok" else outcome
+            outcome = _after(j, conn, r, outcome, error, details, hook_env)
             details["seconds"] = round(time.monotonic() - t0, 2)
             details["outcome"] = outcome
             details["error"] = error
             state.end_run(conn, run_id, outcome, error=error, details=details)
         return outcome, details
 
+
+def _dry_run(j: Replicate, every: bool, force_rollback: bool, stop: threading.Event) -> tuple[str, dict]:
+    """What a run would do, changing nothing (no record, no hook run: the hooks are named)."""
+    with connect(j) as ssh:
+        rep = replicator(j, ssh, every, dry_run=True, force_rollback=force_rollback, stop=stop).run()
+    hooks = {"pre_command": j.pre_command, "post_command": j.post_command}
+    return "ok", {"job": j.name, "mode": j.mode, "dry_run": True, "local_target": j.local_target,
+                  "hooks": {k: v for k, v in hooks.items() if v}} | asdict(rep)
+
+
+def _outcome(rep: ZfsReport | RsyncReport, stop: threading.Event) -> tuple[str, str | None]:
+    """(outcome, error) of a run that got through: interrupted, failed for a dataset, a warning, ok."""
+    failed = rep.failed if isinstance(rep, ZfsReport) else []
+    if stop.is_set():
+        return "interrupted", "stopped by a signal"
+    if failed:
+        return "failed", "; ".join(f"{d.source}: {d.error}" for d in failed)
+    if rep.warnings:
+        return "warning", None
+    return "ok", None
+
+
+def _after(j: Replicate, conn: sqlite3.Connection, r: ZfsReplicator | RsyncReplicator | None, outcome: str,
+           error: str | None, details: dict, hook_env: dict[str, str]) -> str:
+    """However the run ended: its streams ended, what landed recorded (health's ages), the post hook
+    run; the outcome, a warning where the post hook failed."""
+    if r is not None:
+        kill_all(r.procs)
+        try:
+            record_landed(conn, j.name, r, outcome)
+        except (sqlite3.Error, OSError) as e:  # the run's own outcome and error stand, and get recorded
+            details.setdefault("warnings", []).append(f"could not record the snapshots that landed: {e}")
+    if j.post_command:
+        problem = run_hook(j.post_command, "post", hook_env | {
+            "REBAL_SNAPSHOT": details.get("snapshot", ""), "REBAL_OUTCOME": outcome,
+            "REBAL_BYTES": str(details.get("bytes", 0)), "REBAL_ERROR": error or ""}, j.hook_timeout)
+        if problem:
+            details.setdefault("warnings", []).append(problem)
+            outcome = "warning" if outcome == "ok" else outcome
+    return outcome

@@ -102,17 +102,9 @@ class ZfsReplicator(Capabilities):
         self.detect()
         here = None
         if self.landed and self._may_skip():  # rebal's record may make the backup's listing needless
-            from .unchanged import by_record
-
             self.selection = select(self.job, self._run)
             here = L.local_tree(self.job.source, self.job.recursive, self._run, bookmarks=True)
-            same = by_record(self, here)
-            if same is not None:
-                self.report.phases["listing"] = round(time.monotonic() - t0, 3)
-                self._unchanged(self.selection.included, same)
-                self.report.notes.append("nothing was written since the last run: no snapshot taken, nothing sent; "
-                                         "the backup host was not asked (rebal's record of what landed there, "
-                                         "listed within backup_check_every)")
+            if self._unchanged_by_record(here, t0):
                 return self.report
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-list") as ex:
             # the backup's datasets, snapshots and resume tokens in one round trip, while this side
@@ -148,20 +140,50 @@ class ZfsReplicator(Capabilities):
         left_out = [c.dataset for c in self.selection.excluded] + [d.source for d in self.report.datasets
                                                                    if d.kind == "unchanged"]
         t0 = time.monotonic()
-        if self.dry_run:
-            snap = snapshot_name(self.job.name, self.clock())
-            self.report.planned.append(L.planned_snapshot(self.job.source, snap, self.job.recursive,
-                                                          None if whole else datasets))
-        else:
-            used = {s.name for snaps in self.target_tree.values() for s in snaps}
-            snap = L.take_snapshot(self.local, self.job.source, self.job.name, self.job.recursive, self.clock,
-                                   avoid=used, datasets=None if whole else datasets, left_out=left_out)
-        self.report.snapshot = snap
+        snap = self.report.snapshot = self._snapshot(datasets, whole, left_out)
         self.report.phases["snapshot"] = round(time.monotonic() - t0, 3)
         # the source's snapshots and bookmarks, new one included, in one call for the whole tree
         self.source_tree = L.local_tree(self.job.source, self.job.recursive, self._run, bookmarks=True)
         self.orphans = T.find_orphans(self, chosen)
         t0 = time.monotonic()
+        self._send_by_level(datasets, snap)
+        self.report.phases["sends"] = round(time.monotonic() - t0, 3)
+        t0 = time.monotonic()
+        if not self.dry_run and not self.stop.is_set():
+            self.prune(chosen)
+        self.report.phases["prune"] = round(time.monotonic() - t0, 3)
+        return self.report
+
+    def _unchanged_by_record(self, here: dict[str, list[Snap]], t0: float) -> bool:
+        """Does rebal's record of what landed say that nothing was written since, so that the backup
+        need not even be listed? Then the run is reported so (True)."""
+        from .unchanged import by_record
+
+        same = by_record(self, here)
+        if same is None:
+            return False
+        self.report.phases["listing"] = round(time.monotonic() - t0, 3)
+        self._unchanged(self.selection.included, same)
+        self.report.notes.append("nothing was written since the last run: no snapshot taken, nothing sent; "
+                                 "the backup host was not asked (rebal's record of what landed there, "
+                                 "listed within backup_check_every)")
+        return True
+
+    def _snapshot(self, datasets: list[str], whole: bool, left_out: list[str]) -> str:
+        """The run's snapshot of ``datasets`` (of the whole tree at once where ``whole``), named so it
+        clashes with nothing on the backup; a dry run only says it."""
+        if self.dry_run:
+            snap = snapshot_name(self.job.name, self.clock())
+            self.report.planned.append(L.planned_snapshot(self.job.source, snap, self.job.recursive,
+                                                          None if whole else datasets))
+            return snap
+        used = {s.name for snaps in self.target_tree.values() for s in snaps}
+        return L.take_snapshot(self.local, self.job.source, self.job.name, self.job.recursive, self.clock,
+                               avoid=used, datasets=None if whole else datasets, left_out=left_out)
+
+    def _send_by_level(self, datasets: list[str], snap: str) -> None:
+        """Send ``datasets`` a level of the tree at a time (a child after its parent is on the target),
+        ``parallel`` at once within a level; a child of one that failed waits for the next run."""
         levels: dict[int, list[str]] = {}
         for ds in datasets:
             levels.setdefault(ds.count("/"), []).append(ds)
@@ -180,12 +202,6 @@ class ZfsReplicator(Capabilities):
             # a child of a dataset that failed has no parent on the target: leave it for next time
             for deeper in [k for k in levels if k > depth]:
                 levels[deeper] = [d for d in levels[deeper] if not any(d.startswith(f + "/") for f in failed)]
-        self.report.phases["sends"] = round(time.monotonic() - t0, 3)
-        t0 = time.monotonic()
-        if not self.dry_run and not self.stop.is_set():
-            self.prune(chosen)
-        self.report.phases["prune"] = round(time.monotonic() - t0, 3)
-        return self.report
 
     def _told(self, rep: DatasetReport) -> DatasetReport:
         if self.on_dataset is not None and rep.kind not in ("unchanged", "nothing"):
