@@ -128,6 +128,16 @@ def _calls(path: Path) -> list[str]:
     return out
 
 
+def test_no_function_is_over_80_lines():
+    """Issue 46: a function a reader can hold (prepare() was 162 lines, execute() 115)."""
+    long = []
+    for p in ROOT.rglob("*.py"):
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 80:
+                long.append(f"{p.relative_to(ROOT.parent)}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)")
+    assert long == []
+
+
 def test_nothing_below_the_cli_prints():
     said = {str(p.relative_to(ROOT.parent)): _calls(p) for p in ROOT.rglob("*.py")
             if p.relative_to(ROOT).parts[0] not in ("cli", "__main__.py")}
