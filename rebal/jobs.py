@@ -13,6 +13,7 @@ from . import health as H
 from . import state
 from .config import Config
 from .errors import RebalError
+from .zfs import argv
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ def pool_created(names: list[str], runner=None) -> dict[str, float]:
 
     if not names:
         return {}
-    res = (runner or run)(["zfs", "get", "-Hp", "-o", "name,value", "creation", *names], check=False)
+    res = (runner or run)(argv.creation(names), check=False)
     out = {}
     for line in res.stdout.splitlines():
         name, _, value = line.partition("\t")
@@ -50,7 +51,7 @@ def sector_mismatches(pool: str, runner=None) -> list:
     from .zfs.placement import parse_config
     from .zfs.sectors import mismatches, physical_sector
 
-    res = (runner or run)(["zdb", "-C", pool], check=False)
+    res = (runner or run)(argv.zdb_config(pool), check=False)
     if res.returncode != 0:
         return []
     return mismatches(parse_config(res.stdout), lambda p: physical_sector(p, runner or run))
@@ -125,7 +126,7 @@ def rebalance_findings(conn, runner=None) -> list[H.Finding]:
         snaps = d.get("waiting_on") or []
         if not snaps:
             continue
-        res = (runner or run)(["zfs", "list", "-H", "-o", "name", "-t", "snapshot", *snaps], check=False)
+        res = (runner or run)(argv.snapshot_names(snaps), check=False)
         there = [n for n in res.stdout.split() if n in snaps]
         if there:
             then = d.get("spread_when_freed")

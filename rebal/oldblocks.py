@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from .errors import RebalError, ToolMissing
 from .process.command import PIPE, run, spawn
 from .where import BATCH, FileObj, collect, read_objects, stratify, zdb
+from .zfs import argv
 from .zfs.blocks import Block, ObjectBlocks, expected_checksum, expected_compression
 from .zfs.expansion import deflate_ratio, raidz_asize
 from .zfs.placement import parse_config
@@ -58,10 +59,10 @@ ANY = Wanted("", "", 0, False, 0)  # properties not judged (a raidz ratio measur
 
 
 def wanted(ds: str, runner=run) -> Wanted:
-    out = runner(["zfs", "get", "-Hp", "-o", "property,value", "compression,checksum,copies,recordsize,dedup", ds]).stdout
+    out = runner(argv.properties(ds, ["compression", "checksum", "copies", "recordsize", "dedup"])).stdout
     v = dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
     pool = ds.split("/")[0]
-    lz4 = runner(["zpool", "get", "-H", "-o", "value", "feature@lz4_compress", pool], check=False)
+    lz4 = runner(argv.pool_feature(pool, "lz4_compress"), check=False)
     has_lz4 = lz4.returncode == 0 and lz4.stdout.strip() in ("active", "enabled")
     return Wanted(expected_compression(v.get("compression", "off"), has_lz4),
                   expected_checksum(v.get("checksum", "on"), v.get("dedup", "off")),

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from .errors import RebalError
 from .process.command import PIPE, end, spawn
 from .where import collect
+from .zfs import argv
 from .zfs.parse import ParseError, parse_human
 
 CHUNK = 1 << 20
@@ -142,7 +143,7 @@ def measure_read(paths: list[str], zpool, zfs, *, budget: int = 1 << 30, seed: i
     res = ReadResult(pool, [os.path.realpath(x) for x in paths])
     lines: list[tuple[float, str]] = []
     seen = threading.Condition()
-    proc = spawn(["zpool", "iostat", "-v", pool, "1"], stdout=PIPE)
+    proc = spawn(argv.iostat(pool), stdout=PIPE)
 
     def reader():
         for raw in iter(proc.stdout.readline, b""):

@@ -18,6 +18,7 @@ from dataclasses import replace
 from .oldblocks import REWRITE_APPLIES, Measured, measure, predict_compression, total
 from .process.command import run
 from .units import parse_size
+from .zfs import argv
 
 REASONS = (*REWRITE_APPLIES, "recordsize")
 TOP_DIRS = 20
@@ -95,7 +96,7 @@ def usage(datasets: list[str], runner=run) -> dict[str, dict]:
     for ds in datasets:
         v = {}
         for props, check in (("used,compressratio", True), ("logicalused", False)):
-            res = runner(["zfs", "get", "-Hp", "-o", "property,value", props, ds], check=check)
+            res = runner(argv.properties(ds, props.split(",")), check=check)
             if res.returncode == 0:
                 v |= dict(line.split("\t", 1) for line in res.stdout.splitlines() if "\t" in line)
         out[ds] = {"used": int(v.get("used", 0) or 0), "compressratio": v.get("compressratio", "")} | (

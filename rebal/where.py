@@ -19,6 +19,7 @@ from .errors import RebalError, ToolMissing, UsageError
 from .process.command import run
 from .walk import regular_files
 from .zfs import blocks, placement
+from .zfs import argv as zfs_argv
 
 BATCH = 1000  # objects per zdb process (each costs about a second of start-up on zfs-fuse, whatever its size)
 
@@ -84,7 +85,7 @@ def collect(paths: list[str], zfs) -> tuple[str, list[FileObj]]:
 
 def zdb(argv: list[str], runner=run, timeout: float | None = 300) -> str:
     try:
-        r = runner(["zdb", *argv], check=False, timeout=timeout)
+        r = runner(zfs_argv.zdb(argv), check=False, timeout=timeout)
     except ToolMissing:
         raise ToolMissing("zdb is not installed: it ships with zfsutils-linux (OpenZFS) and zfs-fuse") from None
     if r.returncode != 0:
@@ -106,7 +107,7 @@ def _zdb_name(ds: str, runner) -> str:
     if "/" in ds:
         return ds
     if ds not in _ROOT_FORM:
-        r = runner(["zdb", "-d", ds + "/"], check=False, timeout=120)
+        r = runner(zfs_argv.zdb(["-d", ds + "/"]), check=False, timeout=120)
         _ROOT_FORM[ds] = ds + "/" if r.returncode == 0 else ds
     return _ROOT_FORM[ds]
 

@@ -19,15 +19,18 @@ def _zfs_names(argv: list[str]) -> list[str]:
 
 
 def pools(incomplete: str) -> list[str]:
-    return [n for n in _zfs_names(["zpool", "list", "-H", "-o", "name"]) if n and n.startswith(incomplete)]
+    from ..zfs import argv
+
+    return [n for n in _zfs_names(argv.pool_names()) if n and n.startswith(incomplete)]
 
 
 def datasets(incomplete: str) -> list[str]:
     """File systems by name; nothing for a path (the shell then completes files)."""
     if incomplete.startswith(("/", ".")):
         return []
-    return [n for n in _zfs_names(["zfs", "list", "-H", "-o", "name", "-t", "filesystem"])
-            if n and n.startswith(incomplete)]
+    from ..zfs import argv
+
+    return [n for n in _zfs_names(argv.filesystem_names()) if n and n.startswith(incomplete)]
 
 
 def replication_jobs(incomplete: str) -> list[str]:

@@ -24,12 +24,12 @@ class Capabilities:
     # what ZfsReplicator (zfs_send.py) holds, which this mixin reads and sets
     job: Job
     ssh: Wire
-    remote: Remote
+    target_zfs: Remote
     report: ZfsReport
     cache: Cache | None
     dry_run: bool
     force_rollback: bool
-    _run: Runner
+    source_run: Runner
     gate: dict | None
     usage_key: str
     send: SendFeatures
@@ -41,15 +41,15 @@ class Capabilities:
         from .gate import marker
 
         if self.job.pull:  # the source's zfs is the other end
-            send_usage = self._usage_there("send", lambda: self._run(["zfs", "send"], check=False))
-            recv_usage = self.remote.usage("receive")
+            send_usage = self._usage_there("send", lambda: self.source_run(["zfs", "send"], check=False))
+            recv_usage = self.target_zfs.usage("receive")
         else:
-            res = self._run(["zfs", "send"], check=False)
+            res = self.source_run(["zfs", "send"], check=False)
             send_usage = res.stdout + res.stderr
             if self.ssh.local:  # one zfs: the receive's usage is the same program's
-                recv_usage = self.remote.usage("receive")
+                recv_usage = self.target_zfs.usage("receive")
             else:
-                recv_usage = self._usage_there("receive", lambda: self.remote.run(["zfs", "receive"], check=False))
+                recv_usage = self._usage_there("receive", lambda: self.target_zfs.run(["zfs", "receive"], check=False))
         self.send = send_features(send_usage)
         # a gate on the other end says so in the usage text it passes on: no round trip of its own
         self.detect_gate(None if self.ssh.local else marker(send_usage if self.job.pull else recv_usage))

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from .. import names
 from ..errors import CommandFailed, NoSuchPool, RebalError
 from ..process.command import run
+from ..zfs import argv
 from ..zfs.cli import Runner
 from . import local as L
 from .policy import Buckets, is_ours, retain, snapshot_time
@@ -34,7 +35,7 @@ def prune(dataset: str, job: str, buckets: Buckets, recursive: bool = False, dry
     res = runner(L.guid_query(dataset, recursive=recursive), check=False)
     if res.returncode != 0:
         pool = dataset.split("/")[0]
-        if runner(["zpool", "list", "-H", "-o", "name", pool], check=False).returncode != 0:
+        if runner(argv.pool_names(pool), check=False).returncode != 0:
             raise NoSuchPool(f"no such pool: {pool}")
         raise RebalError(f"{dataset}: {res.stderr.strip() or 'no such dataset'}", exit_code=2)
     tree = L.tree_from(res.stdout)

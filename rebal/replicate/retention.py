@@ -26,18 +26,18 @@ def keep_cursor(rep: Replicating, ds: str, snap: str, old_base: Snap | None) -> 
     tag = f"rebal-{rep.job.name}"
     if getattr(rep, "bookmarks", True):
         try:
-            rep.local.bookmark(f"{ds}@{snap}", f"{ds}#{snap}")
+            rep.source_zfs.bookmark(f"{ds}@{snap}", f"{ds}#{snap}")
             if old_base is not None and not old_base.bookmark:
-                rep.local.release(tag, [f"{ds}@{old_base.name}"])  # held by an earlier run
+                rep.source_zfs.release(tag, [f"{ds}@{old_base.name}"])  # held by an earlier run
             return "bookmark"
         except L.LocalError:
             rep.bookmarks = False  # this ZFS has none: holds from now on
         except Exception as e:  # noqa: BLE001 - the CLI's or pyzfs's error (a pool without the feature): hold
             rep.report.notes.append(f"{ds}: could not bookmark the new base ({e}); it is held instead")
     try:
-        rep.local.hold(tag, [f"{ds}@{snap}"])
+        rep.source_zfs.hold(tag, [f"{ds}@{snap}"])
         if old_base is not None and not old_base.bookmark and old_base.name != snap:
-            rep.local.release(tag, [f"{ds}@{old_base.name}"])
+            rep.source_zfs.release(tag, [f"{ds}@{old_base.name}"])
         return "hold"
     except (CommandFailed, RebalError) as e:
         rep.report.notes.append(f"{ds}: could not hold the base snapshot: {e}")
@@ -84,12 +84,12 @@ def prune(rep: Replicating, datasets: list[str]) -> None:
         having = [d for d in sorted(snaps) if any(x.name == s.name for x in snaps[d])]
         try:
             for d in having:
-                rep.local.release(f"rebal-{job}", [f"{d}@{s.name}"])
+                rep.source_zfs.release(f"rebal-{job}", [f"{d}@{s.name}"])
             if rep.job.recursive and len(having) == len(snaps):
-                rep.local.destroy_snapshots(root, [s.name], recursive=True)  # one call for the tree
+                rep.source_zfs.destroy_snapshots(root, [s.name], recursive=True)  # one call for the tree
             else:
                 for d in having:
-                    rep.local.destroy_snapshots(d, [s.name])
+                    rep.source_zfs.destroy_snapshots(d, [s.name])
             report.pruned_source.append(s.name)
         except (CommandFailed, RebalError) as e:
             report.notes.append(f"could not prune {root}@{s.name}: {e}")
@@ -112,7 +112,7 @@ def prune(rep: Replicating, datasets: list[str]) -> None:
         if not gone:
             continue
         try:
-            rep.remote.destroy_many(t, gone)
+            rep.target_zfs.destroy_many(t, gone)
         except (CommandFailed, RebalError) as e:
             report.notes.append(f"could not prune {t}@{','.join(gone)} on the backup host: {e}")
     report.pruned_target.extend(sorted(drop))
@@ -128,7 +128,7 @@ def _prune_bookmarks(rep: Replicating, tree: dict[str, list[Snap]], sent_ok: dic
         for s in tree.get(ds, []):
             if s.bookmark and is_ours(s.name, job) and s.name != rep.report.snapshot:
                 try:
-                    rep.local.destroy_bookmark(ds, s.name)
+                    rep.source_zfs.destroy_bookmark(ds, s.name)
                     rep.report.pruned_bookmarks.append(f"{ds}#{s.name}")
                 except (CommandFailed, RebalError) as e:
                     rep.report.notes.append(f"could not destroy the old bookmark {ds}#{s.name}: {e}")

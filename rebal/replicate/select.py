@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Protocol
 
+from ..zfs import argv
 from ..zfs.cli import Runner
 
 PROPERTY = "rebal:backup"
@@ -101,8 +102,7 @@ def decide(rows: list[tuple[str, str]], job: str, *, exclude: Sequence[str] = ()
 
 def listing(source: str, recursive: bool) -> list[str]:
     """The one command that lists the candidates and their property (zfs-fuse's `zfs get` has no -t)."""
-    return ["zfs", "list", "-H", *(["-r"] if recursive else []), "-o", f"name,{PROPERTY}", "-t",
-            "filesystem,volume", source]
+    return argv.backup_listing(source, recursive)
 
 
 def rows_from(text: str) -> list[tuple[str, str]]:

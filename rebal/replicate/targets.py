@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..zfs import argv
 from .policy import Snap
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def make_parents(rep: Replicating, datasets: list[str]) -> None:
             if rep.dry_run:
                 rep.report.planned.append(f"zfs create -o readonly=off {t}")
             else:
-                rep.remote.run(["zfs", "create", "-o", "readonly=off", t], readonly=False)
+                rep.target_zfs.run(argv.create_writable(t), readonly=False)
                 rep.target_tree[t] = []
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..zfs import argv
 from ..zfs.cli import Runner
 from .policy import Snap, is_ours, newest_common
 
@@ -56,9 +57,7 @@ def prop_of(base: Snap) -> str:
 
 
 def query(source: str, recursive: bool, bases: dict[str, Snap]) -> list[str]:
-    props = ",".join(sorted({prop_of(b) for b in bases.values()}))
-    return ["zfs", "get", "-Hp", *(["-r", "-t", "filesystem,volume"] if recursive else []),
-            "-o", "name,property,value", props, source]
+    return argv.written_since(source, recursive, sorted({prop_of(b) for b in bases.values()}))
 
 
 def parse(text: str) -> dict[tuple[str, str], int]:
@@ -78,7 +77,7 @@ def find_unchanged(source: str, recursive: bool, datasets: list[str], source_tre
     if not bases:
         return {}, None
     pool = source.split("/", 1)[0]
-    if runner(["zpool", "sync", pool], check=False).returncode != 0:
+    if runner(argv.sync(pool), check=False).returncode != 0:
         return {}, f"could not sync pool {pool} to read what was written since the last run: every dataset is sent"
     res = runner(query(source, recursive, bases), check=False)
     if res.returncode != 0:
@@ -121,9 +120,9 @@ def by_record(rep: Replicating, tree: dict[str, list[Snap]]) -> dict[str, Snap] 
     if not datasets or len(bases) < len(datasets):
         return None
     pool = rep.job.source.split("/", 1)[0]
-    if rep._run(["zpool", "sync", pool], check=False).returncode != 0:
+    if rep.source_run(argv.sync(pool), check=False).returncode != 0:
         return None
-    res = rep._run(query(rep.job.source, rep.job.recursive, bases), check=False)
+    res = rep.source_run(query(rep.job.source, rep.job.recursive, bases), check=False)
     written = parse(res.stdout) if res.returncode == 0 else {}
     if any(written.get((ds, prop_of(b))) != 0 for ds, b in bases.items()):
         return None

@@ -100,8 +100,8 @@ class Replicating(Protocol):
 
     job: Job
     report: ZfsReport
-    local: CliLocal
-    remote: Remote
+    source_zfs: CliLocal  # snapshots, holds, bookmarks on the source's host (here, or over ssh for a pull job)
+    target_zfs: Remote  # the target's zfs (over ssh for a push job, here for a pull job or a local target)
     ssh: Wire
     cache: Cache | None
     landed: dict[str, str]
@@ -111,7 +111,7 @@ class Replicating(Protocol):
     orphans: dict[str, list[Snap]]
     bookmarks: bool
     dry_run: bool
-    _run: Runner
+    source_run: Runner  # a command on the source's host
 
     def target_of(self, ds: str) -> str: ...
 

@@ -63,13 +63,13 @@ class ZfsReplicator(Capabilities):
         self.job, self.ssh = job, ssh
         self.counted = Counted(runner)  # this run's commands here (two runs at once count their own)
         if job.pull:  # this is the backup host: the source's zfs runs over ssh, the target's here
-            self._run = ssh_runner(ssh)
-            self.local = local or L.CliLocal(self._run)
-            self.remote = Remote(runner=self.counted)
+            self.source_run = ssh_runner(ssh)
+            self.source_zfs = local or L.CliLocal(self.source_run)
+            self.target_zfs = Remote(runner=self.counted)
         else:
-            self._run = self.counted
-            self.local = local or L.local_backend(self.counted)
-            self.remote = Remote(runner=self.counted) if ssh.local else Remote(ssh)
+            self.source_run = self.counted
+            self.source_zfs = local or L.local_backend(self.counted)
+            self.target_zfs = Remote(runner=self.counted) if ssh.local else Remote(ssh)
         self.gate: dict | None = None  # what a gate on the other end allows (None: no gate)
         self.cache = cache  # state.Cache: the other end's usage text, kept a day (one round trip less)
         self.usage_key = ""
@@ -102,18 +102,18 @@ class ZfsReplicator(Capabilities):
         self.detect()
         here = None
         if self.landed and self._may_skip():  # rebal's record may make the backup's listing needless
-            self.selection = select(self.job, self._run)
-            here = L.local_tree(self.job.source, self.job.recursive, self._run, bookmarks=True)
+            self.selection = select(self.job, self.source_run)
+            here = L.local_tree(self.job.source, self.job.recursive, self.source_run, bookmarks=True)
             if self._unchanged_by_record(here, t0):
                 return self.report
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-list") as ex:
             # the backup's datasets, snapshots and resume tokens in one round trip, while this side
             # lists its own: the two do not wait on each other
-            there = ex.submit(self.remote.tree_tokens, self.job.target, self.resumable)
+            there = ex.submit(self.target_zfs.tree_tokens, self.job.target, self.resumable)
             if here is None:
-                self.selection = select(self.job, self._run)
+                self.selection = select(self.job, self.source_run)
                 if self._may_skip() and self.selection.included:
-                    here = L.local_tree(self.job.source, self.job.recursive, self._run, bookmarks=True)
+                    here = L.local_tree(self.job.source, self.job.recursive, self.source_run, bookmarks=True)
             datasets = chosen = self.selection.included
             self.target_tree, tokens = there.result()
         if self.cache is not None:  # when the backup was seen last (unchanged.by_record)
@@ -128,7 +128,7 @@ class ZfsReplicator(Capabilities):
             for ds in datasets:
                 if self.target_of(ds) in tokens:
                     self.resume(ds, tokens[self.target_of(ds)])
-            self.target_tree, _ = self.remote.tree_tokens(self.job.target, False)  # what the resumes added
+            self.target_tree, _ = self.target_zfs.tree_tokens(self.job.target, False)  # what the resumes added
         self.report.phases["listing"] = round(time.monotonic() - t0, 3)
         t0 = time.monotonic()
         datasets = self.skip_unchanged(datasets, here or None)
@@ -143,7 +143,7 @@ class ZfsReplicator(Capabilities):
         snap = self.report.snapshot = self._snapshot(datasets, whole, left_out)
         self.report.phases["snapshot"] = round(time.monotonic() - t0, 3)
         # the source's snapshots and bookmarks, new one included, in one call for the whole tree
-        self.source_tree = L.local_tree(self.job.source, self.job.recursive, self._run, bookmarks=True)
+        self.source_tree = L.local_tree(self.job.source, self.job.recursive, self.source_run, bookmarks=True)
         self.orphans = T.find_orphans(self, chosen)
         t0 = time.monotonic()
         self._send_by_level(datasets, snap)
@@ -178,7 +178,7 @@ class ZfsReplicator(Capabilities):
                                                           None if whole else datasets))
             return snap
         used = {s.name for snaps in self.target_tree.values() for s in snaps}
-        return L.take_snapshot(self.local, self.job.source, self.job.name, self.job.recursive, self.clock,
+        return L.take_snapshot(self.source_zfs, self.job.source, self.job.name, self.job.recursive, self.clock,
                                avoid=used, datasets=None if whole else datasets, left_out=left_out)
 
     def _send_by_level(self, datasets: list[str], snap: str) -> None:
@@ -224,9 +224,9 @@ class ZfsReplicator(Capabilities):
         from .unchanged import find_unchanged
 
         if tree is None:
-            tree = L.local_tree(self.job.source, self.job.recursive, self._run, bookmarks=True)
+            tree = L.local_tree(self.job.source, self.job.recursive, self.source_run, bookmarks=True)
         same, note = find_unchanged(self.job.source, self.job.recursive, datasets, tree, self.target_tree,
-                                    self.target_of, self._run)
+                                    self.target_of, self.source_run)
         if note:
             self.report.notes.append(note)
         return self._unchanged(datasets, same)
@@ -243,13 +243,13 @@ class ZfsReplicator(Capabilities):
     def resume(self, ds: str, token: str) -> None:
         target = self.target_of(ds)
         self.report.tokens[target] = token
-        check = self._run(["zfs", "send", "-t", token, "-nvP"], check=False)
+        check = self.source_run(["zfs", "send", "-t", token, "-nvP"], check=False)
         info = parse_token_check(check.stdout + check.stderr) if check.returncode == 0 else None
         if info is None:
             # its snapshot is gone on the source: abort the partial receive, start from the base
             self.report.aborted_tokens.append(target)
             if not self.dry_run:
-                self.remote.abort(target)
+                self.target_zfs.abort(target)
             self.report.notes.append(f"{target}: the interrupted receive could not be resumed (its snapshot is "
                                      "gone on the source); it was aborted and the send starts from the common base")
             return
@@ -262,7 +262,7 @@ class ZfsReplicator(Capabilities):
         if res.ok:
             self.report.resumed.append(info.toname)
             if info.kind == "full":  # a new replica, as after a full send: read-only (see replicate_dataset)
-                self.remote.run(["zfs", "set", "readonly=on", target], readonly=False)
+                self.target_zfs.run(["zfs", "set", "readonly=on", target], readonly=False)
         else:
             raise ReplicationError(f"resuming the receive of {info.toname} into {target} failed: "
                                    f"{res.receiver_err or res.sender_err or 'stopped'}")
@@ -273,7 +273,7 @@ class ZfsReplicator(Capabilities):
         try:
             src = self.source_tree.get(ds)
             if src is None:
-                src = L.local_snapshots(ds, self._run, bookmarks=True)
+                src = L.local_snapshots(ds, self.source_run, bookmarks=True)
             to = next((s for s in src if s.name == snap and not s.bookmark), None)
             if to is None:
                 if not self.dry_run:
@@ -336,7 +336,7 @@ class ZfsReplicator(Capabilities):
                 # it to look inside breaks it the same way (seen on OpenZFS 2.4.4). Read-only it is:
                 # received so (-o readonly=on: no round trip of its own), or set right after.
                 if not self.recv_o:
-                    self.remote.run(["zfs", "set", "readonly=on", target], readonly=False)
+                    self.target_zfs.run(["zfs", "set", "readonly=on", target], readonly=False)
                 if not self.recv_u:
                     self.report.notes.append(f"{target} set readonly=on (the backup host's zfs has no receive -u)")
             rep.cursor = keep_cursor(self, ds, snap, plan.base if plan.kind == "incremental" else None)
@@ -362,11 +362,11 @@ class ZfsReplicator(Capabilities):
 
     def estimate(self, send: list[str], ds: str, snap: str, kind: str) -> int | None:
         if self.send.dry_run_size:
-            res = self._run([send[0], send[1], "-nP", *send[2:]], check=False)
+            res = self.source_run([send[0], send[1], "-nP", *send[2:]], check=False)
             if res.returncode == 0:
                 return parse_send_size(res.stdout + res.stderr)
         if kind == "full":  # old ZFS: the snapshot's referenced size is close to the stream size
-            res = self._run(["zfs", "get", "-Hp", "-o", "value", "referenced", f"{ds}@{snap}"], check=False)
+            res = self.source_run(["zfs", "get", "-Hp", "-o", "value", "referenced", f"{ds}@{snap}"], check=False)
             if res.stdout.strip().isdigit():
                 return int(res.stdout.strip())
         return None

@@ -107,11 +107,8 @@ SPEAKS = {"rebal/replicate/gate_serve.py", "rebal/process/pipeline.py"}
 # modules below rebal/zfs that still build zfs/zpool/zdb command lines (issue 46: the host model
 # takes them over; this list may only shrink): gate.py and gate_serve.py read and run what arrives
 BUILDS_ZFS = {
-    "rebal/cli/complete.py", "rebal/jobs.py", "rebal/oldblocks.py",
-    "rebal/readspeed.py", "rebal/refresh.py", "rebal/replicate/capabilities.py",
-    "rebal/replicate/gate.py", "rebal/replicate/gate_serve.py", "rebal/replicate/local.py",
-    "rebal/replicate/prune.py", "rebal/replicate/remote.py", "rebal/replicate/rsync.py", "rebal/replicate/select.py",
-    "rebal/replicate/targets.py", "rebal/replicate/unchanged.py", "rebal/replicate/zfs_send.py", "rebal/where.py",
+    "rebal/replicate/capabilities.py", "rebal/replicate/gate.py", "rebal/replicate/gate_serve.py",
+    "rebal/replicate/local.py", "rebal/replicate/remote.py", "rebal/replicate/rsync.py", "rebal/replicate/zfs_send.py",
 }
 
 
