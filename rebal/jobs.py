@@ -189,7 +189,7 @@ def rebalance_job(cfg: Config, conn, zpool, zfs, stop: threading.Event, on_wait=
 
     from .locks import Together
     from .rebalance import engine
-    from .rebalance.prepare import check_pinned, check_writable, options_from, prepare
+    from .rebalance.prepare import checked, options_from, prepare
 
     rb = cfg.rebalance
     if not rb.targets:
@@ -197,24 +197,28 @@ def rebalance_job(cfg: Config, conn, zpool, zfs, stop: threading.Event, on_wait=
     opts = options_from(cfg, list(rb.targets), until=cfg.schedule.rebalance_end, listing=True)
     prep = None
     with ExitStack() as held:
+        def pins(p):
+            """A run of the jobs whose snapshots pin this data may be about to drop them (a verify's
+            snapshot): wait for it, and prepare again if it ran."""
+            ours = _own_pins(p)
+            if not ours:
+                return p
+            jobs = ours + [r["job"] for r in (p.costs or {}).get("replication", [])]  # all at once, in order
+            waited: list[str] = []
+
+            def told(text: str) -> None:
+                waited.append(text)
+                if on_wait:
+                    on_wait(text)
+
+            held.enter_context(Together(cfg.state_db, jobs, f"rebalance of pool {p.pool.name}", stop=stop, on_wait=told))
+            if waited:  # (no run was under way: the snapshots stay, and the plan stands)
+                return prepare(opts, zpool, zfs, conn)
+            return p
+
         try:
             prep = prepare(opts, zpool, zfs, conn)
-            check_writable(prep)
-            ours = _own_pins(prep)
-            if ours:  # a run of those jobs may be about to drop them (a verify's snapshot): wait for it, look again
-                jobs = ours + [r["job"] for r in (prep.costs or {}).get("replication", [])]  # all at once, in order
-                waited: list[str] = []
-
-                def told(text: str) -> None:
-                    waited.append(text)
-                    if on_wait:
-                        on_wait(text)
-
-                held.enter_context(Together(cfg.state_db, jobs, f"rebalance of pool {prep.pool.name}",
-                                            stop=stop, on_wait=told))
-                if waited:  # (no run was under way: the snapshots stay, and the plan stands)
-                    prep = prepare(opts, zpool, zfs, conn)
-            check_pinned(prep, opts)
+            prep = checked(prep, opts, pins=pins)
         except RebalError as e:  # a refusal is a run that could not do its job: recorded as failed
             spec = rb.targets[0]
             pool = prep.pool.name if prep else (None if spec.startswith("/") else spec.split("/")[0])

@@ -143,7 +143,7 @@ def refresh(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, events=None
             dry_run: bool = False, progress=None) -> dict:
     """Measure every file, rewrite the old ones (rewrite pass, then copy pass), measure again."""
     from .rebalance import engine
-    from .rebalance.prepare import check_pinned, check_writable, options_from, prepare
+    from .rebalance.prepare import checked, options_from, prepare
 
     filters = options_from(cfg, paths, **given).filters  # (the run's excludes: out of the count as of the run)
     before_m = leave_out(measure(paths, zpool, zfs, sample=None, progress=progress), filters)
@@ -181,8 +181,7 @@ def refresh(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, events=None
         if dry_run:
             out["passes"].append(one | {"notes": prep.notes, "warnings": prep.warnings})
             continue
-        check_writable(prep)
-        check_pinned(prep, opts)
+        prep = checked(prep, opts)
         rep = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, events, stop)
         out["passes"].append(one | {"run_id": rep.run_id, "outcome": rep.outcome, "reason": rep.reason,
                                     "rewritten_files": rep.files, "rewritten_bytes": rep.bytes,

@@ -109,9 +109,7 @@ def rebalance(
     if os.geteuid() != 0:
         raise prepare.RefusedError("rebal rebalance runs as root: it must keep every file's owner")
     conn = open_state(cfg)
-    prep = prepare.prepare(opts, zpool, zfs, conn)
-    prepare.check_writable(prep)
-    prepare.check_pinned(prep, opts)
+    prep = prepare.ready(opts, zpool, zfs, conn)
     reads = _read_measure(prep, zpool, zfs, read_bytes) if measure_read else None
     with Signals() as sig:
         if as_json:

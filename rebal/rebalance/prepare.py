@@ -399,6 +399,23 @@ def until_epoch(hhmm: str, now: datetime | None = None) -> float:
     return t.timestamp()
 
 
+def ready(opts: Options, zpool, zfs, conn=None, *, pins=None) -> Prepared:
+    """Prepared and checked, for every caller that goes on to run (the command, the schedule, each
+    refresh pass): the targets writable, snapshot-pinned data refused unless allowed. ``pins``: given
+    the prepared run, may wait for the replication jobs that pin its data and return a new
+    preparation (the schedule: a run of those jobs may drop their snapshots)."""
+    return checked(prepare(opts, zpool, zfs, conn), opts, pins=pins)
+
+
+def checked(prep: Prepared, opts: Options, *, pins=None) -> Prepared:
+    """``prep`` through the checks a run must pass (ready() without the preparation)."""
+    check_writable(prep)
+    if pins is not None:
+        prep = pins(prep)
+    check_pinned(prep, opts)
+    return prep
+
+
 def check_writable(prep: Prepared) -> None:
     """Refuse at once where the targets are mounted read-only to rebal, rather than fail every file."""
     for t in prep.targets:
