@@ -8,6 +8,7 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 
+from ..errors import RebalError
 from ..throttle import Throttle
 from ..units import human
 from ..zfs.model import Pool
@@ -244,7 +245,10 @@ class Run:
         if need is None or need > 0 or self.moved - self.moved_at_measure < self.measure_every // 8:
             return False
         target = self.opts.target_spread
-        return self.measure(settle=True) <= target - max(0.3, 0.05 * target)
+        try:
+            return self.measure(settle=True) <= target - max(0.3, 0.05 * target)
+        except RebalError:  # a pool that cannot be measured now: not here, with a batch still in flight;
+            return False  # the check after the directory asks again (and fails the run there if it must)
 
     def near(self, target: float, more: int = 0, dirs: tuple = ()) -> bool:
         """Is the model's spread, given what was rewritten so far (and ``more`` bytes in ``dirs``
