@@ -168,6 +168,12 @@ class Run:
         self.events.measured(pool.spread)
         return pool.spread
 
+    def stop_line(self) -> float:
+        """A little under the target: figures rounded to 3 digits (old ZFS) and the last frees landing
+        must not put the spread back over it right after the run."""
+        target = self.opts.target_spread
+        return target - max(0.3, 0.05 * target)
+
     def target_reached(self) -> bool:
         """Measure after a directory. Frees show late (ZFS frees blocks asynchronously), so the
         figures right after a directory make the spread look worse than it is: the pool is settled
@@ -184,7 +190,7 @@ class Run:
         if self.growth:  # old copies stay until their snapshots go: the model says when the goal holds then
             self.measure(settle=False)
             self.report.spread_when_freed = spread(simulate(fills(self.prep.pool), self.moved))
-            return self.report.spread_when_freed <= target - max(0.3, 0.05 * target)
+            return self.report.spread_when_freed <= self.stop_line()
         plan = self.prep.plan
         if plan.measured:  # where the rewritten directories' data was, measured
             done = set(self.report.done_dirs)
@@ -194,7 +200,7 @@ class Run:
             predicted = spread(simulate(fills(self.prep.pool), self.moved, plan.pinned_fraction)) + self._offset()
         # stop a little under the target: figures rounded to 3 digits (old ZFS) and the last frees
         # landing must not put the spread back over it right after the run
-        line = target - max(0.3, 0.05 * target)
+        line = self.stop_line()
         if predicted <= target or time.monotonic() - self.last_settle >= SETTLE_EVERY:
             return self.measure(settle=True) <= line  # (the raw figures first were a `zpool list` for nothing)
         if self.measure(settle=False) <= target:  # the model may be wrong: the raw figures say it is there
@@ -213,8 +219,7 @@ class Run:
         if not plan.measured or self.all or self.growth:
             return
         base = fills(self.last_pool or self.prep.pool)
-        target = self.opts.target_spread
-        line = target - max(0.3, 0.05 * target)
+        line = self.stop_line()
 
         def under(moves: int) -> bool:
             return spread(simulate_dirs(base, [replace(d, alloc=moves)], plan.pinned_fraction)) <= line
@@ -244,9 +249,8 @@ class Run:
         need = self.need_here()  # None: --all, snapshots holding old copies, out of reach
         if need is None or need > 0 or self.moved - self.moved_at_measure < self.measure_every // 8:
             return False
-        target = self.opts.target_spread
         try:
-            return self.measure(settle=True) <= target - max(0.3, 0.05 * target)
+            return self.measure(settle=True) <= self.stop_line()
         except RebalError:  # a pool that cannot be measured now: not here, with a batch still in flight;
             return False  # the check after the directory asks again (and fails the run there if it must)
 
@@ -281,8 +285,7 @@ class Run:
         # the model's answer changes only with a settled measurement (its offset): asked once per
         # measurement, not per batch (6 ms a call here, ten times that under TCG, 64 small files a batch)
         if self._need_for is None or self._need_for[0] != self.settled_at:
-            target = self.opts.target_spread
-            line = target - max(0.3, 0.05 * target) - self._offset()
+            line = self.stop_line() - self._offset()
             need = None if line <= 0 else bytes_to_target(fills(self.prep.pool), line, self.movable, plan.pinned_fraction)
             self._need_for = (self.settled_at, need)
         need = self._need_for[1]
