@@ -10,6 +10,7 @@
 - config_cmd.py     config check, units
 - gate_cmd.py       gate (ssh forced command), prune (retention on the backup host)
 - progress.py       progress bars and event printers of long commands
+- plain_typer.py    typer imported without its rich help (Debian 13's typer loads it eagerly)
 
 Rendering lives in `rebal.views` (pure functions, no printing)."""
 
@@ -18,6 +19,9 @@ from __future__ import annotations
 
 def main(argv: list[str] | None = None) -> None:
     """The `rebal` entry point."""
+    from .plain_typer import import_typer
+
+    import_typer()  # first: typer without the rich help formatting rebal does not use (see there)
     from .app import main as app_main
 
     app_main(argv)
