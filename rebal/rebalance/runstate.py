@@ -14,7 +14,7 @@ from ..units import human
 from ..zfs.model import Pool
 from . import journal
 from .files import FileRef, Result
-from .planner import DirEntry, bytes_to_target, simulate, simulate_dirs, spread
+from .planner import DirEntry, DirModel, bytes_to_target, simulate, simulate_dirs, spread
 from .prepare import Prepared, fills
 
 SETTLE_EVERY = 10.0  # seconds: settle at least this often between directories
@@ -125,6 +125,10 @@ class Run:
         self.last_pool: Pool | None = None  # the pool as last measured in the run
         self.dir_start = 0  # the copy pass: bytes moved when the directory being copied began
         self.dir_need: int | None = None  # and what of it the measured placement says reaches the target
+        self._model: DirModel | None = None  # measured placement: the done directories folded in so far
+        self._folded: set[bytes] = set()
+        self._ranked: dict[bytes, DirEntry] = {}
+        self._folded_n = 0  # of report.done_dirs
 
     def pinned(self, mtime_ns: int) -> bool:
         return self.pinned_ns is not None and mtime_ns < self.pinned_ns
@@ -193,9 +197,7 @@ class Run:
             return self.report.spread_when_freed <= self.stop_line()
         plan = self.prep.plan
         if plan.measured:  # where the rewritten directories' data was, measured
-            done = set(self.report.done_dirs)
-            predicted = spread(simulate_dirs(fills(self.prep.pool), [d for d in plan.ranked if d.path in done],
-                                             plan.pinned_fraction))
+            predicted = self._measured_spread()
         else:
             predicted = spread(simulate(fills(self.prep.pool), self.moved, plan.pinned_fraction)) + self._offset()
         # stop a little under the target: figures rounded to 3 digits (old ZFS) and the last frees
@@ -259,12 +261,32 @@ class Run:
         about to be), near the target? Then measure."""
         plan = self.prep.plan
         if plan.measured:
-            done = set(self.report.done_dirs).union(dirs)
-            predicted = spread(simulate_dirs(fills(self.prep.pool), [d for d in plan.ranked if d.path in done],
-                                             plan.pinned_fraction))
+            predicted = self._measured_spread(dirs)
         else:
             predicted = spread(simulate(fills(self.prep.pool), self.moved + more, plan.pinned_fraction)) + self._offset()
         return predicted <= target + 1.0
+
+    def _measured_spread(self, extra: tuple = ()) -> float:
+        """The model's spread with the directories done so far (and ``extra``, about to be), each with
+        its measured placement, in the order they were done: each directory is folded in once, so
+        a run of n directories costs n simulations, not n*n/2."""
+        plan = self.prep.plan
+        if self._model is None:
+            self._model = DirModel(fills(self.prep.pool), plan.pinned_fraction)
+            self._ranked = {d.path: d for d in plan.ranked}
+        done = self.report.done_dirs
+        for p in done[self._folded_n:]:
+            if p in self._ranked and p not in self._folded:
+                self._model.add(self._ranked[p])
+                self._folded.add(p)
+        self._folded_n = len(done)
+        model = self._model
+        more = [self._ranked[p] for p in dict.fromkeys(extra) if p in self._ranked and p not in self._folded]
+        if more:
+            model = model.copy()
+            for d in more:
+                model.add(d)
+        return spread(model.fills())
 
     def _offset(self) -> float:
         """How far the pool's last settled spread lay above the model's (by bytes moved): the model
