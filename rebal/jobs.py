@@ -62,7 +62,10 @@ def check_health(cfg: Config, conn, zpool, now: float | None = None,
     """Findings, pools, replication. ``extra`` (a dict) is filled with what metrics also show:
     "scrub" (pool -> end of its last scrub) and "created" (pool -> creation)."""
     pools = watched_pools(cfg, zpool)
-    statuses = {s.name: s for s in zpool.status([p.name for p in pools])} if pools else {}
+    # every pool's status where the config watches every pool: a pool exported or destroyed since
+    # the listing is then left out, where naming it made `zpool status` fail the whole check (seen
+    # in the lane, with pools coming and going beside it)
+    statuses = {s.name: s for s in zpool.status(list(cfg.pools))} if pools else {}
     created = pool_created([p.name for p in pools])
     findings: list[H.Finding] = []
     for p in pools:

@@ -149,3 +149,40 @@ def restore_path_in_children_scenario(src, dst, backup_host, tmp_path):
     assert "child/grandchild/f2" in r.stderr and "not in this restore point" in r.stderr, r.stderr
     assert "rebal-view" not in r.stderr and "/.zfs/" not in r.stderr, r.stderr
     return cfg
+
+
+def bulk_prune_scenario(src, dst, backup_host, tmp_path, comma_lists):
+    """Pruning many snapshots takes few commands: 21 of a job's snapshots in 4 datasets went with a
+    `zfs release` per snapshot and dataset (84) and a `zfs destroy` each; now one release, and on the
+    source one `zfs destroy -r data@a,b,...`, on the backup one per dataset (``comma_lists``: OpenZFS).
+    zfs-fuse has no comma lists: its first list fails and the rest go one at a time, as before."""
+    data = f"{src.name}/data"
+    none = {"last": 1, "hourly": 0, "daily": 0, "weekly": 0, "monthly": 0}
+    cfg = cfg_for(tmp_path, backup_host, name="bulk", source=data, target=f"{dst.name}/copy", recursive=True,
+                  retention_source=none, retention_target=none)
+    fill(src, 1)
+    r1 = rebal_json("replicate", "bulk", config=cfg)
+    assert r1["outcome"] == "ok", r1
+    bulk = [f"rebal-bulk-20261101T00{i:02}00Z" for i in range(20)]  # older by name, newer than the base
+    for name in bulk:
+        sh("zfs", "snapshot", "-r", f"{data}@{name}")
+    fill(src, 2)
+    r = rebal("--debug", "replicate", "bulk", "--json", config=cfg)
+    rep = json.loads(r.stdout)
+    assert rep["outcome"] == "ok", rep
+    gone = set(bulk) | {r1["snapshot"]}
+    assert gone <= set(rep["pruned_source"]) and gone <= set(rep["pruned_target"]), rep
+    for ds in ("", "/child", "/child/grandchild", "/sibling"):
+        assert snaps(data + ds) in ([], [rep["snapshot"]]), ds  # the source keeps its base (a hold), or a bookmark
+        assert snaps(f"{dst.name}/copy{ds}") == [rep["snapshot"]], ds
+    ran = [line.split(" run: ", 1)[1] for line in r.stderr.splitlines() if " run: " in line]
+    releases = [c for c in ran if "zfs release" in c and bulk[0] in c]  # (the cursor's move releases each old base)
+    on_source = [c for c in ran if "zfs destroy" in c and f" {data}" in c and "#" not in c]
+    on_backup = [c for c in ran if "zfs destroy" in c and f" {dst.name}/copy" in c]
+    assert len(releases) == 1, releases
+    if comma_lists:
+        assert len(on_source) == 1 and len(on_backup) == 4, (on_source, on_backup)
+    else:  # the first list fails (`does not exist`), then one at a time: the count of before, plus one
+        assert len(on_source) == 1 + len(gone) and len(on_backup) == 1 + 4 * len(gone), (on_source, on_backup)
+    return {"pruned": len(gone), "datasets": 4, "releases": len(releases), "destroys_source": len(on_source),
+            "destroys_backup": len(on_backup)}

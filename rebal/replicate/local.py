@@ -19,6 +19,7 @@ from .. import names
 from ..errors import CommandFailed, RebalError
 from ..process.command import run
 from ..zfs.cli import Runner
+from ..zfs.destroy import CHUNK, Batches, release_argv
 from ..zfs.snaps import Snap, guid_query, parse_guid_txg, snapshots_from, tree_from  # noqa: F401 (re-exported)
 from .policy import snapshot_name
 
@@ -32,6 +33,7 @@ class CliLocal:
 
     def __init__(self, runner: Runner = run) -> None:
         self._run = runner
+        self.batches = Batches(runner)
 
     def snapshot(self, snaps: list[str], recursive: bool = False, dry_run: bool = False) -> None:
         """Take the snapshots in one atomic `zfs snapshot` (with -r: every child too)."""
@@ -43,12 +45,14 @@ class CliLocal:
         self._run(["zfs", "hold", *(["-r"] if recursive else []), tag, *snaps], readonly=False)
 
     def release(self, tag: str, snaps: list[str], recursive: bool = False) -> None:
-        """Release a hold; a hold that is not there is not an error."""
-        try:
-            self._run(["zfs", "release", *(["-r"] if recursive else []), tag, *snaps], readonly=False)
-        except CommandFailed as e:
-            if "no such tag" not in e.stderr and "no such" not in e.stderr.lower():
-                raise
+        """Release a hold on each of ``snaps`` (CHUNK a command: zfs goes on past a snapshot without
+        it); a hold that is not there is not an error."""
+        for i in range(0, len(snaps), CHUNK):
+            try:
+                self._run(release_argv(tag, snaps[i:i + CHUNK], recursive=recursive), readonly=False)
+            except CommandFailed as e:
+                if "no such tag" not in e.stderr and "no such" not in e.stderr.lower():
+                    raise
 
     def exists(self, name: str) -> bool:
         res = self._run(["zfs", "list", "-H", "-o", "name", "-t", "all", name], check=False)
@@ -65,6 +69,12 @@ class CliLocal:
     def destroy_snapshots(self, dataset: str, snaps: list[str], recursive: bool = False, dry_run: bool = False) -> None:
         for s in snaps:
             self._run(["zfs", "destroy", *(["-r"] if recursive else []), f"{dataset}@{s}"], readonly=False, dry_run=dry_run)
+
+    def destroy_each(self, dataset: str, snaps: list[str], recursive: bool = False,
+                     dry_run: bool = False) -> dict[str, str]:
+        """Destroy many snapshots in few commands (rebal/zfs/destroy.py); the ones that could not
+        go, with why."""
+        return self.batches.destroy(dataset, snaps, recursive=recursive, dry_run=dry_run)
 
     def destroy_bookmark(self, dataset: str, name: str) -> None:
         names.dataset(dataset)
@@ -109,6 +119,24 @@ class LzcLocal(CliLocal):
 
     def bookmark(self, snap: str, bookmark: str) -> None:
         self.lzc.lzc_bookmark({bookmark.encode(): snap.encode()})
+
+
+def destroy_where_they_are(local: CliLocal, root: str, recursive: bool, having: dict[str, list[str]],
+                           datasets: int) -> dict[str, str]:
+    """Destroy each snapshot name of ``having`` in the datasets listed for it: one `destroy -r` of
+    the tree for the names all ``datasets`` have (a recursive job), one per dataset for the rest,
+    each a comma list where the ZFS takes one. Returns the names not destroyed somewhere, with why."""
+    whole = [n for n, where in having.items() if recursive and len(where) == datasets]
+    failed = local.destroy_each(root, whole, recursive=True) if whole else {}
+    per_ds: dict[str, list[str]] = {}
+    for n, where in having.items():
+        if n not in whole:
+            for d in where:
+                per_ds.setdefault(d, []).append(n)
+    for d, ns in per_ds.items():
+        for n, why in local.destroy_each(d, ns).items():
+            failed.setdefault(n, f"{d}@{n}: {why}")
+    return failed
 
 
 def take_snapshot(local: CliLocal, source: str, job: str, recursive: bool, clock: Callable[[], datetime],

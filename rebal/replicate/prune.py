@@ -48,14 +48,12 @@ def prune(dataset: str, job: str, buckets: Buckets, recursive: bool = False, dry
             continue
         newest = max(mine, key=lambda s: s.txg).name
         keep = retain([(s.name, snapshot_time(s.name)) for s in mine], buckets, {newest})
-        for s in mine:
-            ref = f"{ds}@{s.name}"
-            if s.name in keep:
-                rep.kept.append(ref)
-                continue
-            try:
-                backend.destroy_snapshots(ds, [s.name], dry_run=dry_run)
-                rep.destroyed.append(ref)
-            except (CommandFailed, RebalError) as e:
-                rep.failed.append(f"{ref}: {e}")
+        rep.kept.extend(f"{ds}@{s.name}" for s in mine if s.name in keep)
+        drop = [s.name for s in mine if s.name not in keep]
+        try:
+            failed = backend.destroy_each(ds, drop, dry_run=dry_run)  # few commands: comma lists
+        except (CommandFailed, RebalError) as e:  # a name that fails the check
+            failed = {name: str(e) for name in drop}
+        rep.destroyed.extend(f"{ds}@{n}" for n in drop if n not in failed)
+        rep.failed.extend(f"{ds}@{n}: {why}" for n, why in failed.items())
     return rep

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..errors import RebalError
 from ..process.command import Result
 from ..zfs.cli import Runner
+from ..zfs.destroy import Batches
 from ..zfs.host import Link
 from . import local as L
 from .policy import Snap
@@ -32,6 +33,7 @@ class Remote:
                 raise ValueError("Remote: a link or a runner")
             runner = ssh_runner(ssh)
         self.run = runner
+        self.batches = Batches(runner)
 
     def snapshots(self, dataset: str) -> list[Snap] | None:
         res = self.run(L.guid_query(dataset, recursive=False), check=False)
@@ -67,9 +69,10 @@ class Remote:
                 found[parts[0]] = parts[2].strip()
         return L.tree_from(res.stdout), found
 
-    def destroy_many(self, dataset: str, snaps: list[str]) -> None:
-        """Destroy snapshots of one dataset (not of its children) in one command."""
-        self.run(["zfs", "destroy", f"{dataset}@{','.join(snaps)}"], readonly=False)
+    def destroy_many(self, dataset: str, snaps: list[str]) -> dict[str, str]:
+        """Destroy snapshots of one dataset (not of its children) in as few commands as its ZFS
+        allows; the ones that could not go, with why (rebal/zfs/destroy.py)."""
+        return self.batches.destroy(dataset, snaps)
 
     def abort(self, dataset: str) -> None:
         self.run(["zfs", "receive", "-A", dataset], readonly=False)

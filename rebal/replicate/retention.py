@@ -78,21 +78,13 @@ def prune(rep: Replicating, datasets: list[str]) -> None:
                 by_name.setdefault(s.name, s)
     src = sorted(by_name.values(), key=lambda s: s.txg)
     keep = retain([(s.name, snapshot_time(s.name)) for s in src], rep.job.retention_source, protect_src)
-    for s in src:
-        if s.name in keep:
-            continue
-        having = [d for d in sorted(snaps) if any(x.name == s.name for x in snaps[d])]
-        try:
-            for d in having:
-                rep.source_zfs.release(f"rebal-{job}", [f"{d}@{s.name}"])
-            if rep.job.recursive and len(having) == len(snaps):
-                rep.source_zfs.destroy_snapshots(root, [s.name], recursive=True)  # one call for the tree
-            else:
-                for d in having:
-                    rep.source_zfs.destroy_snapshots(d, [s.name])
-            report.pruned_source.append(s.name)
-        except (CommandFailed, RebalError) as e:
-            report.notes.append(f"could not prune {root}@{s.name}: {e}")
+    drop = [s.name for s in src if s.name not in keep]
+    failed = _prune_source(rep, snaps, drop)
+    for name in drop:
+        if name in failed:
+            report.notes.append(f"could not prune {root}@{name}: {failed[name]}")
+        else:
+            report.pruned_source.append(name)
     _prune_bookmarks(rep, tree, sent_ok)
     if getattr(rep, "gate", None) is not None and not rep.job.pull:
         return  # a gated backup host prunes its own snapshots (rebal prune there): the gate refuses destroy
@@ -105,17 +97,39 @@ def prune(rep: Replicating, datasets: list[str]) -> None:
                 t_names.setdefault(s.name, s)
     mine = list(t_names.values())
     keep_t = retain([(s.name, snapshot_time(s.name)) for s in mine], rep.job.retention_target, protect_tgt)
-    drop = {s.name for s in mine if s.name not in keep_t}
+    drop_t = {s.name for s in mine if s.name not in keep_t}
+    kept_t: set[str] = set()  # of drop: could not be destroyed somewhere
     for ds in datasets:
         t = rep.target_of(ds)
-        gone = [s.name for s in ttree.get(t, []) if s.name in drop]
+        gone = [s.name for s in ttree.get(t, []) if s.name in drop_t]
         if not gone:
             continue
         try:
-            rep.target_zfs.destroy_many(t, gone)
-        except (CommandFailed, RebalError) as e:
-            report.notes.append(f"could not prune {t}@{','.join(gone)} on the backup host: {e}")
-    report.pruned_target.extend(sorted(drop))
+            left = rep.target_zfs.destroy_many(t, gone)
+        except (CommandFailed, RebalError) as e:  # a bad name, or the backup host gone mid-way
+            left = {name: str(e) for name in gone}
+        for name, why in left.items():
+            report.notes.append(f"could not prune {t}@{name} on the backup host: {why}")
+            kept_t.add(name)
+    report.pruned_target.extend(sorted(drop_t - kept_t))
+
+
+def _prune_source(rep: Replicating, snaps: dict[str, list[Snap]], drop: list[str]) -> dict[str, str]:
+    """Release this job's holds on the snapshots in ``drop`` and destroy them, wherever each exists
+    (`zfs release -r` fails when a child lacks the snapshot: a child added after it was taken), in
+    as few commands as the ZFS allows: one release for them all, then one destroy -r of the tree for
+    the snapshots every dataset has and one destroy per dataset for the rest (each a comma list,
+    rebal/zfs/destroy.py); it was a release per snapshot and dataset and a destroy per snapshot.
+    Returns the snapshots that could not be destroyed, with why."""
+    if not drop:
+        return {}
+    names_in = {d: {x.name for x in v} for d, v in snaps.items()}
+    having = {n: [d for d in sorted(snaps) if n in names_in[d]] for n in drop}
+    try:  # with a bookmark cursor nothing is held: zfs then says "no such tag", which is not an error
+        rep.source_zfs.release(f"rebal-{rep.job.name}", [f"{d}@{n}" for n in drop for d in having[n]])
+    except (CommandFailed, RebalError) as e:  # a held snapshot is then not destroyed, and is said
+        rep.report.notes.append(f"could not release this job's holds before pruning: {e}")
+    return L.destroy_where_they_are(rep.source_zfs, rep.job.source, rep.job.recursive, having, len(snaps))
 
 
 def _prune_bookmarks(rep: Replicating, tree: dict[str, list[Snap]], sent_ok: dict) -> None:

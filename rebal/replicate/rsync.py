@@ -259,22 +259,24 @@ class RsyncReplicator:
         # the last run's snapshot stays: `rebal verify` compares the backup with it (it pins data a
         # rebalance rewrites; the zfs mode, with bookmarks, keeps none)
         keep = retain([(n, snapshot_time(n)) for n in having], self.job.retention_source, {snap})
-        for name, where in having.items():
-            if name in keep:
-                continue
-            if self.job.recursive and len(where) == len(tree):
-                self.local.destroy_snapshots(self.job.source, [name], recursive=True)  # one call for the tree
+        drop = [n for n in having if n not in keep]
+        failed = L.destroy_where_they_are(self.local, self.job.source, self.job.recursive,
+                                          {n: having[n] for n in drop}, len(tree))
+        for n in drop:
+            if n in failed:
+                self.report.notes.append(f"could not prune {self.job.source}@{n}: {failed[n]}")
             else:
-                for d in where:
-                    self.local.destroy_snapshots(d, [name])
-            self.report.pruned_source.append(name)
+                self.report.pruned_source.append(n)
         ds = getattr(self, "target_dataset", None)
         if ds and self.gate is None:
             from .zfs_send import Remote
 
             tgt = [s for s in (Remote(self.ssh).snapshots(ds) or []) if is_ours(s.name, job)]
             keep_t = retain([(s.name, snapshot_time(s.name)) for s in tgt], self.job.retention_target, {snap})
-            for s in tgt:
-                if s.name not in keep_t:
-                    self.ssh.run(["zfs", "destroy", f"{ds}@{s.name}"], readonly=False)
-                    self.report.pruned_target.append(s.name)
+            gone = [s.name for s in tgt if s.name not in keep_t]
+            left = Remote(self.ssh).destroy_many(ds, gone) if gone else {}
+            for name in gone:
+                if name in left:
+                    self.report.notes.append(f"could not prune {ds}@{name} on the backup host: {left[name]}")
+                else:
+                    self.report.pruned_target.append(name)

@@ -420,3 +420,11 @@ def test_round_trips_of_a_run_with_nothing_new(pools, backup_host, tmp_path):
     runs = rebal_json("runs", "--job", "rt", config=cfg)["runs"]
     assert runs[0]["details"]["remote_commands"] == again["remote_commands"]
 
+
+
+def test_pruning_many_snapshots_takes_few_commands(pools, backup_host, tmp_path):
+    from replscenarios import bulk_prune_scenario
+
+    src, dst = pools
+    got = bulk_prune_scenario(src, dst, backup_host, tmp_path, comma_lists=False)
+    print(got)

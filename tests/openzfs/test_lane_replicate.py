@@ -288,3 +288,15 @@ def test_restore_a_path_in_child_datasets_of_a_recursive_job(pools, backup_host,
 
     src, dst = pools
     restore_path_in_children_scenario(src, dst, backup_host, tmp_path)
+
+
+def test_pruning_many_snapshots_takes_few_commands(pools, backup_host, tmp_path):
+    """OpenZFS takes comma lists: 21 snapshots of 4 datasets pruned with one release, one
+    `zfs destroy -r` on the source and one destroy per dataset on the backup (it was a release per
+    snapshot and dataset, 84, and a destroy per snapshot, 21 on the source)."""
+    from replscenarios import bulk_prune_scenario
+
+    src, dst = pools
+    got = bulk_prune_scenario(src, dst, backup_host, tmp_path, comma_lists=True)
+    with open(os.environ.get("REBAL_LANE_FIGURES", "/var/tmp/lane-figures.jsonl"), "a") as f:
+        f.write(json.dumps({"test": "bulk prune", **got}) + "\n")
