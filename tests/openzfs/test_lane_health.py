@@ -14,6 +14,7 @@ pytestmark = pytest.mark.openzfs
 
 def health(cfg):
     r = rebal("health", "--json", config=cfg, check=False)
+    assert r.stdout.strip(), (r.returncode, r.stderr)  # (it once printed nothing: a pool gone mid-check)
     return r.returncode, json.loads(r.stdout)
 
 
