@@ -179,7 +179,7 @@ def bulk_prune_scenario(src, dst, backup_host, tmp_path, comma_lists):
     releases = [c for c in ran if "zfs release" in c and bulk[0] in c]  # (the cursor's move releases each old base)
     on_source = [c for c in ran if "zfs destroy" in c and f" {data}" in c and "#" not in c]
     on_backup = [c for c in ran if "zfs destroy" in c and f" {dst.name}/copy" in c]
-    assert len(releases) == 1, releases
+    assert len(releases) <= 1, releases  # (none where pyzfs releases them, a library call: OpenZFS's lane)
     if comma_lists:
         assert len(on_source) == 1 and len(on_backup) == 4, (on_source, on_backup)
     else:  # the first list fails (`does not exist`), then one at a time: the count of before, plus one
