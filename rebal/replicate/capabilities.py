@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..process.command import Result
+from ..zfs import argv as zargv
 from ..zfs.cli import Runner
 from .policy import SendFeatures, receive_has_o, receive_has_u, receive_resumable, send_features
 from .remote import Remote, ReplicationError
@@ -41,15 +42,15 @@ class Capabilities:
         from .gate import marker
 
         if self.job.pull:  # the source's zfs is the other end
-            send_usage = self._usage_there("send", lambda: self.source_run(["zfs", "send"], check=False))
+            send_usage = self._usage_there("send", lambda: self.source_run(zargv.usage("send"), check=False))
             recv_usage = self.target_zfs.usage("receive")
         else:
-            res = self.source_run(["zfs", "send"], check=False)
+            res = self.source_run(zargv.usage("send"), check=False)
             send_usage = res.stdout + res.stderr
             if self.ssh.local:  # one zfs: the receive's usage is the same program's
                 recv_usage = self.target_zfs.usage("receive")
             else:
-                recv_usage = self._usage_there("receive", lambda: self.target_zfs.run(["zfs", "receive"], check=False))
+                recv_usage = self._usage_there("receive", lambda: self.target_zfs.run(zargv.usage("receive"), check=False))
         self.send = send_features(send_usage)
         # a gate on the other end says so in the usage text it passes on: no round trip of its own
         self.detect_gate(None if self.ssh.local else marker(send_usage if self.job.pull else recv_usage))
@@ -161,8 +162,8 @@ class Capabilities:
 
     def receive_argv(self, target: str, force: bool = False, full: bool = False) -> list[str]:
         """``full``: a new replica, received read-only at once where zfs receive takes -o (else set after)."""
-        return ["zfs", "receive", *(["-s"] if self.resumable else []), *(["-u"] if self.recv_u else []),
-                *(["-o", "readonly=on"] if full and self.recv_o else []), *(["-F"] if force else []), target]
+        return zargv.receive(target, resumable=self.resumable, unmounted=self.recv_u, readonly=full and self.recv_o,
+                             force=force)
 
     def target_of(self, ds: str) -> str:
         return self.job.target + ds[len(self.job.source):]

@@ -19,7 +19,8 @@ from .. import names
 from ..errors import CommandFailed, RebalError
 from ..process.command import run
 from ..zfs.cli import Runner
-from ..zfs.destroy import CHUNK, Batches, release_argv
+from ..zfs import argv as zargv
+from ..zfs.destroy import CHUNK, Batches, destroy_argv, release_argv
 from ..zfs.snaps import Snap, guid_query, parse_guid_txg, snapshots_from, tree_from  # noqa: F401 (re-exported)
 from .policy import snapshot_name
 
@@ -39,10 +40,10 @@ class CliLocal:
         """Take the snapshots in one atomic `zfs snapshot` (with -r: every child too)."""
         for s in snaps:
             names.snapshot(s)
-        self._run(["zfs", "snapshot", *(["-r"] if recursive else []), *snaps], readonly=False, dry_run=dry_run)
+        self._run(zargv.snapshot(snaps, recursive), readonly=False, dry_run=dry_run)
 
     def hold(self, tag: str, snaps: list[str], recursive: bool = False) -> None:
-        self._run(["zfs", "hold", *(["-r"] if recursive else []), tag, *snaps], readonly=False)
+        self._run(zargv.hold(tag, snaps, recursive), readonly=False)
 
     def release(self, tag: str, snaps: list[str], recursive: bool = False) -> None:
         """Release a hold on each of ``snaps`` (CHUNK a command: zfs goes on past a snapshot without
@@ -55,12 +56,12 @@ class CliLocal:
                     raise
 
     def exists(self, name: str) -> bool:
-        res = self._run(["zfs", "list", "-H", "-o", "name", "-t", "all", name], check=False)
+        res = self._run(zargv.exists(name), check=False)
         return res.returncode == 0
 
     def bookmark(self, snap: str, bookmark: str) -> None:
         try:
-            self._run(["zfs", "bookmark", snap, bookmark], readonly=False)
+            self._run(zargv.bookmark(snap, bookmark), readonly=False)
         except CommandFailed as e:
             if "unrecognized command" in e.stderr or "usage:" in e.stderr:
                 raise LocalError("this ZFS has no bookmarks (OpenZFS 0.6.4+); holds keep the base instead") from None
@@ -68,7 +69,7 @@ class CliLocal:
 
     def destroy_snapshots(self, dataset: str, snaps: list[str], recursive: bool = False, dry_run: bool = False) -> None:
         for s in snaps:
-            self._run(["zfs", "destroy", *(["-r"] if recursive else []), f"{dataset}@{s}"], readonly=False, dry_run=dry_run)
+            self._run(destroy_argv(dataset, [s], recursive=recursive), readonly=False, dry_run=dry_run)
 
     def destroy_each(self, dataset: str, snaps: list[str], recursive: bool = False,
                      dry_run: bool = False) -> dict[str, str]:
@@ -78,7 +79,7 @@ class CliLocal:
 
     def destroy_bookmark(self, dataset: str, name: str) -> None:
         names.dataset(dataset)
-        self._run(["zfs", "destroy", f"{dataset}#{name}"], readonly=False)
+        self._run(zargv.destroy_bookmark(dataset, name), readonly=False)
 
 
 class LzcLocal(CliLocal):

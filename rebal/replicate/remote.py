@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..errors import RebalError
 from ..process.command import Result
+from ..zfs import argv as zargv
 from ..zfs.cli import Runner
 from ..zfs.destroy import Batches
 from ..zfs.host import Link
@@ -56,8 +57,7 @@ class Remote:
     def tree_tokens(self, root: str, tokens: bool) -> tuple[dict[str, list[Snap]], dict[str, str]]:
         """The tree (as tree(), {} where ``root`` does not exist) and, with ``tokens``, the
         receive_resume_token of every dataset under it that has one: one round trip for both."""
-        props = "guid,createtxg" + (",receive_resume_token" if tokens else "")
-        res = self.run(["zfs", "get", "-Hp", "-r", "-o", "name,property,value", props, root], check=False)
+        res = self.run(zargv.tree_tokens(root, tokens), check=False)
         if res.returncode != 0:
             if "does not exist" in res.stderr:
                 return {}, {}
@@ -75,10 +75,10 @@ class Remote:
         return self.batches.destroy(dataset, snaps)
 
     def abort(self, dataset: str) -> None:
-        self.run(["zfs", "receive", "-A", dataset], readonly=False)
+        self.run(zargv.receive_abort(dataset), readonly=False)
 
     def usage(self, command: str) -> str:
-        res = self.run(["zfs", command], check=False)
+        res = self.run(zargv.usage(command), check=False)
         return res.stdout + res.stderr
 
     def has(self, program: str) -> bool:

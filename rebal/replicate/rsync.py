@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from .. import names
 from ..errors import RebalError
 from ..process.command import run
+from ..zfs import argv as zargv
 from ..zfs.cli import Runner
 from ..zfs.host import ZfsHost
 from . import local as L
@@ -233,8 +234,8 @@ class RsyncReplicator:
 
     def _snapshot_target(self, snap: str) -> None:
         """Snapshot the ZFS dataset that holds the target directory on the backup host."""
-        root = ["-r", self.gate["root"]] if self.gate else []  # a gate lists only under its root
-        res = self.ssh.run(["zfs", "list", "-H", "-o", "name,mountpoint", "-t", "filesystem", *root], check=False)
+        root = self.gate["root"] if self.gate else None  # a gate lists only under its root
+        res = self.ssh.run(zargv.filesystem_mounts(root), check=False)
         best = None
         for line in res.stdout.splitlines():
             name, _, mp = line.partition("\t")
@@ -244,7 +245,7 @@ class RsyncReplicator:
         if best is None:
             self.report.notes.append("snapshot_target: the target directory is not on a ZFS dataset; no snapshot taken")
             return
-        self.ssh.run(["zfs", "snapshot", f"{best[0]}@{snap}"], readonly=False)
+        self.ssh.run(zargv.snapshot([f"{best[0]}@{snap}"]), readonly=False)
         self.report.target_snapshot = f"{best[0]}@{snap}"
         self.target_dataset = best[0]
 

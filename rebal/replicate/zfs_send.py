@@ -25,6 +25,7 @@ from ..errors import RebalError
 from ..process.command import Counted, run
 from ..process.pipeline import pump
 from ..throttle import Throttle
+from ..zfs import argv as zargv
 from ..zfs.cli import Runner
 from . import local as L
 from . import targets as T
@@ -243,7 +244,7 @@ class ZfsReplicator(Capabilities):
     def resume(self, ds: str, token: str) -> None:
         target = self.target_of(ds)
         self.report.tokens[target] = token
-        check = self.source_run(["zfs", "send", "-t", token, "-nvP"], check=False)
+        check = self.source_run(zargv.send_resume(token, estimate=True), check=False)
         info = parse_token_check(check.stdout + check.stderr) if check.returncode == 0 else None
         if info is None:
             # its snapshot is gone on the source: abort the partial receive, start from the base
@@ -258,11 +259,11 @@ class ZfsReplicator(Capabilities):
             return
         rep = DatasetReport(ds, target, "resumed", base=info.toname, expected=info.size)
         self.report.datasets.append(rep)  # its bytes count in the run, the record and the metrics
-        res = self._stream([["zfs", "send", "-t", token]], self.receive_argv(target), rep)
+        res = self._stream([zargv.send_resume(token)], self.receive_argv(target), rep)
         if res.ok:
             self.report.resumed.append(info.toname)
             if info.kind == "full":  # a new replica, as after a full send: read-only (see replicate_dataset)
-                self.target_zfs.run(["zfs", "set", "readonly=on", target], readonly=False)
+                self.target_zfs.run(zargv.set_property(target, "readonly", "on"), readonly=False)
         else:
             raise ReplicationError(f"resuming the receive of {info.toname} into {target} failed: "
                                    f"{res.receiver_err or res.sender_err or 'stopped'}")
@@ -304,10 +305,10 @@ class ZfsReplicator(Capabilities):
                 return rep
             flags = self.send_flags()
             if plan.kind == "full":
-                send = ["zfs", "send", *flags, f"{ds}@{snap}"]
+                send = zargv.send(f"{ds}@{snap}", flags)
             else:
                 assert plan.base is not None  # an incremental plan always has its base
-                send = ["zfs", "send", *flags, *base_args(ds, plan.base), f"{ds}@{snap}"]
+                send = zargv.send(f"{ds}@{snap}", flags, base_args(ds, plan.base))
             rep.kind = plan.kind
             rep.expected = self.estimate(send, ds, snap, plan.kind) if self.estimates or self.dry_run else None
             force = plan.kind == "incremental" and self.force_rollback
@@ -336,7 +337,7 @@ class ZfsReplicator(Capabilities):
                 # it to look inside breaks it the same way (seen on OpenZFS 2.4.4). Read-only it is:
                 # received so (-o readonly=on: no round trip of its own), or set right after.
                 if not self.recv_o:
-                    self.target_zfs.run(["zfs", "set", "readonly=on", target], readonly=False)
+                    self.target_zfs.run(zargv.set_property(target, "readonly", "on"), readonly=False)
                 if not self.recv_u:
                     self.report.notes.append(f"{target} set readonly=on (the backup host's zfs has no receive -u)")
             rep.cursor = keep_cursor(self, ds, snap, plan.base if plan.kind == "incremental" else None)
@@ -366,7 +367,7 @@ class ZfsReplicator(Capabilities):
             if res.returncode == 0:
                 return parse_send_size(res.stdout + res.stderr)
         if kind == "full":  # old ZFS: the snapshot's referenced size is close to the stream size
-            res = self.source_run(["zfs", "get", "-Hp", "-o", "value", "referenced", f"{ds}@{snap}"], check=False)
+            res = self.source_run(zargv.referenced(f"{ds}@{snap}"), check=False)
             if res.stdout.strip().isdigit():
                 return int(res.stdout.strip())
         return None

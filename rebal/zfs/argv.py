@@ -73,3 +73,76 @@ def zdb(args: Sequence[str]) -> list[str]:
 def zdb_config(pool: str) -> list[str]:
     """The pool's configuration as its cache file has it (vdev widths, ashift)."""
     return ["zdb", "-C", pool]
+
+
+# -- replication: snapshots, holds, bookmarks, streams (the replicator's sides run them) ----------
+
+
+def snapshot(snaps: Sequence[str], recursive: bool = False) -> list[str]:
+    """One atomic `zfs snapshot` of every name given (with -r: each one's children too)."""
+    return ["zfs", "snapshot", *(["-r"] if recursive else []), *snaps]
+
+
+def hold(tag: str, snaps: Sequence[str], recursive: bool = False) -> list[str]:
+    return ["zfs", "hold", *(["-r"] if recursive else []), tag, *snaps]
+
+
+def exists(name: str) -> list[str]:
+    """Succeeds where ``name`` (a dataset, snapshot or bookmark) exists."""
+    return ["zfs", "list", "-H", "-o", "name", "-t", "all", name]
+
+
+def bookmark(snap: str, mark: str) -> list[str]:
+    return ["zfs", "bookmark", snap, mark]
+
+
+def destroy_bookmark(dataset: str, name: str) -> list[str]:
+    return ["zfs", "destroy", f"{dataset}#{name}"]
+
+
+def usage(command: str) -> list[str]:
+    """zfs prints a subcommand's usage (its options) when it is given no argument."""
+    return ["zfs", command]
+
+
+def tree_tokens(root: str, tokens: bool) -> list[str]:
+    """Every dataset, snapshot and bookmark under ``root`` with guid and createtxg (and, with
+    ``tokens``, each dataset's receive_resume_token): one command for the whole tree."""
+    props = "guid,createtxg" + (",receive_resume_token" if tokens else "")
+    return ["zfs", "get", "-Hp", "-r", "-o", "name,property,value", props, root]
+
+
+def receive_abort(dataset: str) -> list[str]:
+    """Throw away a cut receive's partial state (its resume token) in ``dataset``."""
+    return ["zfs", "receive", "-A", dataset]
+
+
+def filesystem_mounts(root: str | None = None) -> list[str]:
+    """`name<tab>mountpoint` of every file system (under ``root`` only, where given)."""
+    return ["zfs", "list", "-H", "-o", "name,mountpoint", "-t", "filesystem", *(["-r", root] if root else [])]
+
+
+def send(snapshot: str, flags: Sequence[str], base: Sequence[str] = ()) -> list[str]:
+    """`zfs send` of ``snapshot``; ``base``: the incremental part (`-I @snap` or `-i ds#bookmark`)."""
+    return ["zfs", "send", *flags, *base, snapshot]
+
+
+def send_resume(token: str, *, estimate: bool = False) -> list[str]:
+    """The stream that resumes a cut receive from its token; ``estimate``: only say what it would send."""
+    return ["zfs", "send", "-t", token, *(["-nvP"] if estimate else [])]
+
+
+def receive(target: str, *, resumable: bool, unmounted: bool, readonly: bool = False, force: bool = False) -> list[str]:
+    """`zfs receive` into ``target``: -s (a cut stream leaves a resume token), -u (not mounted),
+    -o readonly=on (a new replica), -F (roll the target back first)."""
+    return ["zfs", "receive", *(["-s"] if resumable else []), *(["-u"] if unmounted else []),
+            *(["-o", "readonly=on"] if readonly else []), *(["-F"] if force else []), target]
+
+
+def set_property(dataset: str, prop: str, value: str) -> list[str]:
+    return ["zfs", "set", f"{prop}={value}", dataset]
+
+
+def referenced(snapshot: str) -> list[str]:
+    """The bytes ``snapshot`` refers to, exactly."""
+    return ["zfs", "get", "-Hp", "-o", "value", "referenced", snapshot]

@@ -107,8 +107,7 @@ SPEAKS = {"rebal/replicate/gate_serve.py", "rebal/process/pipeline.py"}
 # modules below rebal/zfs that still build zfs/zpool/zdb command lines (issue 46: the host model
 # takes them over; this list may only shrink): gate.py and gate_serve.py read and run what arrives
 BUILDS_ZFS = {
-    "rebal/replicate/capabilities.py", "rebal/replicate/gate.py", "rebal/replicate/gate_serve.py",
-    "rebal/replicate/local.py", "rebal/replicate/remote.py", "rebal/replicate/rsync.py", "rebal/replicate/zfs_send.py",
+    "rebal/replicate/gate.py", "rebal/replicate/gate_serve.py",  # they read and run what arrives over ssh
 }
 
 
