@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from .. import names
 from ..errors import RebalError
+from ..zfs import argv as zargv
 
 INFO = "rebal-gate-info"  # the probe a job sends to learn it talks to a gate (and what the gate allows)
 # never in a command rebal sends: shell syntax, globbing, control characters
@@ -292,7 +293,7 @@ def _rsync(policy: Policy, argv: list[str]) -> None:
 
 
 def _send_mode(policy: Policy, argv: list[str]) -> None:
-    if argv[:2] == ["zpool", "sync"]:  # before `written@` is read: what a second old write made counts only once synced
+    if tuple(argv[:2]) == zargv.POOL_SYNC:  # before `written@` is read: what a second old write made counts only once synced
         if argv[2:] != [policy.root.split("/")[0]]:
             raise Refused(f"zpool sync: only of {policy.root.split('/')[0]}, the pool of {policy.root}")
         return None
@@ -363,14 +364,14 @@ def check(policy: Policy, line: str) -> list[list[str]]:
         *filters, last = stages
         for f in filters:
             _filter(f, receiving=True)
-        if filters and last[:2] not in (["zfs", "receive"], ["zfs", "recv"]):
+        if filters and tuple(last[:2]) not in zargv.RECEIVES:
             raise Refused("a pipeline must end in zfs receive")
         _receive_mode(policy, last)
     else:
         first, *filters = stages
         for f in filters:
             _filter(f, receiving=False)
-        if filters and first[:2] != ["zfs", "send"]:
+        if filters and tuple(first[:2]) != zargv.SEND:
             raise Refused("a pipeline must start with zfs send")
         _send_mode(policy, first)
     return stages
@@ -411,4 +412,4 @@ def allow_set(mode: str, root: str, user: str, version: tuple[int, ...], raw: bo
             notes.append(f"this zfs ({shown}) has no send:encrypted (OpenZFS 2.4.0+): the key may also send "
                          "unencrypted (plain) streams")
         perms = [send, "snapshot", "hold", "release", "bookmark", "destroy", "mount"]
-    return ["zfs", "allow", "-u", user, ",".join(perms), root], notes
+    return zargv.allow(user, perms, root), notes

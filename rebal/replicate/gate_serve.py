@@ -16,6 +16,7 @@ import time
 
 from ..process.command import run
 from ..process.pipeline import connect
+from ..zfs import argv as zargv
 from .gate import INFO, Policy, Refused, check
 
 # properties a hostile stream could set on the backup host (mount it over /etc, setuid binaries)
@@ -42,7 +43,7 @@ def _setup_log(path: str | None) -> None:
 
 
 def _mountpoint(root: str) -> str | None:
-    r = run(["zfs", "get", "-H", "-o", "value", "mountpoint", root], check=False)
+    r = run(zargv.mountpoint(root), check=False)
     mp = r.stdout.strip()
     return mp if r.returncode == 0 and mp.startswith("/") else None
 
@@ -78,7 +79,7 @@ def _receive_excludes() -> list[str]:
     canmount and the shares cannot be delegated), and zfs refuses it `-x` of them as well."""
     if os.geteuid() != 0:
         return []
-    r = run(["zfs", "receive"], check=False)
+    r = run(zargv.usage("receive"), check=False)
     if "-x property" not in r.stdout + r.stderr:
         return []
     return [a for p in _UNSAFE_PROPS for a in ("-x", p)]
@@ -87,7 +88,7 @@ def _receive_excludes() -> list[str]:
 def harden(stages: list[list[str]]) -> list[list[str]]:
     """A receive that is not -A and not the usage text gets the -x excludes before its target."""
     last = stages[-1]
-    if last[:2] in (["zfs", "receive"], ["zfs", "recv"]) and len(last) > 2 and "-A" not in last:
+    if tuple(last[:2]) in zargv.RECEIVES and len(last) > 2 and "-A" not in last:
         return stages[:-1] + [last[:-1] + _receive_excludes() + last[-1:]]
     return stages
 
@@ -119,7 +120,7 @@ def serve(policy: Policy, line: str | None, log_path: str | None = None, who: st
     if stages == [[INFO]]:
         sys.stdout.write(json.dumps(_info(policy)) + "\n")
         return 0
-    if stages in ([["zfs", "receive"]], [["zfs", "recv"]], [["zfs", "send"]]):
+    if len(stages) == 1 and tuple(stages[0]) in zargv.USAGE_ASKS:
         # the usage text a job asks for first: it learns the gate from the same round trip
         sys.stderr.write(f"{INFO} {json.dumps(_info(policy))}\n")
         sys.stderr.flush()
@@ -138,6 +139,6 @@ def _check_token(policy: Policy, argv: list[str]) -> None:
     from .policy import parse_token_check
 
     token = argv[argv.index("-t") + 1]
-    r = run(["zfs", "send", "-nvP", "-t", token], check=False)
+    r = run(zargv.send_resume(token, estimate=True), check=False)
     info = parse_token_check(r.stdout + r.stderr) if r.returncode == 0 else None
     token_target(policy, info.toname if info else None)

@@ -146,3 +146,19 @@ def set_property(dataset: str, prop: str, value: str) -> list[str]:
 def referenced(snapshot: str) -> list[str]:
     """The bytes ``snapshot`` refers to, exactly."""
     return ["zfs", "get", "-Hp", "-o", "value", "referenced", snapshot]
+
+
+def mountpoint(dataset: str) -> list[str]:
+    return ["zfs", "get", "-H", "-o", "value", "mountpoint", dataset]
+
+
+def allow(user: str, perms: Sequence[str], root: str) -> list[str]:
+    """The delegation a gated key's user needs under ``root`` (the admin runs it)."""
+    return ["zfs", "allow", "-u", user, ",".join(perms), root]
+
+
+# the commands a gate recognises in what arrives over ssh (it builds none of them: it reads them)
+RECEIVES = (("zfs", "receive"), ("zfs", "recv"))
+SEND = ("zfs", "send")
+POOL_SYNC = ("zpool", "sync")
+USAGE_ASKS = (("zfs", "receive"), ("zfs", "recv"), ("zfs", "send"))  # a job's first question: the usage text

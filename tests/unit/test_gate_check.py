@@ -215,7 +215,7 @@ def test_a_resume_token_is_allowed_only_for_a_snapshot_under_the_root(tmp_path):
     fake = tmp_path / "zfs"
     (tmp_path / "contents").write_text(fixture_text("recv-resume_zfs-send-t-nvP.txt"))  # toname = tank/src@s1
     fake.write_text("#!/bin/sh\n"
-                    f'if [ "$2" = "-nvP" ]; then cat {tmp_path / "contents"}; exit 0; fi\n'
+                    f'case " $* " in *" -nvP "*) cat {tmp_path / "contents"}; exit 0;; esac\n'
                     "echo STREAM; exit 0\n")
     fake.chmod(0o755)
     env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}", SSH_ORIGINAL_COMMAND=f"zfs send -t {TOKEN_OK}")
