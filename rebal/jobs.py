@@ -61,13 +61,19 @@ def check_health(cfg: Config, conn, zpool, now: float | None = None,
                  extra: dict | None = None) -> tuple[list[H.Finding], list, list]:
     """Findings, pools, replication. ``extra`` (a dict) is filled with what metrics also show:
     "scrub" (pool -> end of its last scrub) and "created" (pool -> creation)."""
-    pools = watched_pools(cfg, zpool)
-    # every pool's status where the config watches every pool: a pool exported or destroyed since
-    # the listing is then left out, where naming it made `zpool status` fail the whole check (seen
-    # in the lane, with pools coming and going beside it)
-    statuses = {s.name: s for s in zpool.status(list(cfg.pools))} if pools else {}
+    # every imported pool, then the watched ones among them: a watched pool that is not imported is
+    # the check's most critical finding, not an error that prints no report (it exited 5 before)
+    imported = zpool.pools()
+    pools = [p for p in imported if not cfg.pools or p.name in cfg.pools]
+    # status of every pool, by no name: a pool exported or destroyed since the listing is then left
+    # out, where naming it made `zpool status` fail the whole check (seen in the lane, with pools
+    # coming and going beside it)
+    statuses = {s.name: s for s in zpool.status()} if pools else {}
     created = pool_created([p.name for p in pools])
-    findings: list[H.Finding] = []
+    findings: list[H.Finding] = [
+        H.Finding(H.CRITICAL, name, "the pool is not imported: `zpool import " + name + "` (or take it out of "
+                  "`pools` in the config if it is gone for good)")
+        for name in cfg.pools if name not in {p.name for p in imported}]
     for p in pools:
         st = statuses.get(p.name)
         if st is None:

@@ -387,3 +387,21 @@ def test_health_goes_on_when_a_pool_goes_away_during_the_check(make_pool, cfg_fi
     findings, pools, _ = jobs.check_health(cfg, state.connect(cfg.state_db), Listing())
     assert {p.name for p in pools} >= {pool.name, "gone" + pool.name}
     assert not [f for f in findings if f.subject == "gone" + pool.name], findings
+
+
+@pytest.mark.zfs
+def test_health_says_a_watched_pool_that_is_not_imported_is_critical(make_pool, tmp_path):
+    """A pool the config watches that is not imported (an import that failed at boot) is the check's
+    most critical finding, in its report: `rebal health` exited 5 with an error and printed no JSON,
+    which a monitoring script could not read."""
+    pool = make_pool([[]], size="128M")
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'state_db = "{tmp_path / "state.db"}"\npools = ["{pool.name}", "rbtnotimported"]\n')
+    r = rebal("health", "--json", config=cfg, check=False)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    h = json.loads(r.stdout)
+    said = [f for f in h["findings"] if f["subject"] == "rbtnotimported"]
+    assert said and said[0]["level"] == "CRITICAL" and "zpool import rbtnotimported" in said[0]["message"], h
+    assert not [f for f in h["findings"] if f["subject"] == pool.name and f["level"] == "CRITICAL"], h
+    text = rebal("health", config=cfg, check=False)
+    assert text.returncode == 2 and "CRITICAL rbtnotimported: the pool is not imported" in text.stdout, text.stdout
