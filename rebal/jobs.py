@@ -62,12 +62,11 @@ def check_health(cfg: Config, conn, zpool, now: float | None = None,
     """Findings, pools, replication. ``extra`` (a dict) is filled with what metrics also show:
     "scrub" (pool -> end of its last scrub) and "created" (pool -> creation)."""
     # every imported pool, then the watched ones among them: a watched pool that is not imported is
-    # the check's most critical finding, not an error that prints no report (it exited 5 before)
+    # the check's most critical finding, in its report (an error would print no report at all)
     imported = zpool.pools()
     pools = [p for p in imported if not cfg.pools or p.name in cfg.pools]
     # status of every pool, by no name: a pool exported or destroyed since the listing is then left
-    # out, where naming it made `zpool status` fail the whole check (seen in the lane, with pools
-    # coming and going beside it)
+    # out, where naming it would make `zpool status` fail the whole check
     statuses = {s.name: s for s in zpool.status()} if pools else {}
     created = pool_created([p.name for p in pools])
     findings: list[H.Finding] = [

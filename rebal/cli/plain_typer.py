@@ -1,13 +1,12 @@
 """typer, imported without its rich help formatting.
 
-typer 0.15 (what Debian 13 ships, and so what the .deb and the lane's guest run) imports its rich
-help formatter whenever rich is installed: rich's markdown and syntax modules, markdown-it and
-pygments, on every start, for help and error text that rebal asks for in plain form
-(`rich_markup_mode=None`). That is about 0.15 s of every command on a PC (`rebal --version` 0.25 s
-against 0.10 s with typer 0.26, which imports it only when it is used) and 2.5 s under the lane's
-TCG guest, so bench/startup.py's 150 ms goal was missed on Debian 13. rebal therefore imports typer
-once with rich hidden from it: typer then formats help and errors as plain click does, exactly what
-rebal asked for. rich itself is imported as usual afterwards where rebal draws progress bars."""
+rebal asks typer for plain help and error text (`rich_markup_mode=None`). Older typer (Debian 13's
+0.15, so the .deb's) imports its rich help formatter anyway whenever rich is installed (rich's
+markdown and syntax modules, markdown-it, pygments) on every start, and escapes the plain help's
+brackets for a rich console that never prints it (`\\[required]`). Newer typer imports it only when
+asked for it. So rebal imports typer once with rich hidden from it: typer then formats help and
+errors as click does, which is what rebal asked for. rich itself is imported as usual afterwards,
+where rebal draws progress bars. bench/startup.py measures the start-up."""
 
 from __future__ import annotations
 

@@ -119,8 +119,7 @@ def _prune_source(rep: Replicating, snaps: dict[str, list[Snap]], drop: list[str
     (`zfs release -r` fails when a child lacks the snapshot: a child added after it was taken), in
     as few commands as the ZFS allows: one release for them all, then one destroy -r of the tree for
     the snapshots every dataset has and one destroy per dataset for the rest (each a comma list,
-    rebal/zfs/destroy.py); it was a release per snapshot and dataset and a destroy per snapshot.
-    Returns the snapshots that could not be destroyed, with why."""
+    rebal/zfs/destroy.py). Returns the snapshots that could not be destroyed, with why."""
     if not drop:
         return {}
     names_in = {d: {x.name for x in v} for d, v in snaps.items()}

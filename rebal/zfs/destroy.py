@@ -1,8 +1,7 @@
 """Destroying many snapshots in few commands.
 
-Pruning used to run one `zfs destroy` per snapshot (and one `zfs release` per snapshot and
-dataset): a job that prunes 1,000 snapshots ran 2,000 processes, and each destroy of OpenZFS waits
-for a transaction group. OpenZFS takes a comma list, `zfs destroy [-r] ds@a,b,c`, destroyed in one
+A command per snapshot makes pruning a long backlog cost a process and a transaction group per
+snapshot. OpenZFS takes a comma list, `zfs destroy [-r] ds@a,b,c`, destroyed in one
 transaction (lzc_destroy_snaps), all or none: a snapshot that cannot go (held, cloned, busy) keeps
 the whole list. So a list that fails is destroyed again one snapshot at a time, and only the ones
 that still fail are reported, as before. zfs-fuse (and ZFS older than 2012) has no comma list: it

@@ -151,4 +151,4 @@ def test_zfs_command_lines_are_built_in_fewer_places():
                 found.add(rel)
     assert found <= BUILDS_ZFS, sorted(found - BUILDS_ZFS)
     assert BUILDS_ZFS - found == set(), f"no longer builds any: take it off the list {sorted(BUILDS_ZFS - found)}"
-    assert found == set(), sorted(found)  # issue 46: none left outside rebal/zfs/
+    assert found == set(), sorted(found)  # none left outside rebal/zfs/
