@@ -81,7 +81,7 @@ def start_sshd(d: Path, host: str = "127.0.0.1", port: int | None = None, netns:
     log = open(d / "sshd.log", "ab")
     proc = subprocess.Popen(argv, stdout=log, stderr=log)
     # wait until it accepts connections (a readiness check of a server we started, bounded)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a bound: under TCG with other guests beside it, 10 s was seen too short
     while time.monotonic() < deadline:
         probe = ["ssh-keyscan", "-T", "1", "-p", str(port), host]
         if netns is None and subprocess.run(probe, capture_output=True).stdout:
@@ -93,7 +93,7 @@ def start_sshd(d: Path, host: str = "127.0.0.1", port: int | None = None, netns:
         time.sleep(0.05)
     else:
         proc.terminate()
-        raise RuntimeError("sshd did not come up")
+        raise RuntimeError(f"sshd did not come up in 60 s: {(d / 'sshd.log').read_text()[-500:]}")
     return BackupHost(host, port, d, d / "clientkey", d / "known_hosts", proc)
 
 
