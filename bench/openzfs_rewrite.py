@@ -26,6 +26,7 @@ Only ratios count (2 vCPUs under TCG, where a process's start costs many times w
 real server: the 4,000-file ratio measures that start more than the rewrite).
 
   python3 bench/openzfs_rewrite.py [--files 4000,40000] [--pairs 5,1] [--loop-files 1000]
+      [--copy-files N] [--copy-runs N] [--profile]     (--files "": the copy part alone)
 """
 
 from __future__ import annotations
@@ -148,6 +149,59 @@ def rebal(cfg: Path, root: Path, *extra: str, env: dict | None = None) -> tuple[
     return took, done
 
 
+# where a copy rebalance's time goes: cProfile's own time of each function, the C calls that do the
+# work put in groups by what they ask of the kernel (the rest: rebal's and the standard library's Python)
+PHASES = {
+    "start-up (imports)": ("marshal.loads", "_imp.", "builtins.exec", "builtins.compile", "__build_class__"),
+    "open, close": ("posix.open", "posix.close", "io.open"),
+    "read, hash": ("posix.read", "posix.readv", "posix.pread", "readinto", "xxhash", "_hashlib"),
+    "write": ("posix.write", "posix.writev", "posix.pwrite", "posix.ftruncate"),
+    "metadata (stat, owner, mode, times, xattrs)": ("stat", "posix.fchown", "posix.fchmod", "posix.utime",
+                                                    "xattr", "posix.chown", "posix.chmod"),
+    "durability (fsync, syncfs, sync)": ("fsync", "syncfs", "posix.sync", "fdatasync"),
+    "swap (link, rename, unlink)": ("posix.link", "posix.rename", "posix.replace", "posix.unlink"),
+    "lease (fcntl)": ("fcntl",),
+    "scan (directories)": ("scandir", "listdir", "posix.getdents"),
+    "state database (sqlite3)": ("sqlite3",),
+    "zfs and zpool commands (fork, wait)": ("fork_exec", "waitpid", "poll", "select"),
+    "seeks (holes)": ("posix.lseek",),
+}
+
+
+def profile_copy(cfg: Path, root: Path) -> str:
+    """One copy rebalance under cProfile (the profiler's own cost makes it slower than the runs timed:
+    the shares count, not the seconds): its own time by phase, the top functions, the children's CPU."""
+    import pstats
+    import resource
+
+    prof = Path("/var/tmp/rebal-rwbench.prof")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    took, _out = timed([sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "rebal", "--config", str(cfg),
+                        "rebalance", str(root), "--json", "--placement", "model", "--all", "--method", "copy"])
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    stats = pstats.Stats(str(prof)).stats  # {(file, line, name): (cc, nc, tottime, cumtime, callers)}
+    prof.unlink()
+    spent: dict[str, float] = {}
+    total = 0.0
+    for (file, _line, name), (_cc, _nc, tt, _ct, _callers) in stats.items():
+        total += tt
+        where = f"{file}:{name}" if file != "~" else name.strip("<>").replace("built-in method ", "")
+        phase = next((k for k, keys in PHASES.items() if file == "~" and any(key in where for key in keys)), None)
+        if phase is None and ("importlib" in file or file.startswith("<frozen")):
+            phase = "start-up (imports)"
+        phase = phase or ("other C calls" if file == "~" else "Python (rebal, the standard library)")
+        spent[phase] = spent.get(phase, 0.0) + tt
+    top = sorted(stats.items(), key=lambda kv: kv[1][2], reverse=True)[:15]
+    lines = [f"copy under cProfile: {took:.2f} s wall, children's CPU user "
+             f"{after.ru_utime - before.ru_utime:.2f} s, system {after.ru_stime - before.ru_stime:.2f} s; "
+             f"the profile's own time {total:.2f} s by phase:"]
+    lines += [f"  {k:44s} {v:7.2f} s {100 * v / total:5.1f} %" for k, v in sorted(spent.items(), key=lambda kv: -kv[1])]
+    lines.append("  the 15 functions of most own time (calls, own s, cumulative s):")
+    lines += [f"    {(f'{f}:{ln}:' if f != '~' else '') + n:70.70s} {nc:8d} {tt:7.2f} {ct:7.2f}"
+              for (f, ln, n), (_cc, nc, tt, ct, _c) in top]
+    return "\n".join(lines)
+
+
 JUDGED_FROM = 20000  # files
 
 
@@ -168,8 +222,13 @@ def main() -> None:
     # 2.42-3.65 s on the same tree): the 4,000-file ratio is the median of five pairs, each on fresh
     # pools, one right after the other
     ap.add_argument("--pairs", default="5,1", help="bare/rebal --all pairs per file count, as --files")
+    ap.add_argument("--copy-files", type=int, default=None, help="file count of the copy rebalance (default: --loop-files)")
+    ap.add_argument("--copy-runs", type=int, default=1, help="copy rebalances on fresh pools: the median counts")
+    ap.add_argument("--profile", action="store_true",
+                    help="one more copy rebalance under cProfile: where its time goes, by kind of system call")
     a = ap.parse_args()
-    counts = [int(x) for x in a.files.split(",")]
+    a.copy_files = a.copy_files or a.loop_files
+    counts = [int(x) for x in a.files.split(",") if x.strip()]  # --files "": the copy part only
     npairs = dict(zip(counts, [int(x) for x in a.pairs.split(",")]))
     # rebal's modules byte-compiled first, as an installed package has them (pip compiles at install):
     # else the first rebal run timed would compile them (about 1 s under TCG)
@@ -231,9 +290,13 @@ def main() -> None:
                   f"{'under' if d_goal['spread_after'] <= a.target else 'OVER'}); cold (tree not in the ARC): "
                   f"bare {bare_cold:.2f} s, rebal --all {t_cold:.2f} s = {t_cold / bare_cold:.2f}x "
                   f"({verdict(n, t_cold / bare_cold)})", flush=True)
+        copies = []  # the copy rebalance on fresh pools: the median run's time counts
+        for _ in range(a.copy_runs):
+            copies.append(rebal(cfg, fresh_pool(a.copy_files), "--all", "--method", "copy"))
+        t_copy, d_copy = sorted(copies, key=lambda c: c[0])[len(copies) // 2]
+        if a.profile:
+            print(profile_copy(cfg, fresh_pool(a.copy_files)), flush=True)
         n = a.loop_files
-        root = fresh_pool(n)
-        t_copy, d_copy = rebal(cfg, root, "--all", "--method", "copy")
         root = fresh_pool(n)
         t_fsync, d_fsync = rebal(cfg, root, "--all", "--method", "copy",
                                  env=dict(os.environ, REBAL_DURABILITY="file"))
@@ -245,10 +308,12 @@ def main() -> None:
         t_raw, _ = timed(RAW, files)
         copy_fps, loop_fps, raw_fps = d_copy["files"] / t_copy, n / t_loop, n / t_raw
         fsync_fps = d_fsync["files"] / t_fsync
-        results.append({"copy_files": n, "copy_s": round(t_copy, 2), "loop_s": round(t_loop, 2), "raw_s": round(t_raw, 2),
+        results.append({"copy_files": a.copy_files, "copy_s": round(t_copy, 2), "copy_runs_s": [round(t, 2) for t, _d in copies],
+                        "loop_files": n, "loop_s": round(t_loop, 2), "raw_s": round(t_raw, 2),
                         "copy_vs_loop": round(copy_fps / loop_fps, 2), "copy_vs_raw": round(copy_fps / raw_fps, 2),
                         "fsync_per_file_s": round(t_fsync, 2), "batch_vs_fsync_per_file": round(copy_fps / fsync_fps, 2)})
-        print(f"copy, {n} files: rebal {copy_fps:.0f} files/s = {copy_fps / loop_fps:.1f}x the cp/sha256/mv loop "
+        print(f"copy, {a.copy_files} files: rebal {t_copy:.2f} s (runs: {', '.join(f'{t:.2f}' for t, _d in copies)}), "
+              f"{copy_fps:.0f} files/s ({1000 * t_copy / max(1, d_copy['files']):.2f} ms a file) = {copy_fps / loop_fps:.1f}x the cp/sha256/mv loop on {n} files "
               f"({loop_fps:.0f} files/s; goal >= 10x: {'met' if copy_fps / loop_fps >= 10 else 'NOT met'}), "
               f"{copy_fps / raw_fps:.2f}x a raw cat copy ({raw_fps:.0f} files/s); one barrier per batch "
               f"= {copy_fps / fsync_fps:.2f}x an fsync per file ({fsync_fps:.0f} files/s)", flush=True)

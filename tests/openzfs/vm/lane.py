@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -258,7 +257,7 @@ def run_bench(args, g: Guest) -> int:
     # the guest tests' leftovers (pytest keeps its temporary directories) would leave the bench's
     # sparse vdevs too little room on the guest's root: seen, the bench's pool was suspended
     g.ssh("rm -rf /var/tmp/lane-pytest* /var/tmp/rebal-rwbench*", check=False, timeout=600)
-    benches = {"rewrite": (f"bench/openzfs_rewrite.py --files {args.bench_files}", 7200),
+    benches = {"rewrite": (f"bench/openzfs_rewrite.py --files {shlex.quote(args.bench_files)} {args.bench_args}", 7200),
                "tree": (f"bench/replicate_tree.py --sizes {shlex.quote(args.tree_sizes)} "
                         f"--depths {shlex.quote(args.tree_depths)} --tools {shlex.quote(args.tree_tools)}", 14400)}
     for name, (command, limit) in benches.items():
@@ -303,6 +302,8 @@ def main() -> int:
                     help="skip bench/openzfs_rewrite.py after the guest tests")
     ap.add_argument("--bench-files", default="4000,40000", help="file counts of the rewrite bench")
     ap.add_argument("--bench-runs", type=int, default=1, help="how many times the bench runs")
+    ap.add_argument("--bench-args", default="", help="more arguments of bench/openzfs_rewrite.py (a shell line: "
+                    "e.g. --bench-files '' --bench-args '--copy-files 4000 --copy-runs 3 --profile')")
     ap.add_argument("--tree-sizes", default="10,100,300", help="dataset counts of the replication tree bench")
     ap.add_argument("--tree-depths", default="1,2", help="levels of the replication tree bench's trees")
     ap.add_argument("--tree-tools", default="rebal,bzfs,syncoid,zfs_autobackup",
