@@ -36,10 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rebal.process.command import Result  # noqa: E402
 from rebal.replicate import retention  # noqa: E402
-from rebal.replicate.local import CliLocal  # noqa: E402
 from rebal.replicate.policy import Buckets, plan_send, retain, snapshot_name, snapshot_time  # noqa: E402
-from rebal.replicate.remote import Remote  # noqa: E402
+from rebal.replicate.transport import Here  # noqa: E402
 from rebal.replicate.zfs_run import DatasetReport, ZfsReport  # noqa: E402
+from rebal.zfs.host import ZfsHost  # noqa: E402
 from rebal.zfs.snaps import tree_from  # noqa: E402
 
 GOAL = 1.5
@@ -101,7 +101,7 @@ def once(n: int) -> dict[str, float | int]:
                                               retention_source=SOURCE,
                                               retention_target=TARGET),
                           report=report, source_tree=src_tree, target_tree=dst_tree, gate=None,
-                          source_zfs=CliLocal(recorder(calls)), target_zfs=Remote(runner=recorder(calls)),
+                          source=ZfsHost(Here(recorder(calls))), target=ZfsHost(Here(recorder(calls))), bookmarks=True,
                           target_of=lambda ds: DST + ds[len(SRC):])
     t = time.perf_counter()
     retention.prune(rep, [SRC])

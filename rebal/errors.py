@@ -95,3 +95,7 @@ class StateError(RebalError):
     """The SQLite state database cannot be opened or is from a newer rebal."""
 
     exit_code = 4
+
+
+class HostError(RebalError):
+    """A zfs or zpool command on a host (this one, or the other end of a job) failed."""

@@ -6,14 +6,12 @@ size) where they are installed on both ends. A mixin of ZfsReplicator."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..process.command import Result
 from ..zfs import argv as zargv
-from ..zfs.cli import Runner
+from ..zfs.host import ZfsHost
 from .policy import SendFeatures, receive_has_o, receive_has_u, receive_resumable, send_features
-from .remote import Remote, ReplicationError
+from .remote import ReplicationError
 from .transport import Wire
 
 if TYPE_CHECKING:
@@ -25,12 +23,12 @@ class Capabilities:
     # what ZfsReplicator (zfs_send.py) holds, which this mixin reads and sets
     job: Job
     ssh: Wire
-    target_zfs: Remote
+    source: ZfsHost
+    target: ZfsHost
     report: ZfsReport
     cache: Cache | None
     dry_run: bool
     force_rollback: bool
-    source_run: Runner
     gate: dict | None
     usage_key: str
     send: SendFeatures
@@ -41,19 +39,10 @@ class Capabilities:
     def detect(self) -> None:
         from .gate import marker
 
-        if self.job.pull:  # the source's zfs is the other end
-            send_usage = self._usage_there("send", lambda: self.source_run(zargv.usage("send"), check=False))
-            recv_usage = self.target_zfs.usage("receive")
-        else:
-            res = self.source_run(zargv.usage("send"), check=False)
-            send_usage = res.stdout + res.stderr
-            if self.ssh.local:  # one zfs: the receive's usage is the same program's
-                recv_usage = self.target_zfs.usage("receive")
-            else:
-                recv_usage = self._usage_there("receive", lambda: self.target_zfs.run(zargv.usage("receive"), check=False))
+        send_usage, recv_usage = self._usage(self.source, "send"), self._usage(self.target, "receive")
         self.send = send_features(send_usage)
         # a gate on the other end says so in the usage text it passes on: no round trip of its own
-        self.detect_gate(None if self.ssh.local else marker(send_usage if self.job.pull else recv_usage))
+        self.detect_gate(None if self.ssh.local else marker(recv_usage if self.source.local else send_usage))
         self.resumable = self.send.resume and receive_resumable(recv_usage)
         self.recv_u = receive_has_u(recv_usage)
         self.recv_o = receive_has_o(recv_usage)
@@ -69,7 +58,7 @@ class Capabilities:
         def there(program: str) -> bool:  # on the other end (a gate says what it has: no shell to ask)
             if self.gate is not None:
                 return program in self.gate.get("filters", [])
-            return Remote(self.ssh).has(program)
+            return (self.target if self.source.local else self.source).has(program)
 
         from ..units import parse_size
 
@@ -96,18 +85,19 @@ class Capabilities:
             else:
                 self.report.notes.append("mbuffer is not installed on both ends: the stream is not buffered")
 
-    def _usage_there(self, command: str, fetch: Callable[[], Result]) -> str:
-        """The usage text of `zfs COMMAND` on the other end: from the state database when it was
-        asked there within a day, else asked now (and kept). A receive or send that then fails on
-        an option forgets it (usage_stale)."""
+    def _usage(self, host: ZfsHost, command: str) -> str:
+        """The usage text of `zfs COMMAND` on ``host``: asked here; on the other end from the state
+        database when it was asked there within a day, else asked now (and kept). A receive or send
+        that then fails on an option forgets it (usage_stale)."""
+        if host.local:
+            return host.usage(command)
         ep = self.ssh.ep
         self.usage_key = f"usage:zfs-{command}:{ep.user}@{ep.host}:{ep.port}"
         if self.cache is not None:
             kept = self.cache.get(self.usage_key)
             if kept:
                 return kept
-        res = fetch()
-        text = res.stdout + res.stderr
+        text = host.usage(command)
         if self.cache is not None and "usage" in text.lower() and not self.dry_run:
             self.cache.set(self.usage_key, text)
         return text

@@ -12,7 +12,9 @@ from ..errors import CommandFailed, NoSuchPool, RebalError
 from ..process.command import run
 from ..zfs import argv
 from ..zfs.cli import Runner
-from . import local as L
+from ..zfs.host import ZfsHost
+from ..zfs.snaps import guid_query, tree_from
+from .transport import Here
 from .policy import Buckets, is_ours, retain, snapshot_time
 
 
@@ -32,14 +34,14 @@ def prune(dataset: str, job: str, buckets: Buckets, recursive: bool = False, dry
     if not job or not all(c.isalnum() or c in "_.-" for c in job):
         raise RebalError(f"bad job name {job!r}", exit_code=2)
     rep = PruneReport(dataset, job, dry_run=dry_run)
-    res = runner(L.guid_query(dataset, recursive=recursive), check=False)
+    host = ZfsHost(Here(runner))  # prune runs on the backup host, by hand or through its gate
+    res = host.run(guid_query(dataset, recursive=recursive), check=False)
     if res.returncode != 0:
         pool = dataset.split("/")[0]
-        if runner(argv.pool_names(pool), check=False).returncode != 0:
+        if host.run(argv.pool_names(pool), check=False).returncode != 0:
             raise NoSuchPool(f"no such pool: {pool}")
         raise RebalError(f"{dataset}: {res.stderr.strip() or 'no such dataset'}", exit_code=2)
-    tree = L.tree_from(res.stdout)
-    backend = L.CliLocal(runner)
+    tree = tree_from(res.stdout)
     for ds in sorted(tree):
         if not (ds == dataset or (recursive and ds.startswith(dataset + "/"))):
             continue
@@ -51,7 +53,7 @@ def prune(dataset: str, job: str, buckets: Buckets, recursive: bool = False, dry
         rep.kept.extend(f"{ds}@{s.name}" for s in mine if s.name in keep)
         drop = [s.name for s in mine if s.name not in keep]
         try:
-            failed = backend.destroy_each(ds, drop, dry_run=dry_run)  # few commands: comma lists
+            failed = host.destroy_each(ds, drop, dry_run=dry_run)  # few commands: comma lists
         except (CommandFailed, RebalError) as e:  # a name that fails the check
             failed = {name: str(e) for name in drop}
         rep.destroyed.extend(f"{ds}@{n}" for n in drop if n not in failed)

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import CommandFailed, RebalError
-from . import local as L
+from ..zfs.host import NoBookmarks
+from .source_snaps import destroy_where_they_are
 from .policy import Snap, is_ours, retain, snapshot_time
 
 if TYPE_CHECKING:
@@ -21,23 +22,23 @@ if TYPE_CHECKING:
 
 def keep_cursor(rep: Replicating, ds: str, snap: str, old_base: Snap | None) -> str:
     """Mark ``ds@snap`` as the next base; release what kept the old one. ``rep`` is the
-    ZfsReplicator (its local backend, job and report). Returns "bookmark" or "hold" ("" if neither
+    ZfsReplicator (its source host, job and report). Returns "bookmark" or "hold" ("" if neither
     could be made: the next run then finds the base by guid on both sides, as before)."""
     tag = f"rebal-{rep.job.name}"
-    if getattr(rep, "bookmarks", True):
+    if rep.bookmarks:
         try:
-            rep.source_zfs.bookmark(f"{ds}@{snap}", f"{ds}#{snap}")
+            rep.source.bookmark(f"{ds}@{snap}", f"{ds}#{snap}")
             if old_base is not None and not old_base.bookmark:
-                rep.source_zfs.release(tag, [f"{ds}@{old_base.name}"])  # held by an earlier run
+                rep.source.release(tag, [f"{ds}@{old_base.name}"])  # held by an earlier run
             return "bookmark"
-        except L.LocalError:
+        except NoBookmarks:
             rep.bookmarks = False  # this ZFS has none: holds from now on
         except Exception as e:  # noqa: BLE001 - the CLI's or pyzfs's error (a pool without the feature): hold
             rep.report.notes.append(f"{ds}: could not bookmark the new base ({e}); it is held instead")
     try:
-        rep.source_zfs.hold(tag, [f"{ds}@{snap}"])
+        rep.source.hold(tag, [f"{ds}@{snap}"])
         if old_base is not None and not old_base.bookmark and old_base.name != snap:
-            rep.source_zfs.release(tag, [f"{ds}@{old_base.name}"])
+            rep.source.release(tag, [f"{ds}@{old_base.name}"])
         return "hold"
     except (CommandFailed, RebalError) as e:
         rep.report.notes.append(f"{ds}: could not hold the base snapshot: {e}")
@@ -105,7 +106,7 @@ def prune(rep: Replicating, datasets: list[str]) -> None:
         if not gone:
             continue
         try:
-            left = rep.target_zfs.destroy_many(t, gone)
+            left = rep.target.destroy_each(t, gone)
         except (CommandFailed, RebalError) as e:  # a bad name, or the backup host gone mid-way
             left = {name: str(e) for name in gone}
         for name, why in left.items():
@@ -125,10 +126,10 @@ def _prune_source(rep: Replicating, snaps: dict[str, list[Snap]], drop: list[str
     names_in = {d: {x.name for x in v} for d, v in snaps.items()}
     having = {n: [d for d in sorted(snaps) if n in names_in[d]] for n in drop}
     try:  # with a bookmark cursor nothing is held: zfs then says "no such tag", which is not an error
-        rep.source_zfs.release(f"rebal-{rep.job.name}", [f"{d}@{n}" for n in drop for d in having[n]])
+        rep.source.release(f"rebal-{rep.job.name}", [f"{d}@{n}" for n in drop for d in having[n]])
     except (CommandFailed, RebalError) as e:  # a held snapshot is then not destroyed, and is said
         rep.report.notes.append(f"could not release this job's holds before pruning: {e}")
-    return L.destroy_where_they_are(rep.source_zfs, rep.job.source, rep.job.recursive, having, len(snaps))
+    return destroy_where_they_are(rep.source, rep.job.source, rep.job.recursive, having, len(snaps))
 
 
 def _prune_bookmarks(rep: Replicating, tree: dict[str, list[Snap]], sent_ok: dict) -> None:
@@ -141,7 +142,7 @@ def _prune_bookmarks(rep: Replicating, tree: dict[str, list[Snap]], sent_ok: dic
         for s in tree.get(ds, []):
             if s.bookmark and is_ours(s.name, job) and s.name != rep.report.snapshot:
                 try:
-                    rep.source_zfs.destroy_bookmark(ds, s.name)
+                    rep.source.destroy_bookmark(ds, s.name)
                     rep.report.pruned_bookmarks.append(f"{ds}#{s.name}")
                 except (CommandFailed, RebalError) as e:
                     rep.report.notes.append(f"could not destroy the old bookmark {ds}#{s.name}: {e}")

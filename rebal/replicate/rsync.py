@@ -22,8 +22,9 @@ from ..errors import RebalError
 from ..process.command import run
 from ..zfs import argv as zargv
 from ..zfs.cli import Runner
-from ..zfs.host import ZfsHost
-from . import local as L
+from ..zfs.host import ZfsHost, here_hosts
+from . import source_snaps as S
+from .remote import gate_info
 from .policy import Buckets, is_ours, retain, snapshot_name, snapshot_time
 from .select import select
 from .snapview import SnapView, cleanup_views
@@ -100,7 +101,7 @@ class RsyncJob:
 
 
 class RsyncReplicator:
-    def __init__(self, job: RsyncJob, ssh: Wire, *, local: L.CliLocal | None = None, runner: Runner = run,
+    def __init__(self, job: RsyncJob, ssh: Wire, *, source: ZfsHost | None = None, runner: Runner = run,
                  dry_run: bool = False, stop: threading.Event | None = None,
                  progress: Callable[[int], None] | None = None,
                  clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
@@ -108,9 +109,9 @@ class RsyncReplicator:
         if not job.target.startswith("/"):
             raise RsyncError(f"rsync target {job.target!r} is not an absolute directory")
         self.job, self.ssh = job, ssh
-        self.local = local or L.local_backend()
         self._run = runner
-        self.here = ZfsHost(Here(runner))  # the source's host: rsync jobs push
+        self.here = source or here_hosts(Here(runner))[0]  # the source's host: rsync jobs push
+        self.there = ZfsHost(ssh)  # the backup's host (this one for a local target)
         self.dry_run = dry_run
         self.stop = stop or threading.Event()
         self.progress = progress
@@ -131,13 +132,13 @@ class RsyncReplicator:
         mounts = {c.dataset: self._mountpoint(c.dataset) for c in sel.choices}
         if self.dry_run:
             snap = self.report.snapshot = snapshot_name(job.name, self.clock())
-            self.report.planned.append(L.planned_snapshot(job.source, snap, job.recursive, None if sel.whole else datasets))
+            self.report.planned.append(S.planned_snapshot(job.source, snap, job.recursive, None if sel.whole else datasets))
             self.report.planned.append(f"rsync {' '.join(self.flags())} <snapshot of {job.source}>/ "
                                        f"{self.ssh.rsync_path(job.target)}/")
             return self.report
         self._detect_gate()
         self._cleanup_views()
-        snap = self.report.snapshot = L.take_snapshot(self.local, job.source, job.name, job.recursive, self.clock,
+        snap = self.report.snapshot = S.take_snapshot(self.here, job.source, job.name, job.recursive, self.clock,
                                                       datasets=None if sel.whole else datasets,
                                                       left_out=[c.dataset for c in sel.excluded])
         self.datasets = datasets
@@ -162,11 +163,9 @@ class RsyncReplicator:
     def _detect_gate(self) -> None:
         """A gated backup host (rebal gate --receive-into DS) takes an rsync server writing under DS's
         mount point only, with the paths on its command line (no --protect-args), and never prunes."""
-        from .zfs_send import Remote
-
         if self.ssh.local:
             return
-        self.gate = Remote(self.ssh).gate_info()
+        self.gate = gate_info(self.there)
         if self.gate is None:
             return
         mp = str(self.gate.get("mountpoint") or "")
@@ -245,13 +244,13 @@ class RsyncReplicator:
         if best is None:
             self.report.notes.append("snapshot_target: the target directory is not on a ZFS dataset; no snapshot taken")
             return
-        self.ssh.run(zargv.snapshot([f"{best[0]}@{snap}"]), readonly=False)
+        self.there.snapshot([f"{best[0]}@{snap}"])
         self.report.target_snapshot = f"{best[0]}@{snap}"
         self.target_dataset = best[0]
 
     def _prune(self, snap: str) -> None:
         job = self.job.name
-        tree = L.local_tree(self.job.source, self.job.recursive, self._run)
+        tree = self.here.listing(self.job.source, self.job.recursive, bookmarks=False)
         having: dict[str, list[str]] = {}  # this job's snapshot -> the datasets that have it
         for d in sorted(tree):
             for s in tree[d]:
@@ -261,7 +260,7 @@ class RsyncReplicator:
         # rebalance rewrites; the zfs mode, with bookmarks, keeps none)
         keep = retain([(n, snapshot_time(n)) for n in having], self.job.retention_source, {snap})
         drop = [n for n in having if n not in keep]
-        failed = L.destroy_where_they_are(self.local, self.job.source, self.job.recursive,
+        failed = S.destroy_where_they_are(self.here, self.job.source, self.job.recursive,
                                           {n: having[n] for n in drop}, len(tree))
         for n in drop:
             if n in failed:
@@ -270,12 +269,10 @@ class RsyncReplicator:
                 self.report.pruned_source.append(n)
         ds = getattr(self, "target_dataset", None)
         if ds and self.gate is None:
-            from .zfs_send import Remote
-
-            tgt = [s for s in (Remote(self.ssh).snapshots(ds) or []) if is_ours(s.name, job)]
+            tgt = [s for s in (self.there.snapshots(ds) or []) if is_ours(s.name, job)]
             keep_t = retain([(s.name, snapshot_time(s.name)) for s in tgt], self.job.retention_target, {snap})
             gone = [s.name for s in tgt if s.name not in keep_t]
-            left = Remote(self.ssh).destroy_many(ds, gone) if gone else {}
+            left = self.there.destroy_each(ds, gone) if gone else {}
             for name in gone:
                 if name in left:
                     self.report.notes.append(f"could not prune {ds}@{name} on the backup host: {left[name]}")

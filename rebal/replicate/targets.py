@@ -54,7 +54,7 @@ def make_parents(rep: Replicating, datasets: list[str]) -> None:
             if rep.dry_run:
                 rep.report.planned.append(f"zfs create -o readonly=off {t}")
             else:
-                rep.target_zfs.run(argv.create_writable(t), readonly=False)
+                rep.target.run(argv.create_writable(t), readonly=False)
                 rep.target_tree[t] = []
 
 

@@ -120,9 +120,9 @@ def by_record(rep: Replicating, tree: dict[str, list[Snap]]) -> dict[str, Snap] 
     if not datasets or len(bases) < len(datasets):
         return None
     pool = rep.job.source.split("/", 1)[0]
-    if rep.source_run(argv.sync(pool), check=False).returncode != 0:
+    if rep.source.run(argv.sync(pool), check=False).returncode != 0:
         return None
-    res = rep.source_run(query(rep.job.source, rep.job.recursive, bases), check=False)
+    res = rep.source.run(query(rep.job.source, rep.job.recursive, bases), check=False)
     written = parse(res.stdout) if res.returncode == 0 else {}
     if any(written.get((ds, prop_of(b))) != 0 for ds, b in bases.items()):
         return None

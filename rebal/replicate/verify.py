@@ -21,7 +21,6 @@ from ..health import CRITICAL, OK, WARNING, Finding
 from ..process.command import run
 from ..zfs.cli import Runner
 from ..zfs.host import HostError, ZfsHost
-from . import local as L
 from .policy import is_ours
 from .snapview import SnapView
 from .transport import Here, Wire, classify_ssh
@@ -135,17 +134,17 @@ def verify_zfs(job: Replicate, link: Wire, sample_n: int | None, seed: int, runn
     push job, the file server of a pull job): the two hosts are the job's, whichever end this is.
     Through a gated key (rebal gate) only the snapshots' guids are compared: the gate lets nothing
     read the other end's files."""
+    from .remote import gate_info
     from .sides import job_hosts
-    from .zfs_send import Remote
 
     source, backup = job_hosts(job, link if not link.local else Here(runner))
     rep = VerifyReport(job.name, seed=seed)
-    gated = not link.local and Remote(link).gate_info() is not None
+    gated = not link.local and gate_info(ZfsHost(link)) is not None
     rep.gated = gated
     if job.recursive:
         from .select import select
 
-        datasets = select(job, lambda argv, **kw: source.link.run(argv, **kw)).included
+        datasets = select(job, source.run).included
     else:
         datasets = [job.source]
     for ds in datasets:
@@ -249,15 +248,19 @@ def verify_rsync(job: Replicate, ssh: Wire, sample_n: int | None, seed: int, sna
                  runner: Runner = run) -> VerifyReport:
     rep = VerifyReport(job.name, seed=seed)
     subject = f"job:{job.name}"
-    if snapshot is None or not any(s.name == snapshot for s in L.local_snapshots(job.source, runner)):
-        ours = [s.name for s in L.local_snapshots(job.source, runner) if is_ours(s.name, job.name)]
+    here = ZfsHost(Here(runner))
+    have = here.snapshots(job.source)
+    if have is None:
+        raise HostError(f"this host: {job.source} does not exist")
+    if snapshot is None or not any(s.name == snapshot for s in have):
+        ours = [s.name for s in have if is_ours(s.name, job.name)]
         if not ours:
             rep.findings.append(Finding(CRITICAL, subject, "no snapshot of a successful run to compare against"))
             return rep
         snapshot = ours[-1]
     rep.snapshot = snapshot
-    with SnapView(ZfsHost(Here(runner)), job.source, snapshot, f"verify-{job.name}", rep.notes) as sv:
-        compare(rep, subject, ZfsHost(Here(runner)), sv, ZfsHost(ssh), job.target, sample_n)
+    with SnapView(here, job.source, snapshot, f"verify-{job.name}", rep.notes) as sv:
+        compare(rep, subject, here, sv, ZfsHost(ssh), job.target, sample_n)
         # and rsync's own opinion over the sample, by checksum
         if rep.sample:
             files = "\0".join(rep.sample) + "\0"

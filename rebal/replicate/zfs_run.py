@@ -12,9 +12,7 @@ from .policy import Buckets, Snap
 
 if TYPE_CHECKING:
     from ..state import Cache
-    from ..zfs.cli import Runner
-    from .local import CliLocal
-    from .remote import Remote
+    from ..zfs.host import ZfsHost
     from .select import Selection
     from .transport import Wire
 
@@ -100,8 +98,8 @@ class Replicating(Protocol):
 
     job: Job
     report: ZfsReport
-    source_zfs: CliLocal  # snapshots, holds, bookmarks on the source's host (here, or over ssh for a pull job)
-    target_zfs: Remote  # the target's zfs (over ssh for a push job, here for a pull job or a local target)
+    source: ZfsHost  # the source's host: here, or the other end for a pull job
+    target: ZfsHost  # the backup's host: the other end for a push job, here for a pull job or a local target
     ssh: Wire
     cache: Cache | None
     landed: dict[str, str]
@@ -111,7 +109,6 @@ class Replicating(Protocol):
     orphans: dict[str, list[Snap]]
     bookmarks: bool
     dry_run: bool
-    source_run: Runner  # a command on the source's host
 
     def target_of(self, ds: str) -> str: ...
 

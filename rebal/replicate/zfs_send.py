@@ -27,7 +27,8 @@ from ..process.pipeline import pump
 from ..throttle import Throttle
 from ..zfs import argv as zargv
 from ..zfs.cli import Runner
-from . import local as L
+from ..zfs.host import ZfsHost, here_hosts
+from . import source_snaps as S
 from . import targets as T
 from .capabilities import Capabilities
 from .policy import (
@@ -41,10 +42,10 @@ from .policy import (
     plan_send,
     snapshot_name,
 )
-from .remote import Remote, ReplicationError, ssh_runner  # noqa: F401  (Remote: also imported from here)
+from .remote import ReplicationError
 from .retention import keep_cursor
 from .select import select
-from .transport import Wire
+from .transport import Here, Wire
 from .zfs_run import DatasetReport, Job, ZfsReport  # noqa: F401  (imported from here too)
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 
 
 class ZfsReplicator(Capabilities):
-    def __init__(self, job: Job, ssh: Wire, *, local: L.CliLocal | None = None, runner: Runner = run,
+    def __init__(self, job: Job, ssh: Wire, *, source: ZfsHost | None = None, runner: Runner = run,
                  force_rollback: bool = False, dry_run: bool = False, stop: threading.Event | None = None,
                  progress: Callable[[int, int | None], None] | None = None,
                  clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc), cache: Cache | None = None,
@@ -63,14 +64,16 @@ class ZfsReplicator(Capabilities):
         names.dataset(job.target)
         self.job, self.ssh = job, ssh
         self.counted = Counted(runner)  # this run's commands here (two runs at once count their own)
-        if job.pull:  # this is the backup host: the source's zfs runs over ssh, the target's here
-            self.source_run = ssh_runner(ssh)
-            self.source_zfs = local or L.CliLocal(self.source_run)
-            self.target_zfs = Remote(runner=self.counted)
+        here = Here(self.counted)
+        # the two hosts, whichever end rebal runs on: a pull job runs on the backup host, so there
+        # the source is the other end; a job with a local target has both here
+        self.source: ZfsHost
+        self.target: ZfsHost
+        if job.pull:
+            self.source, self.target = source or ZfsHost(ssh), ZfsHost(here)
         else:
-            self.source_run = self.counted
-            self.source_zfs = local or L.local_backend(self.counted)
-            self.target_zfs = Remote(runner=self.counted) if ssh.local else Remote(ssh)
+            self.source = source or here_hosts(here)[0]
+            self.target = ZfsHost(here) if ssh.local else ZfsHost(ssh)
         self.gate: dict | None = None  # what a gate on the other end allows (None: no gate)
         self.cache = cache  # state.Cache: the other end's usage text, kept a day (one round trip less)
         self.usage_key = ""
@@ -103,18 +106,18 @@ class ZfsReplicator(Capabilities):
         self.detect()
         here = None
         if self.landed and self._may_skip():  # rebal's record may make the backup's listing needless
-            self.selection = select(self.job, self.source_run)
-            here = L.local_tree(self.job.source, self.job.recursive, self.source_run, bookmarks=True)
+            self.selection = select(self.job, self.source.run)
+            here = self.source.listing(self.job.source, self.job.recursive)
             if self._unchanged_by_record(here, t0):
                 return self.report
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-list") as ex:
             # the backup's datasets, snapshots and resume tokens in one round trip, while this side
             # lists its own: the two do not wait on each other
-            there = ex.submit(self.target_zfs.tree_tokens, self.job.target, self.resumable)
+            there = ex.submit(self.target.tree_tokens, self.job.target, self.resumable)
             if here is None:
-                self.selection = select(self.job, self.source_run)
+                self.selection = select(self.job, self.source.run)
                 if self._may_skip() and self.selection.included:
-                    here = L.local_tree(self.job.source, self.job.recursive, self.source_run, bookmarks=True)
+                    here = self.source.listing(self.job.source, self.job.recursive)
             datasets = chosen = self.selection.included
             self.target_tree, tokens = there.result()
         if self.cache is not None:  # when the backup was seen last (unchanged.by_record)
@@ -129,7 +132,7 @@ class ZfsReplicator(Capabilities):
             for ds in datasets:
                 if self.target_of(ds) in tokens:
                     self.resume(ds, tokens[self.target_of(ds)])
-            self.target_tree, _ = self.target_zfs.tree_tokens(self.job.target, False)  # what the resumes added
+            self.target_tree, _ = self.target.tree_tokens(self.job.target, False)  # what the resumes added
         self.report.phases["listing"] = round(time.monotonic() - t0, 3)
         t0 = time.monotonic()
         datasets = self.skip_unchanged(datasets, here or None)
@@ -144,7 +147,7 @@ class ZfsReplicator(Capabilities):
         snap = self.report.snapshot = self._snapshot(datasets, whole, left_out)
         self.report.phases["snapshot"] = round(time.monotonic() - t0, 3)
         # the source's snapshots and bookmarks, new one included, in one call for the whole tree
-        self.source_tree = L.local_tree(self.job.source, self.job.recursive, self.source_run, bookmarks=True)
+        self.source_tree = self.source.listing(self.job.source, self.job.recursive)
         self.orphans = T.find_orphans(self, chosen)
         t0 = time.monotonic()
         self._send_by_level(datasets, snap)
@@ -175,11 +178,11 @@ class ZfsReplicator(Capabilities):
         clashes with nothing on the backup; a dry run only says it."""
         if self.dry_run:
             snap = snapshot_name(self.job.name, self.clock())
-            self.report.planned.append(L.planned_snapshot(self.job.source, snap, self.job.recursive,
+            self.report.planned.append(S.planned_snapshot(self.job.source, snap, self.job.recursive,
                                                           None if whole else datasets))
             return snap
         used = {s.name for snaps in self.target_tree.values() for s in snaps}
-        return L.take_snapshot(self.source_zfs, self.job.source, self.job.name, self.job.recursive, self.clock,
+        return S.take_snapshot(self.source, self.job.source, self.job.name, self.job.recursive, self.clock,
                                avoid=used, datasets=None if whole else datasets, left_out=left_out)
 
     def _send_by_level(self, datasets: list[str], snap: str) -> None:
@@ -225,9 +228,9 @@ class ZfsReplicator(Capabilities):
         from .unchanged import find_unchanged
 
         if tree is None:
-            tree = L.local_tree(self.job.source, self.job.recursive, self.source_run, bookmarks=True)
+            tree = self.source.listing(self.job.source, self.job.recursive)
         same, note = find_unchanged(self.job.source, self.job.recursive, datasets, tree, self.target_tree,
-                                    self.target_of, self.source_run)
+                                    self.target_of, self.source.run)
         if note:
             self.report.notes.append(note)
         return self._unchanged(datasets, same)
@@ -244,13 +247,13 @@ class ZfsReplicator(Capabilities):
     def resume(self, ds: str, token: str) -> None:
         target = self.target_of(ds)
         self.report.tokens[target] = token
-        check = self.source_run(zargv.send_resume(token, estimate=True), check=False)
+        check = self.source.run(zargv.send_resume(token, estimate=True), check=False)
         info = parse_token_check(check.stdout + check.stderr) if check.returncode == 0 else None
         if info is None:
             # its snapshot is gone on the source: abort the partial receive, start from the base
             self.report.aborted_tokens.append(target)
             if not self.dry_run:
-                self.target_zfs.abort(target)
+                self.target.abort(target)
             self.report.notes.append(f"{target}: the interrupted receive could not be resumed (its snapshot is "
                                      "gone on the source); it was aborted and the send starts from the common base")
             return
@@ -263,7 +266,7 @@ class ZfsReplicator(Capabilities):
         if res.ok:
             self.report.resumed.append(info.toname)
             if info.kind == "full":  # a new replica, as after a full send: read-only (see replicate_dataset)
-                self.target_zfs.run(zargv.set_property(target, "readonly", "on"), readonly=False)
+                self.target.run(zargv.set_property(target, "readonly", "on"), readonly=False)
         else:
             raise ReplicationError(f"resuming the receive of {info.toname} into {target} failed: "
                                    f"{res.receiver_err or res.sender_err or 'stopped'}")
@@ -274,7 +277,7 @@ class ZfsReplicator(Capabilities):
         try:
             src = self.source_tree.get(ds)
             if src is None:
-                src = L.local_snapshots(ds, self.source_run, bookmarks=True)
+                src = self.source.snapshots(ds, bookmarks=True) or []
             to = next((s for s in src if s.name == snap and not s.bookmark), None)
             if to is None:
                 if not self.dry_run:
@@ -321,10 +324,10 @@ class ZfsReplicator(Capabilities):
                 rep.kind = "failed"
                 if res.stopped:
                     rep.error = "stopped before the transfer ended"
-                elif not self.ssh.local and (res.sender_rc if self.job.pull else res.receiver_rc) == 255:
-                    from .transport import classify_ssh
+                elif not self.ssh.local and (res.receiver_rc if self.source.local else res.sender_rc) == 255:
+                    from .transport import classify_ssh  # (the far end's ssh: the sender's in a pull job)
 
-                    rep.error = str(classify_ssh(self.ssh.ep, res.sender_err if self.job.pull else res.receiver_err))
+                    rep.error = str(classify_ssh(self.ssh.ep, res.receiver_err if self.source.local else res.sender_err))
                 elif res.receiver_rc != 0:
                     rep.error = explain_receive_error(res.receiver_err, target, rep.base, forced=force)
                     self.usage_stale(res.receiver_err)
@@ -337,7 +340,7 @@ class ZfsReplicator(Capabilities):
                 # it to look inside breaks it the same way (seen on OpenZFS 2.4.4). Read-only it is:
                 # received so (-o readonly=on: no round trip of its own), or set right after.
                 if not self.recv_o:
-                    self.target_zfs.run(zargv.set_property(target, "readonly", "on"), readonly=False)
+                    self.target.run(zargv.set_property(target, "readonly", "on"), readonly=False)
                 if not self.recv_u:
                     self.report.notes.append(f"{target} set readonly=on (the backup host's zfs has no receive -u)")
             rep.cursor = keep_cursor(self, ds, snap, plan.base if plan.kind == "incremental" else None)
@@ -363,11 +366,11 @@ class ZfsReplicator(Capabilities):
 
     def estimate(self, send: list[str], ds: str, snap: str, kind: str) -> int | None:
         if self.send.dry_run_size:
-            res = self.source_run([send[0], send[1], "-nP", *send[2:]], check=False)
+            res = self.source.run([send[0], send[1], "-nP", *send[2:]], check=False)
             if res.returncode == 0:
                 return parse_send_size(res.stdout + res.stderr)
         if kind == "full":  # old ZFS: the snapshot's referenced size is close to the stream size
-            res = self.source_run(zargv.referenced(f"{ds}@{snap}"), check=False)
+            res = self.source.run(zargv.referenced(f"{ds}@{snap}"), check=False)
             if res.stdout.strip().isdigit():
                 return int(res.stdout.strip())
         return None
@@ -386,11 +389,10 @@ class ZfsReplicator(Capabilities):
                     total = sum(max(d.expected or 0, d.bytes) for d in live) if known else None
                     self.progress(done, total)
 
-        if self.job.pull:  # the send (and its filters) runs there, in one ssh; the receive here
-            [send] = senders
-            chain, receiver = [self.ssh.argv(send, *self.filters_send), *self.filters_recv], recv
-        else:
-            chain, receiver = senders + self.filters_send, self.ssh.argv(*self.filters_recv, recv)
+        # each side's part of the pipe on its host: processes here, or one ssh to the other end
+        sending = self.source.pipe([*senders, *self.filters_send])
+        *receiving, receiver = self.target.pipe([*self.filters_recv, recv])
+        chain = sending + receiving
         t0 = time.monotonic()
         rep.started = round(time.time(), 3)
         res = pump(chain, receiver, throttle=self.throttle, stop=self.stop, progress=progress, procs=self.procs)

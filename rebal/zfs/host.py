@@ -6,7 +6,10 @@ A replication sends from the source's host into the backup's; a restore sends fr
 into the source's: the same calls with the two hosts swapped, whichever end rebal runs on (a pull job
 runs on the backup host, so there the backup is "here").
 
-Every command line is built here, as an argument list; the link joins it for ssh with shlex.
+Every command line is built here, as an argument list; the link joins it for ssh with shlex. On this
+host, where pyzfs loads, snapshots, holds and bookmarks go through libzfs_core instead (no process
+a call); listing always uses the zfs command (libzfs_core has none). The pool's side (status, scrub,
+what a rebuild records) is host_pool.PoolCalls; what the zfs can do, abilities.py.
 """
 
 from __future__ import annotations
@@ -14,17 +17,24 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any, Protocol
 
 from .. import names
-from ..errors import RebalError
+from ..errors import CommandFailed, HostError
 from ..process.command import Result
-from .snaps import Snap, parse_guid_txg, snapshots_from, tree_from
+from . import argv as zargv
+from .abilities import Abilities, delegations, flags
+from .destroy import CHUNK, Batches, destroy_argv, release_argv
+from .host_pool import PoolCalls
+from .snaps import Snap, Tree, guid_query, parse_guid_txg, snapshots_from, tree_from
+
+__all__ = ["HostError", "Link", "NoBookmarks", "Tree", "ZfsHost", "delegations", "here_hosts"]
 
 
-class HostError(RebalError):
-    pass
+class NoBookmarks(HostError):
+    """This host's zfs has no `zfs bookmark` (zfs-fuse): a replication's base is held instead."""
 
 
 class Link(Protocol):
@@ -41,72 +51,18 @@ class Link(Protocol):
             timeout: float | None = 300, input: str | None = None) -> Result: ...
 
 
-@dataclass
-class Abilities:
-    """What this host's zfs can do, from its usage texts (asked once per host and run)."""
-
-    resumable: bool = False  # zfs receive -s / zfs send -t
-    receive_u: bool = False  # receive without mounting
-    receive_o: bool = False  # receive -o PROP=VALUE
-    receive_x: bool = False  # receive -x PROP
-    corrective: bool = False  # receive -c (OpenZFS 2.2+): heal damaged blocks from a stream
-    raw: bool = False  # send -w
-    props: bool = False  # send -p
-    compressed: bool = False  # send -c
-    large_blocks: bool = False  # send -L
-    embedded: bool = False  # send -e
-
-
-@dataclass
-class Tree:
-    """Datasets under a root with their snapshots (oldest first), and the resume tokens found."""
-
-    snaps: dict[str, list[Snap]] = field(default_factory=dict)
-    tokens: dict[str, str] = field(default_factory=dict)
-
-    def has(self, dataset: str, snap: str) -> bool:
-        return any(s.name == snap and not s.bookmark for s in self.snaps.get(dataset, []))
-
-    def guid(self, dataset: str, snap: str) -> int | None:
-        return next((s.guid for s in self.snaps.get(dataset, []) if s.name == snap and not s.bookmark), None)
-
-
-def _flags(usage: str) -> set[str]:
-    """The one-letter options a zfs usage text shows (`[-Fhnsuv]`, `[-o property=value]`, ...)."""
-    import re
-
-    out: set[str] = set()
-    for group in re.findall(r"\[-([A-Za-z]+)", usage):
-        out.update(group)
-    return out
-
-
-def delegations(text: str, user: str, groups: tuple[str, ...] = ()) -> set[str]:
-    """Of `zfs allow DATASET`'s text: what applies to ``user`` on DATASET: its own local and
-    local+descendent grants, and its parents' descendent and local+descendent ones (create-time
-    permissions and set definitions are not grants)."""
-    out: set[str] = set()
-    block, section = 0, ""
-    applies = {1: ("Local permissions", "Local+Descendent permissions"),
-               2: ("Descendent permissions", "Local+Descendent permissions")}
-    whom = {"everyone", f"user {user}"} | {f"group {g}" for g in groups}
-    for line in text.splitlines():
-        if line.startswith("---- Permissions on "):
-            block, section = min(block + 1, 2), ""
-        elif not line.startswith("\t"):
-            section = line.strip().rstrip(":")
-        elif block and section in applies[block]:
-            parts = line.split()
-            who = "everyone" if parts[0] == "everyone" else " ".join(parts[:2])
-            if who in whom and len(parts) >= 2:
-                out.update(parts[-1].split(","))
-    return out
-
-
-class ZfsHost:
-    def __init__(self, link: Link) -> None:
+class ZfsHost(PoolCalls):
+    def __init__(self, link: Link, lzc: ModuleType | None = None) -> None:
+        """``lzc``: pyzfs's libzfs_core, for a host reached through this process (see here_hosts)."""
         self.link = link
+        self.lzc = lzc if link.local else None
+        self.backend = "libzfs_core" if self.lzc is not None else "zfs-cli"
+        self.batches = Batches(self.run)
         self._abilities: Abilities | None = None
+
+    def run(self, argv: Sequence[str], **kw: Any) -> Result:
+        """One command on this host (a runner: process.command.run's signature)."""
+        return self.link.run(list(argv), **kw)
 
     @property
     def where(self) -> str:
@@ -123,6 +79,9 @@ class ZfsHost:
     def _zfs(self, *args: str, readonly: bool = True, check: bool = False, timeout: float | None = 300) -> Result:
         return self.link.run(["zfs", *args], readonly=readonly, check=check, timeout=timeout)
 
+    def _zpool(self, *args: str, readonly: bool = True, timeout: float | None = 300) -> Result:
+        return self.link.run(["zpool", *args], readonly=readonly, check=False, timeout=timeout)
+
     def _error(self, res: Result) -> HostError:
         return HostError(f"{self.where}: {res.stderr.strip() or f'zfs exited {res.returncode}'}")
 
@@ -131,7 +90,7 @@ class ZfsHost:
     def abilities(self) -> Abilities:
         if self._abilities is None:
             send, recv = self._zfs("send"), self._zfs("receive")
-            s, r = _flags(send.stdout + send.stderr), _flags(recv.stdout + recv.stderr)
+            s, r = flags(send.stdout + send.stderr), flags(recv.stdout + recv.stderr)
             text = recv.stdout + recv.stderr
             self._abilities = Abilities(
                 resumable="s" in r and "-t" in send.stdout + send.stderr, receive_u="u" in r,
@@ -143,7 +102,7 @@ class ZfsHost:
         """The zfs userland's version, (2, 4, 4) from `zfs version`'s "zfs-2.4.4-1"; () where it
         has no such command (zfs-fuse, ZFS before OpenZFS 0.8). The usage texts do not show
         `receive -c` (OpenZFS 2.2+), so the version says."""
-        import re
+        import re  # noqa: PLC0415
 
         res = self._zfs("version")
         m = re.match(r"zfs-(\d+)\.(\d+)(?:\.(\d+))?", res.stdout.strip()) if res.returncode == 0 else None
@@ -190,7 +149,43 @@ class ZfsHost:
         return res.returncode == 0 and not res.stdout.strip()
 
     def exists(self, name: str) -> bool:
-        return self._zfs("list", "-H", "-o", "name", "-t", "all", name).returncode == 0
+        """``name`` (a dataset, snapshot or bookmark) is there."""
+        if self.lzc is not None and "#" not in name:  # lzc_exists cannot see bookmarks (it answers False)
+            return bool(self.lzc.lzc_exists(name.encode()))
+        return self.run(zargv.exists(name), check=False).returncode == 0
+
+    def listing(self, root: str, recursive: bool, *, bookmarks: bool = True) -> dict[str, list[Snap]]:
+        """A job's datasets (``root``, and its children where ``recursive``) with their snapshots (and
+        bookmarks): one `zfs get` for the whole tree."""
+        tree = tree_from(self.run(guid_query(root, recursive=recursive)).stdout, bookmarks)
+        return {d: s for d, s in tree.items() if d == root or (recursive and d.startswith(root + "/"))}
+
+    def tree_tokens(self, root: str, tokens: bool) -> tuple[dict[str, list[Snap]], dict[str, str]]:
+        """Every dataset under ``root`` with its snapshots ({} where ``root`` does not exist) and,
+        with ``tokens`` (the caller knows the zfs has them), the receive_resume_token of each that has
+        one: one round trip for both."""
+        res = self.run(zargv.tree_tokens(root, tokens), check=False)
+        if res.returncode != 0:
+            if "does not exist" in res.stderr:
+                return {}, {}
+            raise self._error(res)
+        found = {}
+        for line in res.stdout.splitlines():
+            parts = line.split("\t")
+            if len(parts) >= 3 and parts[1] == "receive_resume_token" and parts[2].strip() not in ("", "-"):
+                found[parts[0]] = parts[2].strip()
+        return tree_from(res.stdout), found
+
+    def usage(self, command: str) -> str:
+        """What zfs prints for ``command`` given no arguments: its options."""
+        res = self.run(zargv.usage(command), check=False)
+        return res.stdout + res.stderr
+
+    def has(self, program: str) -> bool:
+        """``program`` is on this host's PATH (rebal asks only for its own fixed names)."""
+        if not program.replace("-", "").replace("_", "").isalnum():
+            raise ValueError(f"not a program name: {program!r}")
+        return self.run(["sh", "-c", f"command -v {program}"], check=False).returncode == 0
 
     def token(self, dataset: str) -> str | None:
         if not self.abilities().resumable:
@@ -319,7 +314,73 @@ class ZfsHost:
         if res.returncode != 0:
             raise self._error(res)
 
+    # -- a replication's snapshots, holds and bookmarks ----------------------------------------
+
+    def snapshot(self, snaps: list[str], recursive: bool = False, dry_run: bool = False) -> None:
+        """Take the snapshots in one atomic `zfs snapshot` (with -r: every child too)."""
+        for s in snaps:
+            names.snapshot(s)
+        if self.lzc is not None and not recursive:  # lzc_snapshot takes the full list, no -r
+            if not dry_run:
+                self.lzc.lzc_snapshot([s.encode() for s in snaps])
+            return
+        self.run(zargv.snapshot(snaps, recursive), readonly=False, dry_run=dry_run)
+
+    def hold(self, tag: str, snaps: list[str], recursive: bool = False) -> None:
+        if self.lzc is not None and not recursive:
+            self.lzc.lzc_hold({s.encode(): tag.encode() for s in snaps})
+            return
+        self.run(zargv.hold(tag, snaps, recursive), readonly=False)
+
+    def release(self, tag: str, snaps: list[str], recursive: bool = False) -> None:
+        """Release a hold on each of ``snaps`` (CHUNK a command: zfs goes on past a snapshot without
+        it); a hold that is not there is not an error."""
+        if self.lzc is not None and not recursive:
+            try:
+                self.lzc.lzc_release({s.encode(): [tag.encode()] for s in snaps})
+            except Exception as e:  # pyzfs raises its own error classes
+                if "NoSuch" not in type(e).__name__ and "not" not in str(e).lower():
+                    raise
+            return
+        for i in range(0, len(snaps), CHUNK):
+            try:
+                self.run(release_argv(tag, snaps[i:i + CHUNK], recursive=recursive), readonly=False)
+            except CommandFailed as e:
+                if "no such tag" not in e.stderr and "no such" not in e.stderr.lower():
+                    raise
+
+    def bookmark(self, snap: str, bookmark: str) -> None:
+        if self.lzc is not None:
+            self.lzc.lzc_bookmark({bookmark.encode(): snap.encode()})
+            return
+        try:
+            self.run(zargv.bookmark(snap, bookmark), readonly=False)
+        except CommandFailed as e:
+            if "unrecognized command" in e.stderr or "usage:" in e.stderr:
+                raise NoBookmarks(f"{self.where}: this ZFS has no bookmarks (OpenZFS 0.6.4+); holds keep the "
+                                  "base instead") from None
+            raise
+
+    def destroy_snapshots(self, dataset: str, snaps: list[str], recursive: bool = False, dry_run: bool = False) -> None:
+        """Destroy each of ``snaps`` of ``dataset``, one command each (a failure raises)."""
+        for s in snaps:
+            self.run(destroy_argv(dataset, [s], recursive=recursive), readonly=False, dry_run=dry_run)
+
+    def destroy_each(self, dataset: str, snaps: list[str], recursive: bool = False,
+                     dry_run: bool = False) -> dict[str, str]:
+        """Destroy many snapshots in few commands (destroy.py); the ones that could not go, with why."""
+        return self.batches.destroy(dataset, snaps, recursive=recursive, dry_run=dry_run)
+
+    def destroy_bookmark(self, dataset: str, name: str) -> None:
+        names.dataset(dataset)
+        self.run(zargv.destroy_bookmark(dataset, name), readonly=False)
+
     # -- streams: argument lists, run through this host's link ----------------------------------
+
+    def pipe(self, parts: list[list[str]]) -> list[list[str]]:
+        """Commands piped one into the next on this host, as the processes rebal starts for them:
+        each itself here, one ssh for them all there."""
+        return [list(p) for p in parts] if self.local else [self.link.argv(*parts)]
 
     def send_flags(self, *, raw: bool, compressed: bool = True, large_blocks: bool = True,
                    embedded: bool = True) -> list[str]:
@@ -357,111 +418,19 @@ class ZfsHost:
             opts += ["-o", f"{prop}={value}"]
         return self.link.argv(["zfs", "receive", *opts, dataset])
 
-    # -- the pool: what is damaged, and scrubbing it --------------------------------------------
 
-    def _zpool(self, *args: str, readonly: bool = True, timeout: float | None = 300) -> Result:
-        return self.link.run(["zpool", *args], readonly=readonly, check=False, timeout=timeout)
+def here_hosts(link: Link) -> list[ZfsHost]:
+    """This host's ZFS through each way that works here, over ``link`` (this host: transport.Here,
+    with a run's counting runner): libzfs_core first where pyzfs loads, then the zfs command (always)."""
+    if not link.local:
+        raise ValueError("libzfs_core reaches only this host's ZFS")
+    out: list[ZfsHost] = []
+    try:
+        import libzfs_core as lzc  # noqa: PLC0415  (pyzfs, shipped with OpenZFS)
 
-    def status_v(self, pool: str) -> str:
-        names.pool(pool)
-        res = self._zpool("status", "-v", pool)
-        if res.returncode != 0:
-            raise HostError(f"{self.where}: {res.stderr.strip() or 'no pool ' + pool}")
-        return res.stdout
-
-    def mounts(self, pool: str) -> dict[str, str]:
-        """mount point -> dataset, of the pool's mounted file systems."""
-        res = self._zfs("list", "-H", "-o", "name,mountpoint,mounted", "-t", "filesystem", "-r", pool)
-        out = {}
-        for line in res.stdout.splitlines():
-            name, mp, mounted = (line.split("\t") + ["", "", ""])[:3]
-            if mp.startswith("/") and mounted == "yes":
-                out[mp] = name
-        return out
-
-    def scrub(self, pool: str, *, errors_only: bool = False) -> str:
-        """Start a scrub (with ``errors_only`` an error scrub, `zpool scrub -e`, where the zpool has
-        it: it reads only the blocks in the error log); returns how: "error scrub" or "scrub"."""
-        names.pool(pool)
-        if errors_only:
-            res = self._zpool("scrub", "-e", pool, readonly=False)
-            if res.returncode == 0:
-                return "error scrub"
-            if "invalid option" not in res.stderr and "usage" not in res.stderr.lower():
-                raise HostError(f"{self.where}: zpool scrub -e {pool}: {res.stderr.strip()}")
-        res = self._zpool("scrub", pool, readonly=False)
-        if res.returncode != 0:
-            raise HostError(f"{self.where}: zpool scrub {pool}: {res.stderr.strip()}")
-        return "scrub"
-
-    def wait_scrub(self, pool: str, timeout: float | None = None) -> None:
-        """Until the pool's scrub (or error scrub) ends: `zpool wait -t scrub` (OpenZFS 2.0+)."""
-        res = self._zpool("wait", "-t", "scrub", pool, timeout=timeout)
-        if res.returncode != 0:
-            raise HostError(f"{self.where}: zpool wait -t scrub {pool}: {res.stderr.strip()}")
-
-    # -- what a rebuild records before the pool is destroyed -----------------------------------
-
-    def datasets(self, root: str) -> list[str]:
-        res = self._zfs("list", "-H", "-o", "name", "-t", "filesystem,volume", "-r", root)
-        if res.returncode != 0:
-            raise self._error(res)
-        return res.stdout.split("\n")[:-1] if res.stdout.endswith("\n") else res.stdout.splitlines()
-
-    def local_props(self, root: str) -> dict[str, dict[str, str]]:
-        """dataset -> {property: value} of the properties set on it (source local), for the tree."""
-        res = self._zfs("get", "-Hp", "-r", "-s", "local", "-o", "name,property,value", "all", root)
-        if res.returncode != 0:
-            raise self._error(res)
-        out: dict[str, dict[str, str]] = {}
-        for line in res.stdout.splitlines():
-            name, prop, value = (line.split("\t", 2) + ["", ""])[:3]
-            out.setdefault(name, {})[prop] = value
-        return out
-
-    def values(self, root: str, props: list[str], recursive: bool = True) -> dict[str, dict[str, str]]:
-        """dataset -> {property: value} of the named properties (every source)."""
-        res = self._zfs("get", "-Hp", *(["-r"] if recursive else []), "-o", "name,property,value", ",".join(props), root)
-        if res.returncode != 0:
-            raise self._error(res)
-        out: dict[str, dict[str, str]] = {}
-        for line in res.stdout.splitlines():
-            name, prop, value = (line.split("\t", 2) + ["", ""])[:3]
-            if "@" not in name and "#" not in name:
-                out.setdefault(name, {})[prop] = value
-        return out
-
-    def pool_props(self, pool: str, *, local_only: bool = True) -> dict[str, str]:
-        names.pool(pool)
-        res = self._zpool("get", "-Hp", "-o", "property,value,source", "all", pool)
-        rows = [(line.split("\t") + ["", "", ""])[:3] for line in res.stdout.splitlines()]
-        if res.returncode != 0 and "invalid property" in res.stderr:  # an older zpool (zfs-fuse): a table
-            res = self._zpool("get", "all", pool)
-            rows = [ln.split()[1:4] for ln in res.stdout.splitlines()[1:] if len(ln.split()) >= 4]
-        if res.returncode != 0:
-            raise HostError(f"{self.where}: {res.stderr.strip() or 'no pool ' + pool}")
-        out = {}
-        for prop, value, source in rows:
-            if not local_only or source == "local":
-                out[prop] = value
-        return out
-
-    def status(self, pool: str) -> str:
-        names.pool(pool)
-        res = self._zpool("status", "-P", pool)
-        if res.returncode != 0 and "invalid option" in res.stderr:  # an older zpool: names, not paths
-            res = self._zpool("status", pool)
-        if res.returncode != 0:
-            raise HostError(f"{self.where}: {res.stderr.strip() or 'no pool ' + pool}")
-        return res.stdout
-
-    def sync(self, pool: str) -> None:
-        self._zpool("sync", pool, readonly=False)
-
-    def settle(self, pool: str) -> None:
-        """Write out the pool's open transaction group, so sizes and `written` are current: `zpool
-        sync`, or where there is none (zfs-fuse) a user property set and inherited (each commits)."""
-        names.pool(pool)
-        if self._zpool("sync", pool, readonly=False).returncode != 0:
-            self._zfs("set", "rebal:settle=1", pool, readonly=False)
-            self._zfs("inherit", "rebal:settle", pool, readonly=False)
+        lzc.lzc_exists(b"\x00")  # forces the C library to load
+        out.append(ZfsHost(link, lzc))
+    except Exception:  # no pyzfs, or its library does not load (zfs-fuse has no libzfs_core)
+        pass
+    out.append(ZfsHost(link))
+    return out

@@ -4,7 +4,7 @@ data out; the hosts that run the listing are in host.py."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,3 +58,17 @@ def tree_from(text: str, bookmarks: bool = False) -> dict[str, list[Snap]]:
     for snaps in out.values():
         snaps.sort(key=lambda s: (s.txg, not s.bookmark))
     return out
+
+
+@dataclass
+class Tree:
+    """Datasets under a root with their snapshots (oldest first), and the resume tokens found."""
+
+    snaps: dict[str, list[Snap]] = field(default_factory=dict)
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def has(self, dataset: str, snap: str) -> bool:
+        return any(s.name == snap and not s.bookmark for s in self.snaps.get(dataset, []))
+
+    def guid(self, dataset: str, snap: str) -> int | None:
+        return next((s.guid for s in self.snaps.get(dataset, []) if s.name == snap and not s.bookmark), None)

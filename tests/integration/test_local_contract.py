@@ -1,25 +1,22 @@
-"""One contract for the local ZFS backends (pyzfs where it loads, the zfs command always), run
-against every backend available on this machine."""
+"""One contract for this host's ZFS through each way that works here (pyzfs's libzfs_core where it
+loads, the zfs command always): the same ZfsHost calls, run against every one available."""
 
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from zfsenv import sh
 
-from rebal.replicate.local import (
-    LocalError,
-    available_backends,
-    local_snapshots,
-    take_snapshot,
-)
 from rebal.replicate.policy import snapshot_name
+from rebal.replicate.source_snaps import take_snapshot
+from rebal.replicate.transport import Here
+from rebal.zfs.host import NoBookmarks, ZfsHost, here_hosts
 
 pytestmark = [pytest.mark.zfs, pytest.mark.lane]
 
-BACKENDS = available_backends()
+BACKENDS = here_hosts(Here())
 
 
-@pytest.fixture(params=BACKENDS, ids=[b.name for b in BACKENDS])
+@pytest.fixture(params=BACKENDS, ids=[b.backend for b in BACKENDS])
 def backend(request, make_pool):
     pool = make_pool([[]], size="128M")
     sh("zfs", "create", f"{pool.name}/d")
@@ -34,7 +31,7 @@ def test_snapshot_atomic_and_recursive(backend):
     assert b.exists(f"{pool.name}/d@one") and not b.exists(f"{pool.name}/d/kid@one")
     b.snapshot([f"{pool.name}/d@two"], recursive=True)
     assert b.exists(f"{pool.name}/d@two") and b.exists(f"{pool.name}/d/kid@two")
-    assert [s.name for s in local_snapshots(f"{pool.name}/d")] == ["one", "two"]
+    assert [s.name for s in ZfsHost(Here()).snapshots(f"{pool.name}/d") or []] == ["one", "two"]
     assert not b.exists(f"{pool.name}/d@nope")
 
 
@@ -81,7 +78,7 @@ def test_bookmark_or_a_clear_refusal(backend):
     b.snapshot([f"{pool.name}/d@bm"])
     try:
         b.bookmark(f"{pool.name}/d@bm", f"{pool.name}/d#bm")
-    except LocalError as e:
+    except NoBookmarks as e:
         assert "no bookmarks" in str(e)  # zfs-fuse (pool v23)
     else:
         assert b.exists(f"{pool.name}/d#bm")

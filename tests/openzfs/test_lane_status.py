@@ -72,10 +72,12 @@ def test_log_cache_special_spare_not_counted(make_pool, cfg_file):
 
 
 def test_pyzfs_backend_loads_here():
-    from rebal.replicate.local import LzcLocal, available_backends
+    from rebal.replicate.transport import Here
+    from rebal.zfs.host import here_hosts
 
-    names = [b.name for b in available_backends()]
-    assert any(isinstance(b, LzcLocal) for b in available_backends()), names
+    hosts = here_hosts(Here())
+    assert [h.backend for h in hosts] == ["libzfs_core", "zfs-cli"]
+    assert hosts[0].lzc is not None
 
 
 def test_the_command_starts_without_typers_rich_help():

@@ -122,7 +122,7 @@ def test_a_bookmark_is_a_base_and_the_snapshot_wins_a_tie():
 
 
 def test_listings_with_bookmarks():
-    from rebal.replicate import local as L
+    from rebal.zfs import snaps as L
 
     # `zfs get -Hp -r -o name,property,value guid,createtxg` lists bookmarks beside snapshots (OpenZFS)
     text = fixture_text("openzfs-2.4.4_zfs-get-guid-createtxg-bookmarks.txt")

@@ -6,7 +6,8 @@ from conftest import FIXTURES, fixture_text
 
 from rebal.process.command import Result
 from rebal.process.pipeline import StreamResult
-from rebal.replicate.local import CliLocal
+from rebal.replicate.transport import Here
+from rebal.zfs.host import ZfsHost
 from rebal.replicate.transport import Endpoint
 from rebal.replicate.zfs_send import Job, ZfsReplicator
 
@@ -75,7 +76,7 @@ def make(token: str | None, valid: bool):
     calls: list = []
     runner = local_runner(valid, calls)
     ssh = FakeSsh(token)
-    r = ZfsReplicator(Job("j", "tank/src", "tank/part"), ssh, local=CliLocal(runner), runner=runner,
+    r = ZfsReplicator(Job("j", "tank/src", "tank/part"), ssh, source=ZfsHost(Here(runner)), runner=runner,
                       clock=lambda: datetime(2026, 11, 22, tzinfo=timezone.utc))
     streams = []
 
