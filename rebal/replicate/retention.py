@@ -87,7 +87,7 @@ def prune(rep: Replicating, datasets: list[str]) -> None:
         else:
             report.pruned_source.append(name)
     _prune_bookmarks(rep, tree, sent_ok)
-    if getattr(rep, "gate", None) is not None and not rep.job.pull:
+    if rep.gate is not None and not rep.job.pull:
         return  # a gated backup host prunes its own snapshots (rebal prune there): the gate refuses destroy
     # target: per dataset this job replicates (a backup whose source is gone is left alone)
     ttree = rep.target_tree  # as the run left it: asked once at the start, updated per dataset sent

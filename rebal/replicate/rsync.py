@@ -112,6 +112,7 @@ class RsyncReplicator:
         self._run = runner
         self.here = source or here_hosts(Here(runner))[0]  # the source's host: rsync jobs push
         self.there = ZfsHost(ssh)  # the backup's host (this one for a local target)
+        self.target_dataset: str | None = None  # the dataset the target directory is on, once snapshotted
         self.dry_run = dry_run
         self.stop = stop or threading.Event()
         self.progress = progress
@@ -267,7 +268,7 @@ class RsyncReplicator:
                 self.report.notes.append(f"could not prune {self.job.source}@{n}: {failed[n]}")
             else:
                 self.report.pruned_source.append(n)
-        ds = getattr(self, "target_dataset", None)
+        ds = self.target_dataset
         if ds and self.gate is None:
             tgt = [s for s in (self.there.snapshots(ds) or []) if is_ours(s.name, job)]
             keep_t = retain([(s.name, snapshot_time(s.name)) for s in tgt], self.job.retention_target, {snap})

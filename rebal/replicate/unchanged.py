@@ -88,8 +88,8 @@ def find_unchanged(source: str, recursive: bool, datasets: list[str], source_tre
 
 def listed_key(rep: Replicating) -> str:
     """The state's key for when this job last listed its backup (per target and host)."""
-    ep = getattr(rep.ssh, "ep", None)
-    where = f"{ep.user}@{ep.host}:{ep.port}" if ep is not None and not rep.ssh.local else "local"
+    ep = rep.ssh.ep
+    where = "local" if rep.ssh.local else f"{ep.user}@{ep.host}:{ep.port}"
     return f"backup-listed:{rep.job.name}:{where}:{rep.job.target}"
 
 

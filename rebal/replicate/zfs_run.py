@@ -101,6 +101,7 @@ class Replicating(Protocol):
     source: ZfsHost  # the source's host: here, or the other end for a pull job
     target: ZfsHost  # the backup's host: the other end for a push job, here for a pull job or a local target
     ssh: Wire
+    gate: dict | None  # what a gate on the other end allows (None: no gate)
     cache: Cache | None
     landed: dict[str, str]
     selection: Selection
