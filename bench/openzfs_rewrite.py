@@ -38,6 +38,7 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -226,6 +227,9 @@ def main() -> None:
     ap.add_argument("--copy-runs", type=int, default=1, help="copy rebalances on fresh pools: the median counts")
     ap.add_argument("--profile", action="store_true",
                     help="one more copy rebalance under cProfile: where its time goes, by kind of system call")
+    ap.add_argument("--inplace-script", metavar="PATH", help="zfs-inplace-rebalancing.sh (markusressel's, not "
+                    "shipped here): timed on --inplace-files files beside the copy, as users run it")
+    ap.add_argument("--inplace-files", type=int, default=500)
     a = ap.parse_args()
     a.copy_files = a.copy_files or a.loop_files
     counts = [int(x) for x in a.files.split(",") if x.strip()]  # --files "": the copy part only
@@ -296,16 +300,27 @@ def main() -> None:
         t_copy, d_copy = sorted(copies, key=lambda c: c[0])[len(copies) // 2]
         if a.profile:
             print(profile_copy(cfg, fresh_pool(a.copy_files)), flush=True)
-        n = a.loop_files
-        root = fresh_pool(n)
-        t_fsync, d_fsync = rebal(cfg, root, "--all", "--method", "copy",
+        t_fsync, d_fsync = rebal(cfg, fresh_pool(a.copy_files), "--all", "--method", "copy",
                                  env=dict(os.environ, REBAL_DURABILITY="file"))
+        n = a.loop_files
         root = fresh_pool(n)
         files = sorted(root.rglob("f*"))
         t_loop, _ = timed(LOOP, files)
         root = fresh_pool(n)
         files = sorted(root.rglob("f*"))
         t_raw, _ = timed(RAW, files)
+        tool = None
+        if a.inplace_script:  # the real zfs-inplace-rebalancing.sh, its own bookkeeping and checks included
+            work = Path(tempfile.mkdtemp(prefix="rebal-zir-"))  # it keeps its lists and database in the cwd
+            root = fresh_pool(a.inplace_files)
+            t0 = time.perf_counter()
+            r = subprocess.run(["bash", a.inplace_script, "--checksum", "true", "--passes", "1", str(root)], cwd=work,
+                               capture_output=True, text=True)
+            sh("zpool", "sync", POOL)
+            tool = time.perf_counter() - t0
+            shutil.rmtree(work, ignore_errors=True)
+            if r.returncode != 0:
+                sys.exit(f"zfs-inplace-rebalancing.sh failed: {r.stderr[-500:]}")
         copy_fps, loop_fps, raw_fps = d_copy["files"] / t_copy, n / t_loop, n / t_raw
         fsync_fps = d_fsync["files"] / t_fsync
         results.append({"copy_files": a.copy_files, "copy_s": round(t_copy, 2), "copy_runs_s": [round(t, 2) for t, _d in copies],
@@ -316,7 +331,13 @@ def main() -> None:
               f"{copy_fps:.0f} files/s ({1000 * t_copy / max(1, d_copy['files']):.2f} ms a file) = {copy_fps / loop_fps:.1f}x the cp/sha256/mv loop on {n} files "
               f"({loop_fps:.0f} files/s; goal >= 10x: {'met' if copy_fps / loop_fps >= 10 else 'NOT met'}), "
               f"{copy_fps / raw_fps:.2f}x a raw cat copy ({raw_fps:.0f} files/s); one barrier per batch "
-              f"= {copy_fps / fsync_fps:.2f}x an fsync per file ({fsync_fps:.0f} files/s)", flush=True)
+              f"= {copy_fps / fsync_fps:.2f}x an fsync per file ({fsync_fps:.0f} files/s)"
+              + (f"; zfs-inplace-rebalancing.sh on {a.inplace_files} files {tool:.2f} s "
+                 f"({a.inplace_files / tool:.1f} files/s): rebal {copy_fps * tool / a.inplace_files:.1f}x its files/s"
+                 if tool else ""), flush=True)
+        if tool:
+            results[-1] |= {"inplace_files": a.inplace_files, "inplace_s": round(tool, 2),
+                            "copy_vs_inplace": round(copy_fps * tool / a.inplace_files, 2)}
     finally:
         subprocess.run(["zpool", "destroy", "-f", POOL], capture_output=True)
         shutil.rmtree(BASE, ignore_errors=True)
