@@ -117,7 +117,11 @@ class ZfsHost(PoolCalls):
         names.dataset(root)
         tokens = tokens and self.abilities().resumable  # an older zfs has no such property
         props = "guid,createtxg" + (",receive_resume_token" if tokens else "")
-        res = self._zfs("get", "-Hp", *(["-r"] if recursive else ["-d", "1"]), "-o", "name,property,value", props, root)
+        return self._tree(self._zfs("get", "-Hp", *(["-r"] if recursive else ["-d", "1"]), "-o", "name,property,value",
+                                    props, root))
+
+    def _tree(self, res: Result) -> Tree | None:
+        """A guid listing's answer (with resume tokens where asked) as a Tree; None: no such root."""
         if res.returncode != 0:
             if "does not exist" in res.stderr:
                 return None
@@ -164,17 +168,8 @@ class ZfsHost(PoolCalls):
         """Every dataset under ``root`` with its snapshots ({} where ``root`` does not exist) and,
         with ``tokens`` (the caller knows the zfs has them), the receive_resume_token of each that has
         one: one round trip for both."""
-        res = self.run(zargv.tree_tokens(root, tokens), check=False)
-        if res.returncode != 0:
-            if "does not exist" in res.stderr:
-                return {}, {}
-            raise self._error(res)
-        found = {}
-        for line in res.stdout.splitlines():
-            parts = line.split("\t")
-            if len(parts) >= 3 and parts[1] == "receive_resume_token" and parts[2].strip() not in ("", "-"):
-                found[parts[0]] = parts[2].strip()
-        return tree_from(res.stdout), found
+        tree = self._tree(self.run(zargv.tree_tokens(root, tokens), check=False))
+        return (tree.snaps, tree.tokens) if tree is not None else ({}, {})
 
     def usage(self, command: str) -> str:
         """What zfs prints for ``command`` given no arguments: its options."""
