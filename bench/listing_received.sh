@@ -20,6 +20,7 @@ fi
 echo "datasets: $(zfs list -H -r -t filesystem lt/dst | wc -l), snapshots: $(zfs list -H -r -t snapshot lt/dst | wc -l)"
 bases=$(for i in $(seq 1 $N); do printf "lt/dst/c%s@c " $i; done)
 dss=$(for i in $(seq 1 $N); do printf "lt/dst/c%s " $i; done)
+few=$(for i in 1 2 3; do printf "lt/dst/c%s " $i; done)
 t() {  # label, cold|warm, command...
   local label=$1 mode=$2; shift 2
   if [ $mode = cold ]; then zpool export lt; zpool import -d $B lt; fi
@@ -37,5 +38,8 @@ for mode in cold warm; do
   t "get guid DS@BASE... (the bases only)" $mode zfs get -Hp -o name,value guid $bases
   t "list -o name,guid DS@BASE... (the bases only)" $mode zfs list -Hp -o name,guid $bases
   t "get -r snapshots_changed (filesystems)" $mode zfs get -Hp -r -t filesystem -o name,value snapshots_changed lt/dst
+  t "get -r receive_resume_token (filesystems, volumes)" $mode zfs get -Hp -r -t filesystem,volume -o name,value receive_resume_token lt/dst
+  t "list -r -t filesystem,volume -o name (names only)" $mode zfs list -H -r -t filesystem,volume -o name lt/dst
+  t "get -d 1 guid,createtxg,token DS1 DS2 DS3 (3 changed)" $mode zfs get -Hp -d 1 -o name,property,value guid,createtxg,receive_resume_token $few
 done
 [ "${KEEP:-}" ] || { zpool destroy -f lt; rm -rf $B; }

@@ -151,6 +151,8 @@ SOURCE_RETENTION = Retention(last=0, hourly=0, daily=0, weekly=0, monthly=0)
 
 @dataclass(kw_only=True)
 class Replicate(Model):
+    RETIRED = {"backup_check_every": "every run asks the backup host whether it still holds each base "
+                                     "(one command), so there is no window to set"}
     name: str = spec(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
                      hint="give 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit")
     source: str = spec(check=names.dataset_problem)
@@ -192,9 +194,6 @@ class Replicate(Model):
     snapshot_target: bool = False
     schedule: str | None = spec(None, check_ctx=_cron_problem)
     parallel: int = spec(0, ge=0, le=32)  # datasets sent at once; 0: twice the cores, at most 8
-    # a run with nothing to send trusts rebal's record of what landed instead of listing the backup
-    # host, for this many seconds after a run that listed it (0: every run lists it)
-    backup_check_every: int = spec(3600, ge=0, le=7 * 86400)
     keepalive: int = spec(10, ge=1, le=600)  # seconds between ssh keepalives; 3 missed = link down
     retention_source: Retention = spec(factory=lambda: replace(SOURCE_RETENTION))
     retention_target: Retention = spec(factory=Retention)

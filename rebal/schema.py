@@ -9,21 +9,27 @@ Why not pydantic: its messages name regular expressions and Python types, where 
 
 from __future__ import annotations
 
+import logging
 import re
 import types
 import typing
 from dataclasses import MISSING, field, fields, is_dataclass
 from functools import cache
-from typing import Any, Callable, Literal, Union
+from typing import Any, Callable, ClassVar, Literal, Union
 
 from .errors import ConfigError
 
+log = logging.getLogger(__name__)
 _BAD = object()  # a value that failed its checks (its problem is already recorded)
 
 
 class Model:
     """A config section. ``problems()``: checks across fields, run once every field is valid,
-    as (key, problem) pairs; an empty key names the section itself."""
+    as (key, problem) pairs; an empty key names the section itself. ``RETIRED``: keys it no longer
+    has, accepted and ignored with a warning in the log (a config written for an older rebal still
+    loads), each with why."""
+
+    RETIRED: ClassVar[dict[str, str]] = {}
 
     def problems(self) -> list[tuple[str, str]]:
         return []
@@ -99,7 +105,9 @@ def _model(cls, data: Any, loc: str, problems: list, ctx: dict):
         if v is not _BAD:
             values[f.name] = v
     for key in data:
-        if key not in by_key:
+        if key in getattr(cls, "RETIRED", {}) and key not in by_key:
+            log.warning("%s: no longer used, ignored: %s", _join(loc, str(key)), cls.RETIRED[key])
+        elif key not in by_key:
             import difflib
 
             near = difflib.get_close_matches(str(key), list(by_key), n=1, cutoff=0.6)

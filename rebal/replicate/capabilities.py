@@ -46,6 +46,9 @@ class Capabilities:
         self.resumable = self.send.resume and receive_resumable(recv_usage)
         self.recv_u = receive_has_u(recv_usage)
         self.recv_o = receive_has_o(recv_usage)
+        # what has resumable sends and receives lists guid and createtxg fast (zfs list -p)
+        self.source.lists_fast = self.send.resume
+        self.target.lists_fast = receive_resumable(recv_usage)
         self.filters()
 
     def filters(self) -> None:

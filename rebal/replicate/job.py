@@ -67,8 +67,7 @@ def replicator(j: Replicate, ssh: Wire, every: bool = False, **kw):
                   buckets(j.retention_source), buckets(j.retention_target), pull=j.direction == "pull",
                   stream_compress_level=j.stream_compress_level, mbuffer_size=j.mbuffer_size,
                   exclude=tuple(j.exclude), include=tuple(j.include), by_property=j.by_property,
-                  parallel=j.parallel or default_parallel(), skip_unchanged=not every,
-                  backup_check_every=j.backup_check_every)
+                  parallel=j.parallel or default_parallel(), skip_unchanged=not every)
         return ZfsReplicator(job, ssh, **kw)
     kw.pop("force_rollback", None)
     rjob = RsyncJob(j.name, j.source, j.target, j.recursive,

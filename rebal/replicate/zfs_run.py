@@ -50,6 +50,10 @@ class ZfsReport:
     placeholders: list[str] = field(default_factory=list)  # parents made on the target for an included child
     remote_commands: int = 0  # ssh round trips of the run (streams included)
     local_commands: int = 0  # zfs commands run here (pyzfs calls not counted)
+    # what the run asked of the backup: "bases" (each chosen dataset's base, nothing listed), "part"
+    # (the datasets with something to send, their parents, backups no longer chosen) or "whole"
+    backup_asked: str = ""
+    backup_listed: int = 0  # datasets listed on the backup ("part": those asked; "whole": found)
 
     @property
     def bytes(self) -> int:
@@ -90,7 +94,6 @@ class Job:
     include: tuple[str, ...] = ()
     by_property: bool = False
     skip_unchanged: bool = True  # a dataset with nothing written since its base sits the run out
-    backup_check_every: int = 3600  # seconds a run with nothing to send may go without listing the backup
 
 
 class Replicating(Protocol):

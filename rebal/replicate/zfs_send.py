@@ -50,6 +50,7 @@ from .zfs_run import DatasetReport, Job, ZfsReport  # noqa: F401  (imported from
 
 if TYPE_CHECKING:
     from ..state import Cache
+    from .unchanged import ByRecord
 
 
 
@@ -78,6 +79,7 @@ class ZfsReplicator(Capabilities):
         self.cache = cache  # state.Cache: the other end's usage text, kept a day (one round trip less)
         self.usage_key = ""
         self.landed = landed or {}  # dataset -> the snapshot that landed on the backup, as recorded
+        self.plan: ByRecord | None = None  # what the record and the backup's bases said (unchanged.py)
         self.force_rollback, self.dry_run = force_rollback, dry_run
         self.stop = stop or threading.Event()
         self.progress = progress
@@ -105,25 +107,22 @@ class ZfsReplicator(Capabilities):
         t0 = time.monotonic()
         self.detect()
         here = None
-        if self.landed and self._may_skip():  # rebal's record may make the backup's listing needless
+        self.plan = None
+        if self.landed and self._may_skip():
             self.selection = select(self.job, self.source.run)
             here = self.source.listing(self.job.source, self.job.recursive)
             if self._unchanged_by_record(here, t0):
                 return self.report
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-list") as ex:
-            # the backup's datasets, snapshots and resume tokens in one round trip, while this side
-            # lists its own: the two do not wait on each other
-            there = ex.submit(self.target.tree_tokens, self.job.target, self.resumable)
+            # the backup's datasets, snapshots and resume tokens, while this side lists its own: the
+            # two do not wait on each other
+            there = ex.submit(self._list_target, self.resumable)
             if here is None:
                 self.selection = select(self.job, self.source.run)
                 if self._may_skip() and self.selection.included:
                     here = self.source.listing(self.job.source, self.job.recursive)
             datasets = chosen = self.selection.included
             self.target_tree, tokens = there.result()
-        if self.cache is not None:  # when the backup was seen last (unchanged.by_record)
-            from .unchanged import listed_key
-
-            self.cache.set(listed_key(self), "listed")
         self.report.excluded = [f"{c.dataset} ({c.why})" for c in self.selection.excluded]
         if not datasets:
             raise ReplicationError(f"no dataset under {self.job.source} is chosen by this job's rules: "
@@ -132,7 +131,7 @@ class ZfsReplicator(Capabilities):
             for ds in datasets:
                 if self.target_of(ds) in tokens:
                     self.resume(ds, tokens[self.target_of(ds)])
-            self.target_tree, _ = self.target.tree_tokens(self.job.target, False)  # what the resumes added
+            self.target_tree, _ = self._list_target(False)  # what the resumes added
         self.report.phases["listing"] = round(time.monotonic() - t0, 3)
         t0 = time.monotonic()
         datasets = self.skip_unchanged(datasets, here or None)
@@ -159,19 +158,31 @@ class ZfsReplicator(Capabilities):
         return self.report
 
     def _unchanged_by_record(self, here: dict[str, list[Snap]], t0: float) -> bool:
-        """Does rebal's record of what landed say that nothing was written since, so that the backup
-        need not even be listed? Then the run is reported so (True)."""
+        """Does rebal's record of what landed, with the backup's answer that it still holds every
+        base, say that nothing was written since? Then the run is reported so (True). Else the plan
+        it leaves says which datasets sit out and what part of the backup to list."""
         from .unchanged import by_record
 
-        same = by_record(self, here)
-        if same is None:
+        self.plan = by_record(self, here)
+        if self.plan is None or len(self.plan.same) < len(self.selection.included):
             return False
         self.report.phases["listing"] = round(time.monotonic() - t0, 3)
-        self._unchanged(self.selection.included, same)
+        self._unchanged(self.selection.included, self.plan.same)
+        self.report.backup_asked = "bases"
         self.report.notes.append("nothing was written since the last run: no snapshot taken, nothing sent; "
-                                 "the backup host was not asked (rebal's record of what landed there, "
-                                 "listed within backup_check_every)")
+                                 "the backup still holds every base (rebal's record of what landed, its "
+                                 "bases asked of the backup host in one command)")
         return True
+
+    def _list_target(self, tokens: bool) -> tuple[dict[str, list[Snap]], dict[str, str]]:
+        """The backup's datasets with their snapshots (and resume tokens where asked): the whole tree,
+        or where rebal's record said which datasets sit out, only the part the others need."""
+        if self.plan is not None:
+            self.report.backup_asked, self.report.backup_listed = "part", len(self.plan.listed)
+            return self.target.part(self.plan.listed, tokens)
+        tree, found = self.target.tree_tokens(self.job.target, tokens)
+        self.report.backup_asked, self.report.backup_listed = "whole", len(tree)
+        return tree, found
 
     def _snapshot(self, datasets: list[str], whole: bool, left_out: list[str]) -> str:
         """The run's snapshot of ``datasets`` (of the whole tree at once where ``whole``), named so it
@@ -227,6 +238,8 @@ class ZfsReplicator(Capabilities):
             return datasets
         from .unchanged import find_unchanged
 
+        if self.plan is not None:  # the record said it, and the backup's part was listed alone
+            return self._unchanged(datasets, self.plan.same)
         if tree is None:
             tree = self.source.listing(self.job.source, self.job.recursive)
         same, note = find_unchanged(self.job.source, self.job.recursive, datasets, tree, self.target_tree,

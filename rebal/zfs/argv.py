@@ -105,11 +105,16 @@ def usage(command: str) -> list[str]:
     return ["zfs", command]
 
 
-def tree_tokens(root: str, tokens: bool) -> list[str]:
-    """Every dataset, snapshot and bookmark under ``root`` with guid and createtxg (and, with
-    ``tokens``, each dataset's receive_resume_token): one command for the whole tree."""
-    props = "guid,createtxg" + (",receive_resume_token" if tokens else "")
-    return ["zfs", "get", "-Hp", "-r", "-o", "name,property,value", props, root]
+def resume_tokens(roots: Sequence[str], recursive: bool) -> list[str]:
+    """The receive_resume_token of every dataset under ``roots`` (of ``roots`` alone where not
+    ``recursive``): a cut receive's state, to resume from."""
+    return ["zfs", "get", "-Hp", *(["-r"] if recursive else []), "-t", "filesystem,volume", "-o", "name,value",
+            "receive_resume_token", *roots]
+
+
+def guids(names: Sequence[str]) -> list[str]:
+    """The guid of each snapshot or bookmark named."""
+    return ["zfs", "get", "-Hp", "-o", "name,value", "guid", *names]
 
 
 def receive_abort(dataset: str) -> list[str]:

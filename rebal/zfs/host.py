@@ -27,8 +27,9 @@ from ..process.command import Result
 from . import argv as zargv
 from .abilities import Abilities, delegations, flags
 from .destroy import CHUNK, Batches, destroy_argv, release_argv
+from .host_list import Listings
 from .host_pool import PoolCalls
-from .snaps import Snap, Tree, guid_query, parse_guid_txg, snapshots_from, tree_from
+from .snaps import Snap, Tree, parse_guid_txg, snapshots_from
 
 __all__ = ["HostError", "Link", "NoBookmarks", "Tree", "ZfsHost", "delegations", "here_hosts"]
 
@@ -51,7 +52,7 @@ class Link(Protocol):
             timeout: float | None = 300, input: str | None = None) -> Result: ...
 
 
-class ZfsHost(PoolCalls):
+class ZfsHost(PoolCalls, Listings):
     def __init__(self, link: Link, lzc: ModuleType | None = None) -> None:
         """``lzc``: pyzfs's libzfs_core, for a host reached through this process (see here_hosts)."""
         self.link = link
@@ -59,6 +60,7 @@ class ZfsHost(PoolCalls):
         self.backend = "libzfs_core" if self.lzc is not None else "zfs-cli"
         self.batches = Batches(self.run)
         self._abilities: Abilities | None = None
+        self.lists_fast: bool | None = None  # see fast_listing
 
     def run(self, argv: Sequence[str], **kw: Any) -> Result:
         """One command on this host (a runner: process.command.run's signature)."""
@@ -110,29 +112,6 @@ class ZfsHost(PoolCalls):
 
     # -- listing --------------------------------------------------------------------------------
 
-    def tree(self, root: str, *, recursive: bool = True, tokens: bool = False) -> Tree | None:
-        """Every dataset under ``root`` (or ``root`` alone) with its snapshots, and with ``tokens``
-        the receive_resume_token of those that have one, in one command; None when ``root`` does not
-        exist on this host."""
-        names.dataset(root)
-        tokens = tokens and self.abilities().resumable  # an older zfs has no such property
-        props = "guid,createtxg" + (",receive_resume_token" if tokens else "")
-        return self._tree(self._zfs("get", "-Hp", *(["-r"] if recursive else ["-d", "1"]), "-o", "name,property,value",
-                                    props, root))
-
-    def _tree(self, res: Result) -> Tree | None:
-        """A guid listing's answer (with resume tokens where asked) as a Tree; None: no such root."""
-        if res.returncode != 0:
-            if "does not exist" in res.stderr:
-                return None
-            raise self._error(res)
-        found = {}
-        for line in res.stdout.splitlines():
-            parts = line.split("\t")
-            if len(parts) >= 3 and parts[1] == "receive_resume_token" and parts[2].strip() not in ("", "-"):
-                found[parts[0]] = parts[2].strip()
-        return Tree(tree_from(res.stdout), found)
-
     def delegated(self, dataset: str, user: str, groups: tuple[str, ...] = ()) -> set[str]:
         """The permissions `zfs allow` gives ``user`` (by name, through ``groups``, or as everyone)
         on ``dataset``, from it and its parents (sets by name, as ``@set``, not opened)."""
@@ -157,19 +136,6 @@ class ZfsHost(PoolCalls):
         if self.lzc is not None and "#" not in name:  # lzc_exists cannot see bookmarks (it answers False)
             return bool(self.lzc.lzc_exists(name.encode()))
         return self.run(zargv.exists(name), check=False).returncode == 0
-
-    def listing(self, root: str, recursive: bool, *, bookmarks: bool = True) -> dict[str, list[Snap]]:
-        """A job's datasets (``root``, and its children where ``recursive``) with their snapshots (and
-        bookmarks): one `zfs get` for the whole tree."""
-        tree = tree_from(self.run(guid_query(root, recursive=recursive)).stdout, bookmarks)
-        return {d: s for d, s in tree.items() if d == root or (recursive and d.startswith(root + "/"))}
-
-    def tree_tokens(self, root: str, tokens: bool) -> tuple[dict[str, list[Snap]], dict[str, str]]:
-        """Every dataset under ``root`` with its snapshots ({} where ``root`` does not exist) and,
-        with ``tokens`` (the caller knows the zfs has them), the receive_resume_token of each that has
-        one: one round trip for both."""
-        tree = self._tree(self.run(zargv.tree_tokens(root, tokens), check=False))
-        return (tree.snaps, tree.tokens) if tree is not None else ({}, {})
 
     def usage(self, command: str) -> str:
         """What zfs prints for ``command`` given no arguments: its options."""

@@ -22,9 +22,8 @@ pytestmark = pytest.mark.openzfs
 @pytest.mark.lane_long  # 100 s under TCG; the suite counts the same round trips on zfs-fuse (test_replicate.py)
 def test_round_trips_do_not_grow_with_unchanged_datasets(make_pool, backup_host, tmp_path):
     """A run with nothing new costs the same remote commands for 4 datasets as for 40, and takes no
-    snapshot; one changed dataset adds its one stream, whatever the size of the tree. Within
-    backup_check_every of a run that listed the backup, a run with nothing new asks the backup host
-    nothing at all (rebal's record of what landed); with 0, it lists the backup in one command."""
+    snapshot: one, which asks the backup for every base at once. One changed dataset adds its part of
+    the backup's listing (its own and its parent's) and its one stream, whatever the size of the tree."""
     src, dst = make_pool([[]], size="1G"), make_pool([[]], size="1G")
     counts = {}
     for n in (4, 40):
@@ -34,67 +33,83 @@ def test_round_trips_do_not_grow_with_unchanged_datasets(make_pool, backup_host,
         cfg = cfg_for(tmp_path / f"n{n}", backup_host, **job)
         full = rebal_json("replicate", f"t{n}", config=cfg)
         assert full["outcome"] == "ok" and len(full["datasets"]) == n + 1, full
+        assert full["backup_asked"] == "whole", full  # no record yet
         assert not [x for x in full["notes"] if "readonly=on" in x]  # received read-only: no set after
         idle = rebal_json("replicate", f"t{n}", config=cfg)
         assert idle["outcome"] == "ok" and idle["snapshot"] == "", idle
         assert {d["kind"] for d in idle["datasets"]} == {"unchanged"} and len(idle["datasets"]) == n + 1
-        assert [x for x in idle["notes"] if "backup host was not asked" in x], idle["notes"]
-        listed = rebal_json("replicate", f"t{n}", config=cfg_for(tmp_path / f"n{n}", backup_host,
-                                                                  backup_check_every=0, **job))
-        assert {d["kind"] for d in listed["datasets"]} == {"unchanged"} and listed["snapshot"] == "", listed
-        assert not [x for x in listed["notes"] if "backup host was not asked" in x], listed["notes"]
-        cfg = cfg_for(tmp_path / f"n{n}", backup_host, **job)
+        assert idle["backup_asked"] == "bases", idle
+        assert [x for x in idle["notes"] if "the backup still holds every base" in x], idle["notes"]
         touch(kids[1])
         one = rebal_json("replicate", f"t{n}", config=cfg)
         kinds = {d["source"]: d["kind"] for d in one["datasets"]}
         assert kinds.pop(kids[1]) == "incremental" and set(kinds.values()) == {"unchanged"}, one
+        assert one["backup_asked"] == "part" and one["backup_listed"] == 2, one  # the child and the root
         same(kids[1], f"{dst.name}/t{n}/{kids[1].rsplit('/', 1)[1]}")
-        counts[n] = (full["remote_commands"], idle["remote_commands"], listed["remote_commands"],
-                     one["remote_commands"], idle["local_commands"], listed["local_commands"], one["local_commands"])
-    print("remote commands (full, no change by the record, no change listed, one changed) and local "
-          "(no change by the record, listed, one changed):", counts)
-    assert counts[4][1] == counts[40][1] == 0, counts  # the record: no round trip at all
-    assert counts[4][2] == counts[40][2] <= 2, counts  # listing the backup: one command (+ usage, kept a day)
-    assert counts[4][3] == counts[40][3] == counts[4][2] + 1, counts  # + the one stream
-    assert counts[4][4:] == counts[40][4:], counts  # local: constant too
+        counts[n] = (full["remote_commands"], idle["remote_commands"], one["remote_commands"],
+                     idle["local_commands"], one["local_commands"])
+    print("remote commands (full, no change, one changed) and local (no change, one changed):", counts)
+    assert counts[4][1] == counts[40][1] == 1, counts  # the bases, all in one command
+    # + the part's listing and its resume tokens (two commands, side by side) and the one stream
+    assert counts[4][2] == counts[40][2] == 4, counts
+    assert counts[4][3:] == counts[40][3:], counts  # local: constant too
     assert counts[40][0] - counts[4][0] == 36, counts  # a full run: one stream per dataset, nothing else
 
 
-def test_the_record_is_trusted_only_while_the_source_says_nothing_moved(make_pool, backup_host, tmp_path):
-    """The record stands in for the backup's listing only where every dataset's newest point of the job
-    is the one that landed and nothing was written since: a snapshot left by a cut run, or a new
-    dataset, and the backup is listed again (and what it lacks is sent); a backup changed behind
-    rebal's back is found by the first run after backup_check_every."""
+def test_the_record_stands_only_while_the_source_and_the_backup_agree(make_pool, backup_host, tmp_path):
+    """The record of what landed stands in for listing the backup only where every dataset's newest
+    point of the job is the one that landed, nothing was written since, and the backup still holds
+    that base (asked every run, in one command). A snapshot left by a cut run, or a new dataset: that
+    part of the backup is listed and sent. A backup destroyed or rolled back behind rebal's back: the
+    very next run says so, lists the backup and sends what it lacks."""
     src, dst = make_pool([[]], size="1G"), make_pool([[]], size="1G")
     kids = make_wide_tree(src.name, 3, root="r")
-    job = dict(name="r", source=f"{src.name}/r", target=f"{dst.name}/r", recursive=True)
+    job = dict(name="r", source=f"{src.name}/r", target=f"{dst.name}/r", recursive=True,
+               retention_source={"last": 10}, retention_target={"last": 10})  # older bases on both sides
     cfg = cfg_for(tmp_path, backup_host, **job)
     assert rebal_json("replicate", "r", config=cfg)["outcome"] == "ok"
     # a run cut after its snapshot: a write, the job's snapshot of that dataset, nothing sent. The
-    # newest point is not the one that landed: the next run lists the backup and sends it
+    # newest point is not the one that landed: the next run lists that part of the backup, sends it
     touch(kids[1])
     sh("zfs", "snapshot", f"{kids[1]}@rebal-r-20260101T000000Z")
     r = rebal_json("replicate", "r", config=cfg)
     kinds = {d["source"]: d["kind"] for d in r["datasets"]}
-    assert not [x for x in r["notes"] if "not asked" in x] and r["remote_commands"] >= 2, r
+    assert r["backup_asked"] == "part" and r["backup_listed"] == 2, r
     assert kinds.pop(kids[1]) == "incremental" and set(kinds.values()) == {"unchanged"}, r
     same(kids[1], f"{dst.name}/r/{kids[1].rsplit('/', 1)[1]}")
-    # a new dataset: no record for it, listed, sent in full
+    # a new dataset: no record for it, its part listed (it is not there), sent in full
     sh("zfs", "create", f"{src.name}/r/new")
     r = rebal_json("replicate", "r", config=cfg)
     kinds = {d["source"]: d["kind"] for d in r["datasets"]}
-    assert kinds[f"{src.name}/r/new"] == "full" and r["remote_commands"] >= 2, r
+    assert kinds[f"{src.name}/r/new"] == "full" and r["backup_asked"] == "part", r
     idle = rebal_json("replicate", "r", config=cfg)
-    assert idle["remote_commands"] == 0 and {d["kind"] for d in idle["datasets"]} == {"unchanged"}, idle
-    # the backup of one dataset destroyed behind rebal's back: within the window nothing is asked...
+    assert idle["remote_commands"] == 1 and idle["backup_asked"] == "bases", idle
+    assert {d["kind"] for d in idle["datasets"]} == {"unchanged"}, idle
+    # the backup of one dataset destroyed behind rebal's back: the very next run finds it and sends
+    # it in full
     gone = f"{dst.name}/r/{kids[0].rsplit('/', 1)[1]}"
     sh("zfs", "destroy", "-r", gone)
-    assert rebal_json("replicate", "r", config=cfg)["remote_commands"] == 0
-    # ...and the first run that lists the backup again finds it missing and sends it in full
-    r = rebal_json("replicate", "r", config=cfg_for(tmp_path, backup_host, backup_check_every=0, **job))
+    r = rebal_json("replicate", "r", config=cfg)
     kinds = {d["source"]: d["kind"] for d in r["datasets"]}
-    assert r["outcome"] == "ok" and kinds[kids[0]] == "full", r
+    assert [x for x in r["notes"] if "no longer holds 1 base" in x and gone in x], r["notes"]
+    assert r["outcome"] == "ok" and kinds[kids[0]] == "full" and r["backup_asked"] == "whole", r
     same(kids[0], gone)
+    # one rolled back behind rebal's back, to the snapshot before its newest: found by the very next
+    # run, which sends it on from the older base both sides still have
+    back = f"{dst.name}/r/{kids[2].rsplit('/', 1)[1]}"
+    older = sh("zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-s", "createtxg", back).stdout.split()
+    touch(kids[2])
+    assert rebal_json("replicate", "r", config=cfg)["outcome"] == "ok"
+    newest = sh("zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-s", "createtxg", back).stdout.split()[-1]
+    assert newest not in older, (older, newest)
+    sh("zfs", "rollback", "-r", older[-1])
+    r = rebal_json("replicate", "r", config=cfg)
+    kinds = {d["source"]: d["kind"] for d in r["datasets"]}
+    assert [x for x in r["notes"] if "no longer holds 1 base" in x and newest in x], r["notes"]
+    assert r["outcome"] == "ok" and kinds[kids[2]] == "incremental", r
+    same(kids[2], back)
+    idle = rebal_json("replicate", "r", config=cfg)
+    assert idle["remote_commands"] == 1 and {d["kind"] for d in idle["datasets"]} == {"unchanged"}, idle
 
 
 @pytest.mark.lane_long  # CI's quick lane leaves it to the full lane (CI's time: the quick set is about 16 min here)

@@ -40,6 +40,11 @@ class FakeSsh:
         if argv[:3] == ("zfs", "receive", "-A"):
             self.token = None
             return Result(argv, 0, "", "")  # recv-abort_zfs-receive-A.txt is empty
+        if argv[:3] == ("zfs", "get", "-Hp") and argv[-2] == "receive_resume_token":  # the tokens, beside
+            return Result(argv, 0, f"{argv[-1]}\t{self.token or '-'}\n", "")
+        if argv[:3] == ("zfs", "list", "-Hp"):  # OpenZFS's fast listing: the target has @s1
+            ds = argv[-1]
+            return Result(argv, 0, f"{ds}\t111\t5\n{ds}@s1\t4372394711059958230\t6\n", "")
         if argv[:3] == ("zfs", "get", "-Hp"):  # snapshots of the target: it has @s1 (and the token, asked)
             ds = argv[-1]
             token = (f"{ds}\treceive_resume_token\t{self.token}\n"
@@ -63,6 +68,10 @@ def local_runner(token_valid: bool, calls: list):
             ds = argv[-1]
             return Result(argv, 0, f"{ds}@s1\tguid\t4372394711059958230\n{ds}@s1\tcreatetxg\t6\n"
                                    f"{ds}@rebal-j-20261122T000000Z\tguid\t9\n{ds}@rebal-j-20261122T000000Z\tcreatetxg\t9\n", "")
+        if argv[:3] == ("zfs", "list", "-Hp"):  # OpenZFS's fast listing of the same
+            ds = argv[-1]
+            return Result(argv, 0, f"{ds}\t7\t2\n{ds}@s1\t4372394711059958230\t6\n"
+                                   f"{ds}@rebal-j-20261122T000000Z\t9\t9\n", "")
         if argv[:2] == ("zfs", "list"):
             return Result(argv, 0, "tank/src\n", "")
         return Result(argv, 0, "", "")

@@ -1,0 +1,119 @@
+"""The listing side of a `ZfsHost`: a tree's datasets, snapshots and bookmarks with guid and
+createtxg, resume tokens, a part of a tree, and the guids of named snapshots. A mixin: ZfsHost gives
+it `run`, `abilities` and `_error`.
+
+OpenZFS gets `zfs list -Hp -t all -o name,guid,createtxg`, which reads those three without opening
+each dataset and snapshot (received, unmounted backups cost most to open), and the resume tokens in a
+second command beside it; a zfs without it (zfs-fuse) gets `zfs get` (snaps.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from .. import names
+from ..errors import HostError
+from ..process.command import Result
+from . import argv as zargv
+from .abilities import Abilities
+from .destroy import CHUNK
+from .snaps import Snap, Tree, parse_guid_txg, parse_list, tokens_from, tree_of
+
+
+def only_missing(stderr: str) -> bool:
+    """A listing's errors are all of names that do not exist (the rest of its answer stands)."""
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    return bool(lines) and all("does not exist" in ln for ln in lines)
+
+
+class Listings:
+    # what ZfsHost (host.py) gives this mixin
+    run: Callable[..., Result]
+    abilities: Callable[[], Abilities]
+    _error: Callable[[Result], HostError]
+    lists_fast: bool | None
+
+    def tree(self, root: str, *, recursive: bool = True, tokens: bool = False) -> Tree | None:
+        """Every dataset under ``root`` (or ``root`` alone) with its snapshots, and with ``tokens``
+        the receive_resume_token of those that have one; None when ``root`` does not exist on this
+        host."""
+        names.dataset(root)
+        return self._guid_listing([root], recursive, tokens and self.abilities().resumable)
+
+    def fast_listing(self) -> bool:
+        """`zfs list -p` gives guid and createtxg here (OpenZFS: what has `receive -s` has it);
+        ``lists_fast`` where whoever read this host's usage texts already set it."""
+        if self.lists_fast is None:
+            self.lists_fast = self.abilities().resumable
+        return self.lists_fast
+
+    def _guid_listing(self, roots: list[str], recursive: bool, tokens: bool) -> Tree | None:
+        """``roots`` (each with its children where ``recursive``, else its own snapshots and bookmarks
+        and its direct children) with guid and createtxg, and the resume tokens where asked. The
+        tokens are a second command, beside the listing: asking for them in the listing would take
+        `zfs list` off its fast path. None: no root exists here; a root that does not exist beside
+        others that do is left out."""
+        depth = ["-r"] if recursive else ["-d", "1"]
+        fast = self.fast_listing()
+        asked = (["zfs", "list", "-Hp", "-t", "all", *depth, "-o", "name,guid,createtxg", *roots] if fast else
+                 ["zfs", "get", "-Hp", *depth, "-o", "name,property,value",
+                  "guid,createtxg" + (",receive_resume_token" if tokens else ""), *roots])
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-tokens") as ex:
+            side = ex.submit(self.run, zargv.resume_tokens(roots, recursive), check=False) if fast and tokens else None
+            res = self.run(asked, check=False)
+            told = side.result() if side is not None else res
+        if res.returncode != 0:
+            if fast and ("invalid option" in res.stderr or "invalid property" in res.stderr):
+                self.lists_fast = False  # not the zfs its usage text suggested: the slow listing
+                return self._guid_listing(roots, recursive, tokens)
+            if not only_missing(res.stderr):
+                raise self._error(res)
+            if not res.stdout.strip():
+                return None
+        if told is not res and told.returncode != 0 and not only_missing(told.stderr):
+            raise self._error(told)
+        rows = parse_list(res.stdout) if fast else parse_guid_txg(res.stdout)
+        return Tree(tree_of(rows), tokens_from(told.stdout) if tokens else {})
+
+    def guids(self, snapshots: list[str]) -> dict[str, int]:
+        """name -> guid of those of ``snapshots`` (or bookmarks) that exist here, in as few commands
+        as the names fit (a name that does not exist is left out, not an error)."""
+        out: dict[str, int] = {}
+        for i in range(0, len(snapshots), CHUNK * 10):
+            res = self.run(zargv.guids(snapshots[i:i + CHUNK * 10]), check=False)
+            if res.returncode != 0 and not only_missing(res.stderr):
+                raise self._error(res)
+            for line in res.stdout.splitlines():
+                name, _, value = line.partition("\t")
+                if value.strip().isdigit():
+                    out[name] = int(value)
+        return out
+
+    def listing(self, root: str, recursive: bool, *, bookmarks: bool = True) -> dict[str, list[Snap]]:
+        """A job's datasets (``root``, and its children where ``recursive``) with their snapshots (and
+        bookmarks): one command for the whole tree; {} where ``root`` does not exist."""
+        tree = self._guid_listing([root], recursive, False)
+        if tree is None:
+            return {}
+        return {d: s if bookmarks else [x for x in s if not x.bookmark] for d, s in tree.snaps.items()
+                if d == root or (recursive and d.startswith(root + "/"))}
+
+    def tree_tokens(self, root: str, tokens: bool) -> tuple[dict[str, list[Snap]], dict[str, str]]:
+        """Every dataset under ``root`` with its snapshots ({} where ``root`` does not exist) and,
+        with ``tokens`` (the caller knows the zfs has them), the receive_resume_token of each that has
+        one."""
+        tree = self._guid_listing([root], True, tokens)
+        return (tree.snaps, tree.tokens) if tree is not None else ({}, {})
+
+    def part(self, datasets: list[str], tokens: bool) -> tuple[dict[str, list[Snap]], dict[str, str]]:
+        """Of ``datasets`` alone (not their children), those that exist here with their snapshots,
+        and with ``tokens`` the resume token of each that has one: one listing for them all."""
+        if not datasets:
+            return {}, {}
+        tree = self._guid_listing(datasets, False, tokens)
+        if tree is None:
+            return {}, {}
+        want = set(datasets)
+        return ({d: s for d, s in tree.snaps.items() if d in want},
+                {d: t for d, t in tree.tokens.items() if d in want})
+
