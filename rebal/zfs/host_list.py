@@ -47,12 +47,12 @@ class Listings:
             self.lists_fast = self.abilities().resumable
         return self.lists_fast
 
-    def _guid_listing(self, roots: list[str], recursive: bool, tokens: bool) -> Tree | None:
+    def _guid_listing(self, roots: list[str], recursive: bool, tokens: bool, bookmarks: bool = False) -> Tree | None:
         """``roots`` (each with its children where ``recursive``, else its own snapshots and bookmarks
         and its direct children) with guid and createtxg, and the resume tokens where asked. The
         tokens are a second command, beside the listing: asking for them in the listing would take
-        `zfs list` off its fast path. None: no root exists here; a root that does not exist beside
-        others that do is left out."""
+        `zfs list` off its fast path. Bookmarks only where asked (a backup's are not bases). None: no
+        root exists here; a root that does not exist beside others that do is left out."""
         depth = ["-r"] if recursive else ["-d", "1"]
         fast = self.fast_listing()
         asked = (["zfs", "list", "-Hp", "-t", "all", *depth, "-o", "name,guid,createtxg", *roots] if fast else
@@ -65,7 +65,7 @@ class Listings:
         if res.returncode != 0:
             if fast and ("invalid option" in res.stderr or "invalid property" in res.stderr):
                 self.lists_fast = False  # not the zfs its usage text suggested: the slow listing
-                return self._guid_listing(roots, recursive, tokens)
+                return self._guid_listing(roots, recursive, tokens, bookmarks)
             if not only_missing(res.stderr):
                 raise self._error(res)
             if not res.stdout.strip():
@@ -73,7 +73,7 @@ class Listings:
         if told is not res and told.returncode != 0 and not only_missing(told.stderr):
             raise self._error(told)
         rows = parse_list(res.stdout) if fast else parse_guid_txg(res.stdout)
-        return Tree(tree_of(rows), tokens_from(told.stdout) if tokens else {})
+        return Tree(tree_of(rows, bookmarks), tokens_from(told.stdout) if tokens else {})
 
     def guids(self, snapshots: list[str]) -> dict[str, int]:
         """name -> guid of those of ``snapshots`` (or bookmarks) that exist here, in as few commands
@@ -92,11 +92,10 @@ class Listings:
     def listing(self, root: str, recursive: bool, *, bookmarks: bool = True) -> dict[str, list[Snap]]:
         """A job's datasets (``root``, and its children where ``recursive``) with their snapshots (and
         bookmarks): one command for the whole tree; {} where ``root`` does not exist."""
-        tree = self._guid_listing([root], recursive, False)
+        tree = self._guid_listing([root], recursive, False, bookmarks)
         if tree is None:
             return {}
-        return {d: s if bookmarks else [x for x in s if not x.bookmark] for d, s in tree.snaps.items()
-                if d == root or (recursive and d.startswith(root + "/"))}
+        return {d: s for d, s in tree.snaps.items() if d == root or (recursive and d.startswith(root + "/"))}
 
     def tree_tokens(self, root: str, tokens: bool) -> tuple[dict[str, list[Snap]], dict[str, str]]:
         """Every dataset under ``root`` with its snapshots ({} where ``root`` does not exist) and,

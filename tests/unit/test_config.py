@@ -250,3 +250,18 @@ def test_help_lists_each_commands_whole_first_sentence():
         assert "".join(want.split()) in text, want
         assert not want.endswith("...")
     assert first_sentence("Do a thing, e.g. this. Then more.") == "Do a thing, e.g. this."
+
+
+def test_a_retired_key_still_loads_and_is_named_in_the_log(tmp_path, caplog):
+    """backup_check_every is gone (every run asks the backup for its bases): a config written for an
+    older rebal loads, and the log says the key is ignored and why; a misspelt key is still refused."""
+    p = tmp_path / "c.toml"
+    job = ('[[replicate]]\nname = "n"\nsource = "tank/a"\ntarget = "bk/a"\ntarget_host = "b"\n')
+    p.write_text(job + "backup_check_every = 600\n")
+    with caplog.at_level("WARNING", logger="rebal.schema"):
+        cfg = config.load(str(p))
+    assert cfg.replicate[0].name == "n" and not hasattr(cfg.replicate[0], "backup_check_every")
+    assert "replicate[0].backup_check_every: no longer used, ignored" in caplog.text, caplog.text
+    p.write_text(job + "backup_check_evry = 600\n")
+    with pytest.raises(ConfigError, match="unknown key"):
+        config.load(str(p))
