@@ -30,8 +30,8 @@ t() {  # label, cold|warm, command...
   printf "%-60s %s %s s %s lines\n" "$label" $mode "$(python3 -c "print(round($t1 - $t0, 2))")" "$(wc -l < /tmp/out.txt)"
 }
 for mode in cold warm; do
-  t "get -r guid,createtxg (rebal now)" $mode zfs get -Hp -r -o name,property,value guid,createtxg lt/dst
-  t "list -t all -r -o name,guid,createtxg" $mode zfs list -Hp -t all -r -o name,guid,createtxg lt/dst
+  t "get -r guid,createtxg (rebal before da1f73e)" $mode zfs get -Hp -r -o name,property,value guid,createtxg lt/dst
+  t "list -t all -r -o name,guid,createtxg (rebal now)" $mode zfs list -Hp -t all -r -o name,guid,createtxg lt/dst
   t "list -t snapshot -r -o name,guid,createtxg" $mode zfs list -Hp -t snapshot -r -o name,guid,createtxg lt/dst
   t "list -t snapshot -r -o name,guid,createtxg -s createtxg" $mode zfs list -Hp -t snapshot -r -o name,guid,createtxg -s createtxg lt/dst
   t "list -t snapshot -o name,guid -d 1 DS... (bzfs's batch)" $mode zfs list -Hp -t snapshot -o name,guid -d 1 $dss
