@@ -15,6 +15,7 @@ from ..errors import RebalError, UsageError
 from ..process.command import run
 from ..process.pipeline import pump
 from .policy import parse_snapshot_name
+from .rsync import PARTIAL_DIR
 from .snapview import SnapView
 from .transport import Ssh, Wire, classify_ssh
 
@@ -254,10 +255,11 @@ def _rsync_back(ssh: Wire, remote_path: str, to: str, rep: RestoreReport, dry_ru
     name is a temporary one); errors name ``shown`` (what the admin asked for), never the view."""
     src = remote_path.rstrip("/") + ("/" if name else "")
     dst = to.rstrip("/") + "/" + (name + "/" if name else "")
-    argv = ["rsync", "-aHAX", "--numeric-ids", "--protect-args", "--mkpath", "--stats", *ssh.rsync_remote(),
-            ssh.rsync_path(src), dst]
+    # a cut rsync run's partial files are rebal's, not the data: never brought back
+    argv = ["rsync", "-aHAX", "--numeric-ids", "--protect-args", "--mkpath", "--stats", f"--exclude={PARTIAL_DIR}/",
+            *ssh.rsync_remote(), ssh.rsync_path(src), dst]
     if dry_run:
-        rep.planned.append(" ".join(argv[:6] + argv[-2:]))
+        rep.planned.append(" ".join(argv[:7] + argv[-2:]))
         return rep
     res = run(argv, stop=stop or threading.Event(), timeout=None, check=False)
     rc, text, etext = res.returncode, res.stdout, res.stderr

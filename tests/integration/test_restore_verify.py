@@ -207,6 +207,18 @@ def test_rsync_job_restores_a_path_of_a_child_dataset(pools, backup_host, tmp_pa
         rebal("restore", "r", "--at", at, "--path", "child/grandchild/f1", "--to", str(dest), config=cfg)
         got = manifest(dest)[b"f1"]
         assert (got == want[b"f1"]) == (at != "current"), at
+    # a cut run's partial-dir left in the copy (rsync makes one where a file was cut) is not data:
+    # a directory restored from the current copy comes back without it
+    leftover = os.path.join(target, "child", "grandchild", ".rebal-partial")
+    os.makedirs(leftover)
+    with open(os.path.join(leftover, "f1"), "wb") as f:
+        f.write(b"half a file")
+    dest = tmp_path / "dir"
+    dest.mkdir()
+    rebal("restore", "r", "--at", "current", "--path", "child/grandchild", "--to", str(dest), config=cfg)
+    got = manifest(dest)
+    keys = [k.decode() if isinstance(k, bytes) else k for k in got]
+    assert any(k.endswith("f1") for k in keys) and not [k for k in keys if ".rebal-partial" in k], sorted(keys)
 
 
 def test_restore_before_the_first_backup_says_there_is_none_yet(pools, backup_host, tmp_path):  # noqa: F811
