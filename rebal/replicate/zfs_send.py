@@ -238,15 +238,18 @@ class ZfsReplicator(Capabilities):
             return datasets
         from .unchanged import find_unchanged
 
-        if self.plan is not None:  # the record said it, and the backup's part was listed alone
-            return self._unchanged(datasets, self.plan.same)
+        # where the record said which sit out, only the others are asked (their part of the backup
+        # is what was listed): a resumed receive, or a run killed after its receive, may have
+        # brought one up to date
+        known = self.plan.same if self.plan is not None else {}
+        others = [d for d in datasets if d not in known]
         if tree is None:
             tree = self.source.listing(self.job.source, self.job.recursive)
-        same, note = find_unchanged(self.job.source, self.job.recursive, datasets, tree, self.target_tree,
+        same, note = find_unchanged(self.job.source, self.job.recursive, others, tree, self.target_tree,
                                     self.target_of, self.source.run)
         if note:
             self.report.notes.append(note)
-        return self._unchanged(datasets, same)
+        return self._unchanged(datasets, {**known, **same})
 
     def _unchanged(self, datasets: list[str], same: dict[str, Snap]) -> list[str]:
         """Report the datasets in ``same`` (-> their base) as sitting the run out; the others remain."""
