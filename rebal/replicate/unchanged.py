@@ -110,8 +110,9 @@ class ByRecord:
     """What rebal's record and one question to the backup say about a run."""
 
     same: dict[str, Snap]  # dataset -> its base: the backup holds it and nothing was written since
-    listed: list[str]  # what the run must list on the backup: the others, their parents, and
+    listed: list[str]  # the backup's datasets the run lists with their snapshots: the others, and
     # backups whose source is no longer chosen (the orphan and rename checks' part)
+    parents: list[str]  # and those it asks only whether they are there: the others' parents
 
 
 def by_record(rep: Replicating, tree: dict[str, list[Snap]]) -> ByRecord | None:
@@ -141,23 +142,25 @@ def by_record(rep: Replicating, tree: dict[str, list[Snap]]) -> ByRecord | None:
         return None
     written = parse(res.stdout)
     same = {ds: b for ds, b in bases.items() if written.get((ds, prop_of(b))) == 0}
-    return ByRecord(same, part_to_list(rep, [d for d in datasets if d not in same]))
+    return ByRecord(same, *part_to_list(rep, [d for d in datasets if d not in same]))
 
 
-def part_to_list(rep: Replicating, others: list[str]) -> list[str]:
-    """The backup's datasets a run with ``others`` to send must see: theirs, their parents up to the
-    job's root (an empty parent is made only where none is), and the backups of datasets that
-    landed once and are chosen no more (gone, renamed or left out: kept, and said so)."""
+def part_to_list(rep: Replicating, others: list[str]) -> tuple[list[str], list[str]]:
+    """The backup's datasets a run with ``others`` to send must see with their snapshots: theirs, and
+    the backups of datasets that landed once and are chosen no more (gone, renamed or left out: kept,
+    and said so); and those it must only know to be there: their parents up to the job's root (an
+    empty parent is made only where none is). A parent is not listed with its snapshots: that
+    listing would also open each of its children (the job's root: every dataset of the tree)."""
     root = rep.job.target
-    out: set[str] = set()
-    for ds in others:
-        t = rep.target_of(ds)
-        while t not in out:
-            out.add(t)
-            if t == root or "/" not in t:
-                break
-            t = t.rsplit("/", 1)[0]
     chosen = set(rep.selection.included)
     under = rep.job.source + "/"
-    out.update(rep.target_of(d) for d in rep.landed if d not in chosen and d.startswith(under))
-    return sorted(out)
+    deep = {rep.target_of(ds) for ds in others}
+    deep.update(rep.target_of(d) for d in rep.landed if d not in chosen and d.startswith(under))
+    parents: set[str] = set()
+    for t in deep:
+        while t != root and "/" in t:
+            t = t.rsplit("/", 1)[0]
+            if t in parents:
+                break
+            parents.add(t)
+    return sorted(deep), sorted(parents - deep)

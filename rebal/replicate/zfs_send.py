@@ -178,8 +178,9 @@ class ZfsReplicator(Capabilities):
         """The backup's datasets with their snapshots (and resume tokens where asked): the whole tree,
         or where rebal's record said which datasets sit out, only the part the others need."""
         if self.plan is not None:
-            self.report.backup_asked, self.report.backup_listed = "part", len(self.plan.listed)
-            return self.target.part(self.plan.listed, tokens)
+            self.report.backup_asked = "part"
+            self.report.backup_listed = len(self.plan.listed) + len(self.plan.parents)
+            return self.target.part(self.plan.listed, tokens, self.plan.parents)
         tree, found = self.target.tree_tokens(self.job.target, tokens)
         self.report.backup_asked, self.report.backup_listed = "whole", len(tree)
         return tree, found

@@ -112,6 +112,12 @@ def resume_tokens(roots: Sequence[str], recursive: bool) -> list[str]:
             "receive_resume_token", *roots]
 
 
+def datasets_named(names: Sequence[str]) -> list[str]:
+    """Which of the file systems and volumes named exist (each that does, by name; none opened for
+    its children or snapshots)."""
+    return ["zfs", "list", "-H", "-o", "name", "-t", "filesystem,volume", *names]
+
+
 def guids(names: Sequence[str]) -> list[str]:
     """The guid of each snapshot or bookmark named."""
     return ["zfs", "get", "-Hp", "-o", "name,value", "guid", *names]

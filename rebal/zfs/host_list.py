@@ -8,7 +8,7 @@ second command beside it; a zfs without it (zfs-fuse) gets `zfs get` (snaps.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from .. import names
@@ -104,15 +104,21 @@ class Listings:
         tree = self._guid_listing([root], True, tokens)
         return (tree.snaps, tree.tokens) if tree is not None else ({}, {})
 
-    def part(self, datasets: list[str], tokens: bool) -> tuple[dict[str, list[Snap]], dict[str, str]]:
+    def part(self, datasets: list[str], tokens: bool,
+             parents: Sequence[str] = ()) -> tuple[dict[str, list[Snap]], dict[str, str]]:
         """Of ``datasets`` alone (not their children), those that exist here with their snapshots,
-        and with ``tokens`` the resume token of each that has one: one listing for them all."""
-        if not datasets:
-            return {}, {}
-        tree = self._guid_listing(datasets, False, tokens)
+        and with ``tokens`` the resume token of each that has one: one listing for them all. Of
+        ``parents``, those that exist here (with no snapshots: asked only whether they are there, by
+        a command beside the listing)."""
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-parents") as ex:
+            there = ex.submit(self.run, zargv.datasets_named(list(parents)), check=False) if parents else None
+            tree = self._guid_listing(datasets, False, tokens) if datasets else None
+            found = there.result() if there is not None else None
+        if found is not None and found.returncode != 0 and not only_missing(found.stderr):
+            raise self._error(found)
+        snaps: dict[str, list[Snap]] = {p: [] for p in (found.stdout.split("\n") if found else []) if p in parents}
         if tree is None:
-            return {}, {}
+            return snaps, {}
         want = set(datasets)
-        return ({d: s for d, s in tree.snaps.items() if d in want},
-                {d: t for d, t in tree.tokens.items() if d in want})
-
+        snaps.update({d: s for d, s in tree.snaps.items() if d in want})
+        return snaps, {d: t for d, t in tree.tokens.items() if d in want}

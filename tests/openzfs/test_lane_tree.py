@@ -23,7 +23,8 @@ pytestmark = pytest.mark.openzfs
 def test_round_trips_do_not_grow_with_unchanged_datasets(make_pool, backup_host, tmp_path):
     """A run with nothing new costs the same remote commands for 4 datasets as for 40, and takes no
     snapshot: one, which asks the backup for every base at once. One changed dataset adds its part of
-    the backup's listing (its own and its parent's) and its one stream, whatever the size of the tree."""
+    the backup's listing (its own snapshots, and whether its parent is there) and its one stream,
+    whatever the size of the tree."""
     src, dst = make_pool([[]], size="1G"), make_pool([[]], size="1G")
     counts = {}
     for n in (4, 40):
@@ -50,8 +51,9 @@ def test_round_trips_do_not_grow_with_unchanged_datasets(make_pool, backup_host,
                      idle["local_commands"], one["local_commands"])
     print("remote commands (full, no change, one changed) and local (no change, one changed):", counts)
     assert counts[4][1] == counts[40][1] == 1, counts  # the bases, all in one command
-    # + the part's listing and its resume tokens (two commands, side by side) and the one stream
-    assert counts[4][2] == counts[40][2] == 4, counts
+    # + the part's listing, its resume tokens and whether its parent is there (three commands, side
+    # by side) and the one stream
+    assert counts[4][2] == counts[40][2] == 5, counts
     assert counts[4][3:] == counts[40][3:], counts  # local: constant too
     assert counts[40][0] - counts[4][0] == 36, counts  # a full run: one stream per dataset, nothing else
 

@@ -95,3 +95,14 @@ def test_an_error_that_is_not_a_missing_name_is_raised():
     h, _ = host({("zfs", "get", "-Hp"): (1, "", "cannot open 'fx/dst/a@s2': permission denied\n")})
     with pytest.raises(HostError, match="permission denied"):
         h.guids(["fx/dst/a@s2"])
+
+
+def test_a_parent_is_asked_only_whether_it_is_there():
+    """Listing the job's root with `-d 1` would open every dataset of the tree: a parent of a changed
+    dataset is asked by name alone (`zfs list -H -o name`), beside the listing."""
+    h, calls = host({LIST_D1: answer("part_zfs-list-Hp-t-all-d1", 1),
+                     ("zfs", "list", "-H", "-o", "name"): (1, "fx/dst\n", "cannot open 'fx/gone': dataset does not exist\n")})
+    snaps, _ = h.part(["fx/dst/a"], tokens=False, parents=["fx/dst", "fx/gone"])
+    assert snaps["fx/dst"] == [] and "fx/gone" not in snaps and [s.name for s in snaps["fx/dst/a"]] == ["s1", "s2"]
+    assert ("zfs", "list", "-H", "-o", "name", "-t", "filesystem,volume", "fx/dst", "fx/gone") in calls
+    assert [c for c in calls if c[:2] == ("zfs", "list") and "-d" in c][0][-1] == "fx/dst/a"
