@@ -110,6 +110,7 @@ class ByRecord:
     """What rebal's record and one question to the backup say about a run."""
 
     same: dict[str, Snap]  # dataset -> its base: the backup holds it and nothing was written since
+    bases: dict[str, Snap]  # every dataset whose recorded base the backup holds (``same`` among them)
     listed: list[str]  # the backup's datasets the run lists with their snapshots: the others, and
     # backups whose source is no longer chosen (the orphan and rename checks' part)
     parents: list[str]  # and those it asks only whether they are there: the others' parents
@@ -142,7 +143,7 @@ def by_record(rep: Replicating, tree: dict[str, list[Snap]]) -> ByRecord | None:
         return None
     written = parse(res.stdout)
     same = {ds: b for ds, b in bases.items() if written.get((ds, prop_of(b))) == 0}
-    return ByRecord(same, *part_to_list(rep, [d for d in datasets if d not in same]))
+    return ByRecord(same, bases, *part_to_list(rep, [d for d in datasets if d not in same]))
 
 
 def part_to_list(rep: Replicating, others: list[str]) -> tuple[list[str], list[str]]:

@@ -239,11 +239,15 @@ class ZfsReplicator(Capabilities):
             return datasets
         from .unchanged import find_unchanged
 
-        # where the record said which sit out, only the others are asked (their part of the backup
-        # is what was listed): a resumed receive, or a run killed after its receive, may have
-        # brought one up to date
+        # where the record settled a dataset (its base on the backup, something written since, no
+        # receive resumed), it is sent; the others are asked on the part of the backup listed for
+        # them: a resumed receive, or a run killed after its receive, may have brought one up to date
         known = self.plan.same if self.plan is not None else {}
         others = [d for d in datasets if d not in known]
+        if self.plan is not None and not self.report.tokens:
+            others = [d for d in others if d not in self.plan.bases]
+            if not others:
+                return self._unchanged(datasets, known)
         if tree is None:
             tree = self.source.listing(self.job.source, self.job.recursive)
         same, note = find_unchanged(self.job.source, self.job.recursive, others, tree, self.target_tree,
