@@ -28,8 +28,8 @@ and the run lists both sides as always.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..zfs import argv
