@@ -17,7 +17,7 @@ from ..process.command import Result
 from . import argv as zargv
 from .abilities import Abilities
 from .destroy import CHUNK
-from .snaps import Snap, Tree, parse_guid_txg, parse_list, tokens_from, tree_of
+from .snaps import Snap, Tree, guid_query, list_query, parse_guid_txg, parse_list, tokens_from, tree_of
 
 
 def only_missing(stderr: str) -> bool:
@@ -53,11 +53,9 @@ class Listings:
         tokens are a second command, beside the listing: asking for them in the listing would take
         `zfs list` off its fast path. Bookmarks only where asked (a backup's are not bases). None: no
         root exists here; a root that does not exist beside others that do is left out."""
-        depth = ["-r"] if recursive else ["-d", "1"]
         fast = self.fast_listing()
-        asked = (["zfs", "list", "-Hp", "-t", "all", *depth, "-o", "name,guid,createtxg", *roots] if fast else
-                 ["zfs", "get", "-Hp", *depth, "-o", "name,property,value",
-                  "guid,createtxg" + (",receive_resume_token" if tokens else ""), *roots])
+        asked = (list_query(*roots, recursive=recursive) if fast else
+                 guid_query(*roots, recursive=recursive, tokens=tokens))
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-tokens") as ex:
             side = ex.submit(self.run, zargv.resume_tokens(roots, recursive), check=False) if fast and tokens else None
             res = self.run(asked, check=False)

@@ -68,15 +68,18 @@ def snapshots_from(text: str, dataset: str, bookmarks: bool = False) -> list[Sna
     return sorted(snaps, key=lambda s: (s.txg, not s.bookmark))
 
 
-def guid_query(dataset: str, recursive: bool = True) -> list[str]:
+def guid_query(*roots: str, recursive: bool = True, tokens: bool = False) -> list[str]:
+    """Datasets, snapshots and bookmarks under ``roots`` (each with its children where ``recursive``,
+    else its own snapshots and direct children) with guid and createtxg, and with ``tokens`` each
+    dataset's receive_resume_token: any zfs."""
     return ["zfs", "get", "-Hp", *(["-r"] if recursive else ["-d", "1"]), "-o", "name,property,value",
-            "guid,createtxg", dataset]
+            "guid,createtxg" + (",receive_resume_token" if tokens else ""), *roots]
 
 
-def list_query(dataset: str, recursive: bool = True) -> list[str]:
-    """The fast listing of what guid_query asks (OpenZFS): datasets, snapshots and bookmarks."""
+def list_query(*roots: str, recursive: bool = True) -> list[str]:
+    """The fast listing of what guid_query asks, tokens aside (OpenZFS: `zfs list -p`)."""
     return ["zfs", "list", "-Hp", "-t", "all", *(["-r"] if recursive else ["-d", "1"]), "-o",
-            "name,guid,createtxg", dataset]
+            "name,guid,createtxg", *roots]
 
 
 def tree_from(text: str, bookmarks: bool = False) -> dict[str, list[Snap]]:
