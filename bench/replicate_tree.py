@@ -13,6 +13,17 @@ each in its documented nightly form: a snapshot of the tree taken and replicated
   bzfs            bzfs SRC root@host:DST --recursive --create-src-snapshots (an ad hoc snapshot each run)
   syncoid         syncoid -r SRC root@host:DST     (a sync snapshot each run; Debian's sanoid)
   zfs_autobackup  zfs-autobackup --ssh-target root@host bench DST  (autobackup:bench=true on SRC)
+and, as TOOL:frequent, in the form each one's documentation gives for runs every few minutes over a
+big tree (issue 48): the snapshots taken by a snapshotter of their own, timed apart ("snapshotter"):
+  bzfs:frequent            bzfs --recursive --cache-snapshots   (no snapshot taken by bzfs; its cache
+                           skips a dataset whose snapshots_changed did not move), over a recursive
+                           `zfs snapshot -r SRC@autosnap_...` before the full and the 1% run
+  syncoid:frequent         syncoid -r --no-sync-snap            (over the same sanoid-named snapshots)
+  zfs_autobackup:frequent  zfs-autobackup ... --no-holds --exclude-unchanged 1   (its own snapshots,
+                           only where something was written: its default --min-change 1)
+rebal has one form (its snapshots only where something was written; the backup's bases checked on
+every run). Each row says what the runs did: snapshots taken (by the tool and the snapshotter) and
+snapshots that landed on the backup.
 Printed: seconds per tool and run, rebal's ratio to the fastest of the others (goals: at most 1.0
 on the no-change and 1% runs at N=300, at most 1.1 on the full run), the ssh connections and remote
 commands rebal made (goal: the no-change count does not grow with N), its time per phase, what it
@@ -41,6 +52,8 @@ from sshenv import start_sshd  # noqa: E402  (the tests' real sshd on loopback)
 BASE = Path("/var/tmp/rebal-treebench")
 SRC, DST = "tbsrc", "tbdst"
 TOOLS = ("rebal", "bzfs", "syncoid", "zfs_autobackup")
+FORMS = ("nightly", "frequent")
+SNAPSHOTTER = ("bzfs:frequent", "syncoid:frequent")  # their snapshots come from a snapshotter
 
 
 def sh(*argv: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
@@ -115,6 +128,14 @@ class Host:
 
     def argv(self, tool: str, target: str) -> list[str]:
         h = self.ssh
+        if tool == "bzfs:frequent":
+            return ["bzfs", f"{SRC}/tree", f"root@{h.host}:{target}", "--recursive", "--quiet", "--cache-snapshots",
+                    "--ssh-dst-config-file", str(self.ssh_config), "--log-dir", str(BASE / "bzfs-logs")]
+        if tool == "syncoid:frequent":
+            return ["syncoid", "-r", "--quiet", "--no-sync-snap", f"--sshport={h.port}", f"--sshkey={h.identity}",
+                    f"--sshoption=UserKnownHostsFile={h.known_hosts}", f"{SRC}/tree", f"root@{h.host}:{target}"]
+        if tool == "zfs_autobackup:frequent":
+            return self.argv("zfs_autobackup", target) + ["--no-holds", "--exclude-unchanged", "1"]
         if tool == "rebal":
             return ["rebal", "--config", str(self.rebal_config("bench", f"{SRC}/tree", target, True)),
                     "replicate", "bench", "--json"]
@@ -147,26 +168,40 @@ def destroy(ds: str) -> None:
     snaps = sh("zfs", "list", "-H", "-r", "-t", "snapshot", "-o", "name", ds).stdout.split()
     if snaps:  # (zfs-fuse has no `zfs holds`: a trial run there leaves rebal's held tree behind)
         for line in sh("zfs", "holds", "-H", *snaps, check=False).stdout.splitlines():
-            name, tag = line.split("\t")[:2]
-            sh("zfs", "release", tag, name)
+            if line.count("\t") >= 2:  # (zfs-fuse prints its usage)
+                name, tag = line.split("\t")[:2]
+                sh("zfs", "release", tag, name)
     sh("zfs", "destroy", "-r", ds)
+
+
+def snapshots(ds: str) -> set[str]:
+    r = sh("zfs", "list", "-H", "-r", "-t", "snapshot", "-o", "name", ds, check=False)
+    return set(r.stdout.split()) if r.returncode == 0 else set()
 
 
 def one_tool(host: Host, tool: str, n: int, depth: int, kib: int) -> dict:
     destroy(f"{SRC}/tree")
-    destroy(f"{DST}/{tool}")
+    target = f"{DST}/{tool.replace(':', '_')}"
+    destroy(target)
     (BASE / "state.db").unlink(missing_ok=True)
+    shutil.rmtree(Path.home() / ".cache" / "bzfs", ignore_errors=True)  # bzfs's --cache-snapshots
     leaves = make_tree(n, depth, kib)
-    target = f"{DST}/{tool}"
-    if tool == "zfs_autobackup":  # it selects by property, and receives under a target that exists
+    if tool.startswith("zfs_autobackup"):  # it selects by property, and receives under a target that exists
         sh("zfs", "set", "autobackup:bench=true", f"{SRC}/tree")
         sh("zfs", "create", target)
     out: dict = {"tool": tool}
-    for run in ("full", "no change", "1% changed"):
+    for i, run in enumerate(("full", "no change", "1% changed")):
         if run == "1% changed":
             change(leaves)
+        before = (snapshots(f"{SRC}/tree"), snapshots(target))  # new names: a tool may prune old ones
+        if tool in SNAPSHOTTER and run != "no change":  # the snapshotter's turn (sanoid's names)
+            t0 = time.monotonic()
+            sh("zfs", "snapshot", "-r", f"{SRC}/tree@autosnap_2026-11-28_00:0{i}:00_frequently")
+            out[f"{run} snapshotter"] = round(time.monotonic() - t0, 2)
         secs, stdout = timed(host.argv(tool, target))
         out[run] = round(secs, 2)
+        out[f"{run} taken"] = len(snapshots(f"{SRC}/tree") - before[0])
+        out[f"{run} landed"] = len(snapshots(target) - before[1])
         if tool == "rebal":
             rep = json.loads(stdout)
             out[f"{run} remote"] = rep["remote_commands"]
@@ -198,7 +233,14 @@ def main() -> int:
     ap.add_argument("--json", default="/var/tmp/replicate-tree.json", help="where the figures are kept")
     args = ap.parse_args()
     tools = [t for t in args.tools.split(",") if t]
-    missing = [t for t in tools if not shutil.which({"zfs_autobackup": "zfs-autobackup"}.get(t, t))]
+    wrong = [t for t in tools if t.split(":")[0] not in TOOLS or t.partition(":")[2] not in ("", *FORMS)
+             or t == "rebal:frequent"]
+    if wrong:
+        print(f"replicate_tree: no such tool or form: {', '.join(wrong)} (tools: {', '.join(TOOLS)}; "
+              f"forms: TOOL:frequent, rebal has one)")
+        return 2
+    tools = [t.removesuffix(":nightly") for t in tools]
+    missing = [t for t in tools if not shutil.which({"zfs_autobackup": "zfs-autobackup"}.get(t.split(":")[0], t.split(":")[0]))]
     if missing:
         print(f"replicate_tree: not installed: {', '.join(missing)} (the lane's image and lane.py put them in)")
         return 2
@@ -211,7 +253,12 @@ def main() -> int:
         print(f"replicate_tree: one dataset, no change: rebal {baseline:.2f} s")
         for depth in [int(x) for x in args.depths.split(",")]:
             for n in sizes:
-                rows = [one_tool(host, t, n, depth, args.kib) for t in tools]
+                rows = []
+                for t in tools:
+                    rows.append(one_tool(host, t, n, depth, args.kib))
+                    print(f"replicate_tree: N={n}, {depth} level(s), {t}: " + ", ".join(
+                        f"{run} {rows[-1][run]:.2f}s ({_did(rows[-1], run)})" for run in ("full", "no change", "1% changed")),
+                        flush=True)
                 figures.append({"n": n, "depth": depth, "rows": rows, "one_dataset_no_change": baseline})
                 report(n, depth, rows, baseline)
     finally:
@@ -223,14 +270,23 @@ def main() -> int:
     return 0
 
 
+def _did(row: dict, run: str) -> str:
+    """What a run did: snapshots taken (+ the snapshotter's, and its seconds) / snapshots landed."""
+    snap = f"+{row[f'{run} snapshotter']:.1f}s" if f"{run} snapshotter" in row else ""
+    return f"{row.get(f'{run} taken', 0)}{snap}/{row.get(f'{run} landed', 0)}"
+
+
 def report(n: int, depth: int, rows: list[dict], baseline: float) -> None:
     print(f"\nreplicate_tree: N={n} datasets, {depth} level(s) deep")
-    print(f"  {'run':12} " + " ".join(f"{r['tool']:>15}" for r in rows) + "   rebal / fastest other")
+    print(f"  {'run':12} " + " ".join(f"{r['tool']:>24}" for r in rows) + "   rebal / fastest other (its snapshotter included)"
+          "\n  (under each time: snapshots taken [+ the snapshotter's seconds] / snapshots landed on the backup)")
     by = {r["tool"]: r for r in rows}
     for run in ("full", "no change", "1% changed"):
-        others = [r[run] for r in rows if r["tool"] != "rebal"]
+        # a tool's time with its snapshotter's: the same work rebal's run does
+        others = [r[run] + r.get(f"{run} snapshotter", 0) for r in rows if r["tool"] != "rebal"]
         ratio = f"{by['rebal'][run] / min(others):.2f}x" if "rebal" in by and others else "-"
-        print(f"  {run:12} " + " ".join(f"{r[run]:>14.2f}s" for r in rows) + f"   {ratio}")
+        print(f"  {run:12} " + " ".join(f"{r[run]:>23.2f}s" for r in rows) + f"   {ratio}")
+        print(f"  {'':12} " + " ".join(f"{_did(r, run):>24}" for r in rows))
     if "rebal" in by:
         r = by["rebal"]
         print("  rebal: 1 ssh connection (one master per run); remote commands " +

@@ -7,7 +7,8 @@ One dataset with N of the job's snapshots (one a minute, the newest the new snap
 the one before it, with its cursor bookmark), the backup holding the same ones (a job whose pruning
 could not run for a long time, or that keeps them all). Per N:
   parse    the listing's text (`zfs get -Hp -o name,property,value guid,createtxg`, two lines each,
-           bookmarks too) into snapshots, both sides
+           bookmarks too) into snapshots, both sides (zfs-fuse's listing)
+  parse_fast  the same from OpenZFS's fast listing (`zfs list -Hp -o name,guid,createtxg`, one line each)
   plan     the newest common snapshot and the send plan
   retain   which snapshots the target's default retention keeps (last 1, 24 hourly, 7 daily, 4
            weekly, 6 monthly) and the source's (none but the base)
@@ -40,7 +41,7 @@ from rebal.replicate.policy import Buckets, plan_send, retain, snapshot_name, sn
 from rebal.replicate.transport import Here  # noqa: E402
 from rebal.replicate.zfs_run import DatasetReport, ZfsReport  # noqa: E402
 from rebal.zfs.host import ZfsHost  # noqa: E402
-from rebal.zfs.snaps import tree_from  # noqa: E402
+from rebal.zfs.snaps import parse_list, tree_from, tree_of  # noqa: E402
 
 GOAL = 1.5
 SRC, DST, JOB = "tank/data", "backup/data", "bench"
@@ -56,6 +57,15 @@ def listing(root: str, names: list[str], bookmarks: bool) -> str:
         for sep in marks:
             lines += [f"{root}{sep}{n}\tguid\t{1000 + i}", f"{root}{sep}{n}\tcreatetxg\t{10 + i}"]
     return "\n".join(lines) + "\n"
+
+
+def fast_listing(text: str) -> str:
+    """The same rows as OpenZFS's fast listing prints them (`zfs list -Hp -o name,guid,createtxg`)."""
+    rows: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        name, _prop, value = line.split("\t")
+        rows.setdefault(name, []).append(value)
+    return "".join(f"{n}\t{g}\t{t}\n" for n, (g, t) in rows.items())
 
 
 def recorder(calls: list[list[str]]):
@@ -79,6 +89,11 @@ def once(n: int) -> dict[str, float | int]:
     t = time.perf_counter()
     src_tree, dst_tree = tree_from(src_text, bookmarks=True), tree_from(dst_text)
     out["parse"] = time.perf_counter() - t
+    fast = fast_listing(src_text), fast_listing(dst_text)
+    t = time.perf_counter()
+    fast_trees = tree_of(parse_list(fast[0]), bookmarks=True), tree_of(parse_list(fast[1]))
+    out["parse_fast"] = time.perf_counter() - t
+    assert fast_trees[0] == src_tree and fast_trees[1] == dst_tree
 
     t = time.perf_counter()
     new = next(s for s in src_tree[SRC] if s.name == names[-1] and not s.bookmark)
@@ -118,7 +133,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="best of this many runs per count")
     a = ap.parse_args()
     counts = [int(c) for c in a.counts.split(",")]
-    steps = ("parse", "plan", "retain", "prune")
+    steps = ("parse", "parse_fast", "plan", "retain", "prune")
     best: dict[int, dict[str, float | int]] = {}
     for n in counts:
         runs = [once(n) for _ in range(a.repeat)]

@@ -259,7 +259,9 @@ def run_bench(args, g: Guest) -> int:
     g.ssh("rm -rf /var/tmp/lane-pytest* /var/tmp/rebal-rwbench*", check=False, timeout=600)
     benches = {"rewrite": (f"bench/openzfs_rewrite.py --files {shlex.quote(args.bench_files)} {args.bench_args}", 7200),
                "tree": (f"bench/replicate_tree.py --sizes {shlex.quote(args.tree_sizes)} "
-                        f"--depths {shlex.quote(args.tree_depths)} --tools {shlex.quote(args.tree_tools)}", 14400)}
+                        f"--depths {shlex.quote(args.tree_depths)} --tools {shlex.quote(args.tree_tools)}", 14400),
+               "snapshots": (f"bench/snapshots_zfs.py --counts {shlex.quote(args.snap_counts)} "
+                             f"--tools {shlex.quote(args.snap_tools)}", 14400)}
     for name, (command, limit) in benches.items():
         for i in range(args.bench_runs if name in args.benches else 0):
             t1 = time.monotonic()
@@ -309,7 +311,9 @@ def main() -> int:
     ap.add_argument("--tree-tools", default="rebal,bzfs,syncoid,zfs_autobackup",
                     help="the tree bench's tools (syncoid and zfs_autobackup take hours at N=300 under TCG)")
     ap.add_argument("--benches", default="rewrite,tree", help="which benches: rewrite (bench/openzfs_rewrite.py), "
-                    "tree (bench/replicate_tree.py)")
+                    "tree (bench/replicate_tree.py), snapshots (bench/snapshots_zfs.py)")
+    ap.add_argument("--snap-counts", default="1000,10000", help="snapshot counts of the many-snapshots bench")
+    ap.add_argument("--snap-tools", default="rebal,bzfs,syncoid", help="the many-snapshots bench's tools")
     ap.add_argument("--bench-only", action="store_true", help="boot, install and run only the bench (no tests)")
     ap.add_argument("--timeout", type=int, default=None,
                     help="seconds the guest's tests (boot and install included) or the host's may take "

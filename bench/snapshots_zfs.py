@@ -1,0 +1,236 @@
+"""A dataset with many snapshots, on real ZFS (issue 48, item 4): what a replication run costs as the
+snapshots grow, rebal against the bare ZFS commands of the same steps and against bzfs and syncoid,
+in the lane's guest (tests/openzfs/vm/lane.py runs it: `--benches snapshots`), as root, over a real
+sshd on loopback into a second pool. bench/snapshots.py measures rebal's own work without ZFS.
+
+For each count N: a dataset holding N + 1,000 of a job's snapshots (one a minute, rebal's names,
+made a thousand a `zfs snapshot`, each thousand in its own transaction group), the backup a copy of
+it with all of them (`zfs send -R | zfs receive`). Then, each step timed from start to end:
+  bare      the same steps as bare commands: the fast listing of both sides (`zfs list -Hp -t all
+            -o name,guid,createtxg`, each over ssh for the backup), a snapshot and its incremental
+            `zfs send -i | ssh zfs receive`, and the 1,000 oldest destroyed on both sides with one
+            range each (`zfs destroy DS@OLDEST%NEWEST`)
+  rebal     `rebal replicate` of the job, adopting the backup (no record: both sides listed whole),
+            its retention set to prune 1,000 on each side (`last = N - 1000`, the rest 0): planning,
+            sending the newest and pruning 1,000 at once; its phases as its report gives them.
+            Then a second run after a small write, with rebal's record (the bases asked by name)
+  bzfs      `bzfs SRC root@host:DST` after a new snapshot (its planning over N snapshots a side,
+            sending the newest); syncoid `--no-sync-snap` the same
+Printed: seconds per step and N, and each one's growth per snapshot against the smallest N (1.00x:
+linear; the goal: no step of rebal's grows faster than the bare commands' by more than 1.5x).
+Pruning by the anchors is not timed: bzfs's --delete-dst-snapshots needs a filter plan of its own
+and syncoid leaves pruning to sanoid; the bare range destroy is the floor.
+Only ratios count: 2 vCPUs under TCG, where every process start costs many times a real server's.
+
+    python3 bench/snapshots_zfs.py [--counts 1000,10000] [--tools rebal,bzfs,syncoid]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from rebal.replicate.policy import snapshot_name  # noqa: E402
+from sshenv import start_sshd  # noqa: E402  (the tests' real sshd on loopback)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from replicate_tree import sh  # noqa: E402
+
+BASE = Path("/var/tmp/rebal-snapbench")
+SRC, DST, JOB = "sbsrc", "sbdst", "snap"
+PRUNE = 1000
+BATCH = 1000
+GOAL = 1.5
+
+
+def pools() -> None:
+    for p in (SRC, DST):
+        sh("zpool", "destroy", "-f", p, check=False)
+    shutil.rmtree(BASE, ignore_errors=True)
+    (BASE / "vdev").mkdir(parents=True)
+    for p in (SRC, DST):
+        f = BASE / "vdev" / p
+        with open(f, "wb") as fh:
+            fh.truncate(4 << 30)
+        sh("zpool", "create", "-f", "-O", "atime=off", "-m", f"/{BASE.name}/{p}", p, str(f))
+
+
+def make(n: int) -> tuple[str, str, list[str]]:
+    """SRC/dN with n + PRUNE of the job's snapshots, and its copy DST/dN; their names, oldest first."""
+    src, dst = f"{SRC}/d{n}", f"{DST}/d{n}"
+    sh("zfs", "create", src)
+    start = datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(minutes=n + PRUNE + 5)
+    names = [snapshot_name(JOB, start + timedelta(minutes=i)) for i in range(n + PRUNE)]
+    for i in range(0, len(names), BATCH):
+        with open(f"/{BASE.name}/{src}/f", "ab") as f:  # each thousand in its own txg
+            f.write(b"x" * 4096)
+        sh("zpool", "sync", SRC)
+        sh("zfs", "snapshot", *(f"{src}@{s}" for s in names[i:i + BATCH]))
+    t0 = time.monotonic()
+    pipe(["zfs", "send", "-R", f"{src}@{names[-1]}"], ["zfs", "receive", "-u", dst])
+    print(f"snapshots_zfs: N={n}: {len(names)} snapshots made, the backup copied in {time.monotonic() - t0:.1f} s",
+          flush=True)
+    return src, dst, names
+
+
+def pipe(send: list[str], receive: list[str]) -> None:
+    """``send | receive``, both checked (no shell)."""
+    a = subprocess.Popen(send, stdout=subprocess.PIPE)
+    b = subprocess.run(receive, stdin=a.stdout, capture_output=True, text=True)
+    a.stdout.close()
+    if a.wait() != 0 or b.returncode != 0:
+        raise RuntimeError(f"{' '.join(send)} | {' '.join(receive)} failed: {b.stderr.strip()[-800:]}")
+
+
+class Bench:
+    def __init__(self) -> None:
+        self.ssh = start_sshd(BASE / "sshd")
+        h = self.ssh
+        self.remote = ["ssh", "-p", str(h.port), "-i", str(h.identity), "-o", f"UserKnownHostsFile={h.known_hosts}",
+                       "-o", "BatchMode=yes", f"root@{h.host}"]
+        self.bzfs_config = BASE / "bzfs_ssh_config"  # bzfs wants this substring in the file's name
+        self.bzfs_config.write_text(f"Host {h.host}\n  Port {h.port}\n  IdentityFile {h.identity}\n"
+                                    f"  UserKnownHostsFile {h.known_hosts}\n  StrictHostKeyChecking yes\n"
+                                    "  BatchMode yes\n  User root\n")
+
+    def timed(self, *argv: str) -> tuple[float, str]:
+        t0 = time.monotonic()
+        out = sh(*argv).stdout
+        return round(time.monotonic() - t0, 2), out
+
+    def bare(self, src: str, dst: str, names: list[str]) -> dict:
+        out = {}
+        out["list source"], text = self.timed("zfs", "list", "-Hp", "-t", "all", "-o", "name,guid,createtxg", "-r", src)
+        assert text.count("@") >= len(names)
+        out["list backup"], _ = self.timed(*self.remote, f"zfs list -Hp -t all -o name,guid,createtxg -r {shlex.quote(dst)}")
+        new = snapshot_name(JOB, datetime.now(timezone.utc) - timedelta(minutes=3))
+        t0 = time.monotonic()
+        sh("zfs", "snapshot", f"{src}@{new}")
+        pipe(["zfs", "send", "-i", f"@{names[-1]}", f"{src}@{new}"], self.remote + [f"zfs receive -u {shlex.quote(dst)}"])
+        out["send newest"] = round(time.monotonic() - t0, 2)
+        rng = f"@{names[0]}%{names[PRUNE - 1]}"
+        t0 = time.monotonic()
+        sh("zfs", "destroy", src + rng)
+        sh(*self.remote, f"zfs destroy {shlex.quote(dst + rng)}")
+        out[f"prune {PRUNE}"] = round(time.monotonic() - t0, 2)
+        assert len(sh("zfs", "list", "-H", "-t", "snapshot", "-o", "name", "-d", "1", src).stdout.split()) == len(names) - PRUNE + 1
+        names[:] = names[PRUNE:] + [new]
+        return out
+
+    def rebal(self, src: str, dst: str, names: list[str]) -> dict:
+        keep = {"last": len(names) - PRUNE, "hourly": 0, "daily": 0, "weekly": 0, "monthly": 0}
+        cfg = BASE / "rebal.toml"
+        cfg.write_text(f'state_db = "{BASE / "state.db"}"\n' + self.ssh.config_block(
+            name=JOB, source=src, target=dst, retention_source=keep, retention_target=keep))
+        (BASE / "state.db").unlink(missing_ok=True)
+        out = {}
+        for run in ("adopt", "again"):
+            if run == "again":
+                with open(f"/{BASE.name}/{src}/f", "ab") as f:
+                    f.write(b"y" * 4096)
+            secs, text = self.timed("rebal", "--config", str(cfg), "replicate", JOB, "--json")
+            rep = json.loads(text)
+            out[f"{run}"] = secs
+            out[f"{run} phases"] = rep.get("phases", {})
+            out[f"{run} pruned"] = (len(rep.get("pruned_source", [])), len(rep.get("pruned_target", [])))
+            out[f"{run} commands"] = rep.get("remote_commands")
+        names[:] = sh("zfs", "list", "-H", "-t", "snapshot", "-o", "name", "-s", "createtxg", "-d", "1",
+                      src).stdout.split()
+        names[:] = [n.split("@", 1)[1] for n in names]
+        return out
+
+    def anchor(self, tool: str, src: str, dst: str, names: list[str]) -> float:
+        new = f"{tool}-newest"
+        sh("zfs", "snapshot", f"{src}@{new}")
+        h = self.ssh
+        if tool == "bzfs":
+            argv = ["bzfs", src, f"root@{h.host}:{dst}", "--quiet", "--ssh-dst-config-file", str(self.bzfs_config),
+                    "--log-dir", str(BASE / "bzfs-logs")]
+        else:
+            argv = ["syncoid", "--quiet", "--no-sync-snap", f"--sshport={h.port}", f"--sshkey={h.identity}",
+                    f"--sshoption=UserKnownHostsFile={h.known_hosts}", src, f"root@{h.host}:{dst}"]
+        secs, _ = self.timed(*argv)
+        got = sh(*self.remote, f"zfs list -H -o name {shlex.quote(f'{dst}@{new}')}", check=False)
+        assert got.returncode == 0, f"{tool} did not send {new}: {got.stderr.strip()}"
+        names.append(new)
+        return secs
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--counts", default="1000,10000")
+    ap.add_argument("--tools", default="rebal,bzfs,syncoid")
+    ap.add_argument("--json", default="/var/tmp/snapshots-zfs.json", help="where the figures are kept")
+    args = ap.parse_args()
+    counts = [int(c) for c in args.counts.split(",")]
+    tools = [t for t in args.tools.split(",") if t]
+    missing = [t for t in tools if not shutil.which(t)]
+    if missing:
+        print(f"snapshots_zfs: not installed: {', '.join(missing)} (the lane's image and lane.py put them in)")
+        return 2
+    pools()
+    bench = Bench()
+    figures: dict[int, dict] = {}
+    try:
+        for n in counts:
+            src, dst, names = make(n)
+            row = {"bare": bench.bare(src, dst, names)}
+            if "rebal" in tools:
+                row["rebal"] = bench.rebal(src, dst, names)
+            for tool in ("bzfs", "syncoid"):
+                if tool in tools:
+                    row[tool] = bench.anchor(tool, src, dst, names)
+            figures[n] = row
+            print(f"snapshots_zfs: N={n}: {json.dumps(row)}", flush=True)
+            sh("zfs", "destroy", "-r", src)
+            sh("zfs", "destroy", "-r", dst)
+    finally:
+        bench.ssh.stop()
+        for p in (SRC, DST):
+            sh("zpool", "destroy", "-f", p, check=False)
+        shutil.rmtree(BASE / "vdev", ignore_errors=True)
+    Path(args.json).write_text(json.dumps(figures, indent=1))
+    report(counts, figures)
+    return 0
+
+
+def report(counts: list[int], figures: dict[int, dict]) -> None:
+    base = counts[0]
+    print(f"\nsnapshots_zfs: seconds, and growth per snapshot against N={base} (1.00x: linear)")
+    steps: list[tuple[str, object]] = [(f"bare {k}", ("bare", k)) for k in figures[base]["bare"]]
+    if "rebal" in figures[base]:
+        steps += [("rebal adopt (whole run)", ("rebal", "adopt")), ("rebal again (whole run)", ("rebal", "again"))]
+        steps += [(f"rebal adopt {p}", ("rebal", "adopt phases", p)) for p in figures[base]["rebal"]["adopt phases"]]
+    steps += [(t, (t,)) for t in ("bzfs", "syncoid") if t in figures[base]]
+
+    def get(n: int, path) -> float:
+        v = figures[n]
+        for k in path:
+            v = v[k]
+        return float(v)
+
+    for label, path in steps:
+        cells = []
+        for n in counts:
+            secs = get(n, path)
+            grow = (secs / n) / max(get(base, path) / base, 1e-9)
+            cells.append(f"N={n} {secs:8.2f} s" + (f" {grow:5.2f}x" if n != base else ""))
+        print(f"  {label:34} " + "   ".join(cells))
+    if "rebal" in figures[base]:
+        r = {n: figures[n]["rebal"] for n in counts}
+        print("  rebal pruned (source, backup): " + ", ".join(f"N={n} {r[n]['adopt pruned']}" for n in counts))
+        print("  rebal remote commands (adopt, again): " +
+              ", ".join(f"N={n} {r[n]['adopt commands']}, {r[n]['again commands']}" for n in counts))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
