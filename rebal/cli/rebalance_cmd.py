@@ -28,13 +28,12 @@ MethodOpt = Annotated[Optional[str], typer.Option("--method", metavar="auto|copy
 HardlinksOpt = Annotated[bool, typer.Option("--hardlinks", help="Re-create hardlink groups that lie wholly in the targets [default: config].")]
 PlacementOpt = Annotated[str, typer.Option("--placement", metavar="auto|measured|model", help="Where old data lies: measured (zdb reads the block pointers), model (a guess from the fill), or auto (measured where zdb can).")]
 
-_NOT_OPTIONS = ("targets", "dry_run", "as_json", "measure_read", "read_bytes")
-
-
 def _options(ctx: typer.Context, cfg, **extra):
-    from ..rebalance.prepare import options_from
+    """The planner's options from what the command line gave: each one a keyword of options_from
+    (declared there once, by the option's name); the command's own (--json, --dry-run...) stay here."""
+    from ..rebalance.prepare import PLANNER_OPTIONS, options_from
 
-    given = {k: v for k, v in ctx.params.items() if k not in _NOT_OPTIONS}
+    given = {k: v for k, v in ctx.params.items() if k in PLANNER_OPTIONS}
     return options_from(cfg, ctx.params["targets"], **given, **extra)
 
 

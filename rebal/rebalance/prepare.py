@@ -5,6 +5,7 @@ Library code: it never prints; problems a user can act on are `RebalError`s."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -379,6 +380,10 @@ def options_from(cfg, targets: list[str], *, target_spread: float | None = None,
         rewrite_all=rewrite_all, hardlinks=hardlinks or rb.hardlinks, reserve_percent=rb.reserve_percent,
         filters=filters, replication_jobs=list(cfg.replicate), placement=_one_of("--placement", placement, PLACEMENTS),
         listing=listing)
+
+
+# the command-line options options_from takes (by name): a command passes what it was given of these
+PLANNER_OPTIONS = frozenset(inspect.signature(options_from).parameters) - {"cfg", "targets"}
 
 
 def _one_of(opt: str, value: str, allowed: tuple[str, ...]) -> str:

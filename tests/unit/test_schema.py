@@ -1,6 +1,7 @@
 """The config's checks (rebal/schema.py): what pydantic's strict mode refused before is refused still,
 every problem named by its key path, all of them at once."""
 
+import re
 import subprocess
 import sys
 
@@ -117,3 +118,21 @@ def test_min_size_over_max_size_is_refused():
     with pytest.raises(UsageError, match="--min-size 10M is more than --max-size 1M"):
         options_from(config.parse({}, "c.toml"), ["tank/a"], min_size="10M", max_size="1M")
     assert options_from(config.parse({}, "c.toml"), ["tank/a"], min_size="1M", max_size="10M").filters.max_size == 10 << 20
+
+
+def test_each_option_of_plan_and_rebalance_reaches_the_planner_or_is_the_commands_own():
+    """The planner's options are declared once (options_from's keywords): a command passes those of
+    its parameters by name. One it declares that is neither the planner's nor used by the command
+    itself would be dropped silently: this fails on it."""
+    import inspect
+
+    from rebal.cli.rebalance_cmd import plan, rebalance
+    from rebal.rebalance.prepare import PLANNER_OPTIONS
+
+    assert {"target_spread", "exclude", "max_bytes", "method", "placement"} <= PLANNER_OPTIONS
+    for command in (plan, rebalance):
+        body = inspect.getsource(command).split('"""', 2)[-1]  # after the signature and docstring
+        for name in inspect.signature(command).parameters:
+            if name not in PLANNER_OPTIONS | {"ctx", "targets"}:  # targets: options_from's first argument
+                assert re.search(rf"\b{name}\b", body), f"{command.__name__}: --{name.replace('_', '-')} goes nowhere"
+    assert PLANNER_OPTIONS - {"listing"} <= set(inspect.signature(rebalance).parameters) | set(inspect.signature(plan).parameters)
