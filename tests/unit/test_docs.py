@@ -40,3 +40,11 @@ def test_the_readme_is_a_front_page_with_the_two_commands():
     assert len(text.encode()) <= 10 * 1024
     head = text[: text.index("## Commands")]
     assert "bash scripts/demo.sh\n" in head and "bash scripts/test.sh\n" in head
+
+
+def test_the_layout_names_every_module():
+    """docs/development.md's layout says what each module owns: a new module goes there too."""
+    layout = (ROOT / "docs" / "development.md").read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
+    missing = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "rebal").rglob("*.py"))
+               if p.name != "__init__.py" and not re.search(rf"\b{re.escape(p.name)}\b", layout)]
+    assert missing == []
