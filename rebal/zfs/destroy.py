@@ -3,13 +3,19 @@
 A command per snapshot makes pruning a long backlog cost a process and a transaction group per
 snapshot. OpenZFS takes a comma list, `zfs destroy [-r] ds@a,b,c`, destroyed in one
 transaction (lzc_destroy_snaps), all or none: a snapshot that cannot go (held, cloned, busy) keeps
-the whole list. So a list that fails is destroyed again one snapshot at a time, and only the ones
-that still fail are reported, as before. zfs-fuse (and ZFS older than 2012) has no comma list: it
+the whole list; only the ones that cannot go are reported. (A range, `ds@a%b`, is slower: zfs
+lists every snapshot of the dataset to resolve it.) zfs-fuse (and ZFS older than 2012) has no comma list: it
 answers that `ds@a,b` does not exist (or is not a valid name), and the host is then asked one snapshot at a time for the rest
 of the run.
 
-Names are checked before any command is built; a list holds at most CHUNK names, so the command
-line stays short over ssh too."""
+A list is as long as the command line allows (CHUNK names, at most LINE bytes of them: a gate on the
+other end reads lines of 64 KiB): every command is a transaction group of its own, and the pool's
+metadata is written out once per group, so fewer, longer lists prune a backlog faster (measured in
+the lane at 2,000 snapshots: 1,000 a side in lists of 100 took 173 s, in one list 90 s). A list
+that fails is split in halves, and each half tried again, down to the snapshots that cannot go:
+a few of those among many cost a few commands each, not one command for every name.
+
+Names are checked before any command is built."""
 
 from __future__ import annotations
 
@@ -19,7 +25,8 @@ from .. import names
 from ..errors import CommandFailed, RebalError
 from ..process.command import Result
 
-CHUNK = 100  # snapshots per command: about 5 KB of names with rebal's
+CHUNK = 1000  # snapshots per command at most
+LINE = 48_000  # bytes of names per command at most (rebal's: some 27 KB for 1,000)
 # what a ZFS without comma lists says of `ds@a,b` (zfs-fuse: with -r, and without); the names were
 # checked first, so nothing else in them can be wrong
 NO_LISTS = ("does not exist", "invalid dataset name")
@@ -49,21 +56,42 @@ class Batches:
         for s in snaps:
             names.snapshot(f"{dataset}@{s}")
         failed: dict[str, str] = {}
-        todo = list(dict.fromkeys(snaps))
-        for i in range(0, len(todo), CHUNK):
-            part = todo[i:i + CHUNK]
-            if len(part) > 1 and self.lists is not False:
-                try:
-                    self.run(destroy_argv(dataset, part, recursive=recursive), readonly=False, dry_run=dry_run)
-                    self.lists = True
-                    continue
-                except (CommandFailed, RebalError) as e:
-                    if self.lists is None and any(w in str(e) for w in NO_LISTS):
-                        self.lists = False  # `ds@a,b` read as one name: this ZFS has no comma lists
-                    # else one of them cannot go: the others still may, one at a time
-            for s in part:
-                try:
-                    self.run(destroy_argv(dataset, [s], recursive=recursive), readonly=False, dry_run=dry_run)
-                except (CommandFailed, RebalError) as e:
-                    failed[s] = str(e)
+        for part in chunks(list(dict.fromkeys(snaps))):
+            self._destroy(dataset, part, recursive, dry_run, failed)
         return failed
+
+    def _destroy(self, dataset: str, part: list[str], recursive: bool, dry_run: bool,
+                 failed: dict[str, str]) -> None:
+        """``part`` in one command; where that fails, each half again (one at a time where this ZFS
+        has no comma lists), down to the snapshots that cannot go, each said in ``failed``."""
+        if len(part) > 1 and self.lists is False:
+            for s in part:
+                self._destroy(dataset, [s], recursive, dry_run, failed)
+            return
+        try:
+            self.run(destroy_argv(dataset, part, recursive=recursive), readonly=False, dry_run=dry_run)
+            if len(part) > 1:
+                self.lists = True
+            return
+        except (CommandFailed, RebalError) as e:
+            if len(part) == 1:
+                failed[part[0]] = str(e)
+                return
+            if self.lists is None and any(w in str(e) for w in NO_LISTS):
+                self.lists = False  # `ds@a,b` read as one name: this ZFS has no comma lists
+        half = len(part) // 2  # one of them cannot go: the others still may
+        self._destroy(dataset, part[:half], recursive, dry_run, failed)
+        self._destroy(dataset, part[half:], recursive, dry_run, failed)
+
+
+def chunks(todo: list[str]) -> list[list[str]]:
+    """``todo`` in lists of at most CHUNK names and LINE bytes, in order."""
+    out: list[list[str]] = []
+    size = 0
+    for s in todo:
+        if not out or len(out[-1]) >= CHUNK or size + len(s) + 1 > LINE:
+            out.append([])
+            size = 0
+        out[-1].append(s)
+        size += len(s) + 1
+    return out

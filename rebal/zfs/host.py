@@ -26,7 +26,7 @@ from ..errors import CommandFailed, HostError
 from ..process.command import Result
 from . import argv as zargv
 from .abilities import Abilities, delegations, flags
-from .destroy import CHUNK, Batches, destroy_argv, release_argv
+from .destroy import Batches, chunks, destroy_argv, release_argv
 from .host_list import Listings
 from .host_pool import PoolCalls
 from .snaps import Snap, Tree, parse_guid_txg, snapshots_from
@@ -294,8 +294,8 @@ class ZfsHost(PoolCalls, Listings):
         self.run(zargv.hold(tag, snaps, recursive), readonly=False)
 
     def release(self, tag: str, snaps: list[str], recursive: bool = False) -> None:
-        """Release a hold on each of ``snaps`` (CHUNK a command: zfs goes on past a snapshot without
-        it); a hold that is not there is not an error."""
+        """Release a hold on each of ``snaps`` (as many a command as destroy.chunks fits: zfs goes on
+        past a snapshot without it); a hold that is not there is not an error."""
         if self.lzc is not None and not recursive:
             try:
                 self.lzc.lzc_release({s.encode(): [tag.encode()] for s in snaps})
@@ -303,9 +303,9 @@ class ZfsHost(PoolCalls, Listings):
                 if "NoSuch" not in type(e).__name__ and "not" not in str(e).lower():
                     raise
             return
-        for i in range(0, len(snaps), CHUNK):
+        for part in chunks(snaps):
             try:
-                self.run(release_argv(tag, snaps[i:i + CHUNK], recursive=recursive), readonly=False)
+                self.run(release_argv(tag, part, recursive=recursive), readonly=False)
             except CommandFailed as e:
                 if "no such tag" not in e.stderr and "no such" not in e.stderr.lower():
                     raise

@@ -16,7 +16,7 @@ from ..errors import HostError
 from ..process.command import Result
 from . import argv as zargv
 from .abilities import Abilities
-from .destroy import CHUNK
+from .destroy import chunks
 from .snaps import Snap, Tree, guid_query, list_query, parse_guid_txg, parse_list, tokens_from, tree_of
 
 
@@ -77,8 +77,8 @@ class Listings:
         """name -> guid of those of ``snapshots`` (or bookmarks) that exist here, in as few commands
         as the names fit (a name that does not exist is left out, not an error)."""
         out: dict[str, int] = {}
-        for i in range(0, len(snapshots), CHUNK * 10):
-            res = self.run(zargv.guids(snapshots[i:i + CHUNK * 10]), check=False)
+        for part in chunks(snapshots):
+            res = self.run(zargv.guids(part), check=False)
             if res.returncode != 0 and not only_missing(res.stderr):
                 raise self._error(res)
             for line in res.stdout.splitlines():

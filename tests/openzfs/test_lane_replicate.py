@@ -300,3 +300,14 @@ def test_pruning_many_snapshots_takes_few_commands(pools, backup_host, tmp_path)
     got = bulk_prune_scenario(src, dst, backup_host, tmp_path, comma_lists=True)
     with open(os.environ.get("REBAL_LANE_FIGURES", "/var/tmp/lane-figures.jsonl"), "a") as f:
         f.write(json.dumps({"test": "bulk prune", **got}) + "\n")
+
+
+def test_a_snapshot_held_on_the_backup_keeps_only_itself(pools, backup_host, tmp_path):
+    """OpenZFS destroys a comma list all or none: one snapshot held by someone else among 22 pruned
+    at once stays alone, the others go, in a few commands (the list halved down to it)."""
+    from replscenarios import held_among_many_scenario
+
+    src, dst = pools
+    got = held_among_many_scenario(src, dst, backup_host, tmp_path)
+    with open(os.environ.get("REBAL_LANE_FIGURES", "/var/tmp/lane-figures.jsonl"), "a") as f:
+        f.write(json.dumps({"test": "held among many", **got}) + "\n")
