@@ -3,16 +3,16 @@ snapshots grow, rebal against the bare ZFS commands of the same steps and agains
 in the lane's guest (tests/openzfs/vm/lane.py runs it: `--benches snapshots`), as root, over a real
 sshd on loopback into a second pool. bench/snapshots.py measures rebal's own work without ZFS.
 
-For each count N: a dataset holding N + 1,000 of a job's snapshots (one a minute, rebal's names,
-each in its own transaction group, through libzfs_core), the backup a copy of it with all of them
+For each count N (at least 1,000): a dataset holding N + 1,000 of a job's snapshots (one a minute,
+rebal's names, each in its own transaction group, through libzfs_core), the backup a copy of it with all of them
 (the pool's mirror split off: the same guids, unmounted as a received backup is). Then, each step
 timed from start to end:
   bare      the same steps as bare commands: the fast listing of both sides (`zfs list -Hp -t all
             -o name,guid,createtxg`, each over ssh for the backup), a snapshot and its incremental
-            `zfs send -i | ssh zfs receive`, and the 1,000 oldest destroyed on both sides with one
-            comma list each (`zfs destroy DS@A,B,...`: one lzc_destroy_snaps, the floor)
+            `zfs send -i | ssh zfs receive`, and, after rebal's run, the 1,000 oldest left destroyed
+            on both sides with one comma list each (`zfs destroy DS@A,B,...`: one lzc_destroy_snaps)
   rebal     `rebal replicate` of the job, adopting the backup (no record: both sides listed whole),
-            its retention set to prune 1,000 on each side (`last = N - 1000`, the rest 0): planning,
+            its retention set to prune the 1,000 oldest on each side (`last`, the rest 0): planning,
             sending the newest and pruning 1,000 at once; its phases as its report gives them.
             Then a second run after a small write, with rebal's record (the bases asked by name)
   bzfs      `bzfs SRC root@host:DST` after a new snapshot (its planning over N snapshots a side,
@@ -131,20 +131,26 @@ class Bench:
         sh("zfs", "snapshot", f"{src}@{new}")
         pipe(["zfs", "send", "-i", f"@{names[-1]}", f"{src}@{new}"], self.remote + [f"zfs receive -u {shlex.quote(dst)}"])
         out["send newest"] = round(time.monotonic() - t0, 2)
-        # the floor: one comma list a side, one lzc_destroy_snaps (a range `@a%b` is slower: the zfs
-        # command lists every snapshot of the dataset to resolve it; measured 4.2 s against 1.3 s for
-        # 100 of 1,000)
+        names.append(new)
+        return out
+
+    def bare_prune(self, src: str, dst: str, names: list[str]) -> dict:
+        """The floor of pruning: the PRUNE oldest left after rebal's run (the next thousand after the
+        ones rebal pruned: no easier, since a snapshot's deadlist holds a key for each older one) in
+        one comma list a side, one lzc_destroy_snaps (a range `@a%b` is slower: the zfs command lists
+        every snapshot of the dataset to resolve it; measured 4.2 s against 1.3 s for 100 of 1,000)."""
         listed = "@" + ",".join(names[:PRUNE])
         t0 = time.monotonic()
         sh("zfs", "destroy", src + listed)
         sh(*self.remote, f"zfs destroy {shlex.quote(dst + listed)}")
-        out[f"prune {PRUNE}"] = round(time.monotonic() - t0, 2)
-        assert len(sh("zfs", "list", "-H", "-t", "snapshot", "-o", "name", "-d", "1", src).stdout.split()) == len(names) - PRUNE + 1
-        names[:] = names[PRUNE:] + [new]
-        return out
+        secs = round(time.monotonic() - t0, 2)
+        assert len(sh("zfs", "list", "-H", "-t", "snapshot", "-o", "name", "-d", "1", src).stdout.split()) == len(names) - PRUNE
+        del names[:PRUNE]
+        return {f"prune {PRUNE}": secs}
 
     def rebal(self, src: str, dst: str, names: list[str]) -> dict:
-        keep = {"last": len(names) - PRUNE, "hourly": 0, "daily": 0, "weekly": 0, "monthly": 0}
+        # its first run prunes the PRUNE oldest on each side (its own new snapshot kept too)
+        keep = {"last": len(names) - PRUNE + 1, "hourly": 0, "daily": 0, "weekly": 0, "monthly": 0}
         cfg = BASE / "rebal.toml"
         cfg.write_text(f'state_db = "{BASE / "state.db"}"\n' + self.ssh.config_block(
             name=JOB, source=src, target=dst, retention_source=keep, retention_target=keep))
@@ -202,6 +208,7 @@ def main() -> int:
             row = {"bare": bench.bare(src, dst, names)}
             if "rebal" in tools:
                 row["rebal"] = bench.rebal(src, dst, names)
+            row["bare"].update(bench.bare_prune(src, dst, names))
             for tool in ("bzfs", "syncoid"):
                 if tool in tools:
                     row[tool] = bench.anchor(tool, src, dst, names)
