@@ -9,11 +9,12 @@ answers that `ds@a,b` does not exist (or is not a valid name), and the host is t
 of the run.
 
 A list is as long as the command line allows (CHUNK names, at most LINE bytes of them: a gate on the
-other end reads lines of 64 KiB): every command is a transaction group of its own, and the pool's
-metadata is written out once per group, so fewer, longer lists prune a backlog faster (measured in
-the lane at 2,000 snapshots: 1,000 a side in lists of 100 took 173 s, in one list 90 s). A list
-that fails is split in halves, and each half tried again, down to the snapshots that cannot go:
-a few of those among many cost a few commands each, not one command for every name.
+other end reads lines of 64 KiB): a command, a process and a transaction group fewer for every list
+(a backlog of 1,000 a side: 6 remote commands instead of 15). ZFS's own work dominates, and grows
+with the snapshots older than the one destroyed (bench/RESULTS.md: the second thousand of 3,000 took
+2.9x the first), so the length of the lists changed the time of that prune by nothing measurable.
+A list that fails is split in halves, and each half tried again, down to the snapshots that cannot
+go: a few of those among many cost a few commands each, not one command for every name.
 
 Names are checked before any command is built."""
 
