@@ -165,6 +165,7 @@ class Bench:
             out[f"{run} phases"] = rep.get("phases", {})
             out[f"{run} pruned"] = (len(rep.get("pruned_source", [])), len(rep.get("pruned_target", [])))
             out[f"{run} commands"] = rep.get("remote_commands")
+            out[f"{run} backup"] = f"{rep.get('backup_asked') or '-'} {rep.get('backup_listed', 0)}"
         names[:] = sh("zfs", "list", "-H", "-t", "snapshot", "-o", "name", "-s", "createtxg", "-d", "1",
                       src).stdout.split()
         names[:] = [n.split("@", 1)[1] for n in names]
@@ -249,6 +250,8 @@ def report(counts: list[int], figures: dict[int, dict]) -> None:
     if "rebal" in figures[base]:
         r = {n: figures[n]["rebal"] for n in counts}
         print("  rebal pruned (source, backup): " + ", ".join(f"N={n} {r[n]['adopt pruned']}" for n in counts))
+        print("  rebal asked of the backup (adopt, again): " +
+              ", ".join(f"N={n} {r[n]['adopt backup']}, {r[n]['again backup']}" for n in counts))
         print("  rebal remote commands (adopt, again): " +
               ", ".join(f"N={n} {r[n]['adopt commands']}, {r[n]['again commands']}" for n in counts))
 
