@@ -22,8 +22,8 @@ big tree (issue 48): the snapshots taken by a snapshotter of their own, timed ap
   zfs_autobackup:frequent  zfs-autobackup ... --no-holds --exclude-unchanged 1   (its own snapshots,
                            only where something was written: its default --min-change 1)
 rebal has one form (its snapshots only where something was written; the backup's bases checked on
-every run). Each row says what the runs did: snapshots taken (by the tool and the snapshotter) and
-snapshots that landed on the backup.
+every run). Each row says what the runs did: new snapshots left on the source (by the tool and the
+snapshotter; rebal leaves none there, its cursor is a bookmark) and new snapshots landed on the backup.
 Printed: seconds per tool and run, rebal's ratio to the fastest of the others (goals: at most 1.0
 on the no-change and 1% runs at N=300, at most 1.1 on the full run), the ssh connections and remote
 commands rebal made (goal: the no-change count does not grow with N), its time per phase, what it
@@ -271,7 +271,8 @@ def main() -> int:
 
 
 def _did(row: dict, run: str) -> str:
-    """What a run did: snapshots taken (+ the snapshotter's, and its seconds) / snapshots landed."""
+    """What a run did: new snapshots left on the source (+ the snapshotter's seconds; rebal leaves none
+    there, its cursor is a bookmark) / new snapshots landed on the backup."""
     snap = f"+{row[f'{run} snapshotter']:.1f}s" if f"{run} snapshotter" in row else ""
     return f"{row.get(f'{run} taken', 0)}{snap}/{row.get(f'{run} landed', 0)}"
 
@@ -279,7 +280,8 @@ def _did(row: dict, run: str) -> str:
 def report(n: int, depth: int, rows: list[dict], baseline: float) -> None:
     print(f"\nreplicate_tree: N={n} datasets, {depth} level(s) deep")
     print(f"  {'run':12} " + " ".join(f"{r['tool']:>24}" for r in rows) + "   rebal / fastest other (its snapshotter included)"
-          "\n  (under each time: snapshots taken [+ the snapshotter's seconds] / snapshots landed on the backup)")
+          "\n  (under each time: new snapshots left on the source [+ the snapshotter's seconds; rebal leaves none, "
+          "its cursor is a bookmark] / new snapshots landed on the backup)")
     by = {r["tool"]: r for r in rows}
     for run in ("full", "no change", "1% changed"):
         # a tool's time with its snapshotter's: the same work rebal's run does
