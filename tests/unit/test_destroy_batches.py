@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from rebal.errors import CommandFailed
+from rebal.errors import CommandFailed, UsageError
 from rebal.process.command import Result
 from rebal.zfs import destroy
 from rebal.zfs.destroy import LINE, Batches, chunks
@@ -75,7 +75,7 @@ def test_a_zfs_without_comma_lists_is_asked_one_at_a_time_once_it_said_so():
 
 def test_names_are_checked_before_any_command():
     pool = Pool(names(3))
-    with pytest.raises(Exception):
+    with pytest.raises(UsageError, match="bad snapshot name"):
         Batches(pool.run).destroy("tank/data", ["ok", "bad name;rm"])
     assert pool.commands == []
     assert destroy.destroy_argv("tank/data", ["a", "b"]) == ["zfs", "destroy", "tank/data@a,b"]
