@@ -23,7 +23,11 @@ Pruning by the anchors is not timed: bzfs's --delete-dst-snapshots needs a filte
 and syncoid leaves pruning to sanoid; the bare comma-list destroy is the floor.
 Only ratios count: 2 vCPUs under TCG, where every process start costs many times a real server's.
 
-    python3 bench/snapshots_zfs.py [--counts 1000,10000] [--tools rebal,bzfs,syncoid]
+    python3 bench/snapshots_zfs.py [--counts 1000,10000] [--tools rebal,bzfs,syncoid] [--vdevs /dev/vdb,/dev/vdc]
+
+The lane runs it on two of its guest's disks: `scripts/test-openzfs.sh --guest-only --bench-only
+--benches snapshots --snap-counts 10000 --disk-size 32G` (making snapshots slows as they grow:
+the 1st, 2nd and 3rd thousand took 52, 94 and 144 s, and the pool's allocation grew with them).
 """
 
 from __future__ import annotations
@@ -52,19 +56,22 @@ PRUNE = 1000
 GOAL = 1.5
 
 
-def make(n: int) -> tuple[str, str, list[str]]:
+def make(n: int, vdevs: list[str]) -> tuple[str, str, list[str]]:
     """SRC/dN with n + PRUNE of the job's snapshots, and its backup DST/dN holding the same ones (the
     same guids); their names, oldest first. The backup is SRC's mirror split off (`zpool split`):
-    receiving n snapshots would take four times as long as making them (a txg each, and more)."""
-    for p in (SRC, DST):
-        sh("zpool", "destroy", "-f", p, check=False)
-    shutil.rmtree(BASE / "vdev", ignore_errors=True)
-    (BASE / "vdev").mkdir(parents=True)
-    files = [BASE / "vdev" / f"{SRC}-{i}" for i in (0, 1)]
-    for f in files:
-        with open(f, "wb") as fh:
-            fh.truncate(1 << 30)  # sparse, but each txg touches new parts: 2 GiB a file filled the guest's disk
-    sh("zpool", "create", "-f", "-O", "atime=off", "-m", f"/{BASE.name}/{SRC}", SRC, "mirror", *map(str, files))
+    receiving n snapshots would take four times as long as making them (a txg each, and more).
+    The mirror's two sides are ``vdevs`` (two disks) or, without them, two 1 GiB files."""
+    clear(vdevs)
+    if vdevs:
+        sides, search = vdevs, ["-d", "/dev"]
+    else:
+        (BASE / "vdev").mkdir(parents=True)
+        sides = [str(BASE / "vdev" / f"{SRC}-{i}") for i in (0, 1)]
+        for f in sides:
+            with open(f, "wb") as fh:
+                fh.truncate(1 << 30)  # sparse, but each txg touches new parts: 2 GiB a file filled the guest's disk
+        search = ["-d", str(BASE / "vdev")]
+    sh("zpool", "create", "-f", "-O", "atime=off", "-m", f"/{BASE.name}/{SRC}", SRC, "mirror", *sides)
     src, dst = f"{SRC}/d{n}", f"{DST}/d{n}"
     sh("zfs", "create", src)
     with open(f"/{BASE.name}/{src}/f", "wb") as f:
@@ -74,10 +81,19 @@ def make(n: int) -> tuple[str, str, list[str]]:
     t0 = time.monotonic()
     snapshot_each([f"{src}@{s}" for s in names])
     made = time.monotonic() - t0
-    sh("zpool", "split", SRC, DST, str(files[1]))
-    sh("zpool", "import", "-N", "-d", str(BASE / "vdev"), DST)  # unmounted, as a received backup is
+    sh("zpool", "split", SRC, DST, sides[1])
+    sh("zpool", "import", "-N", *search, DST)  # unmounted, as a received backup is
     print(f"snapshots_zfs: N={n}: {len(names)} snapshots made in {made:.1f} s", flush=True)
     return src, dst, names
+
+
+def clear(vdevs: list[str]) -> None:
+    """The bench's pools gone, and their vdevs: files removed, disks' labels cleared."""
+    for p in (SRC, DST):
+        sh("zpool", "destroy", "-f", p, check=False)
+    shutil.rmtree(BASE / "vdev", ignore_errors=True)
+    for d in vdevs:
+        sh("zpool", "labelclear", "-f", d, check=False)
 
 
 def snapshot_each(names: list[str]) -> None:
@@ -193,7 +209,13 @@ def main() -> int:
     ap.add_argument("--counts", default="1000,10000")
     ap.add_argument("--tools", default="rebal,bzfs,syncoid")
     ap.add_argument("--json", default="/var/tmp/snapshots-zfs.json", help="where the figures are kept")
+    ap.add_argument("--vdevs", default="", help="two disks for the mirror (the lane's guest: /dev/vdb,/dev/vdc, "
+                    "sized by lane.py --disk-size); without them two 1 GiB files, room for about 5,000 snapshots")
     args = ap.parse_args()
+    vdevs = [d for d in args.vdevs.split(",") if d]
+    if vdevs and (len(vdevs) != 2 or not all(Path(d).is_block_device() for d in vdevs)):
+        print(f"snapshots_zfs: --vdevs takes two disks: {args.vdevs}")
+        return 2
     counts = [int(c) for c in args.counts.split(",")]
     tools = [t for t in args.tools.split(",") if t]
     missing = [t for t in tools if not shutil.which(t)]
@@ -205,7 +227,7 @@ def main() -> int:
     figures: dict[int, dict] = {}
     try:
         for n in counts:
-            src, dst, names = make(n)
+            src, dst, names = make(n, vdevs)
             row = {"bare": bench.bare(src, dst, names)}
             if "rebal" in tools:
                 row["rebal"] = bench.rebal(src, dst, names)
@@ -217,9 +239,7 @@ def main() -> int:
             print(f"snapshots_zfs: N={n}: {json.dumps(row)}", flush=True)
     finally:
         bench.ssh.stop()
-        for p in (SRC, DST):
-            sh("zpool", "destroy", "-f", p, check=False)
-        shutil.rmtree(BASE / "vdev", ignore_errors=True)
+        clear(vdevs)
     Path(args.json).write_text(json.dumps(figures, indent=1))
     report(counts, figures)
     return 0

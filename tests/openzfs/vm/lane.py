@@ -147,7 +147,7 @@ def streamed(argv: list[str], limit: float, label: str = "z",
 
 def run_guest_tests(args, work: Path) -> tuple[int, dict]:
     deb = None if args.bench_only else build_deb()
-    g = Guest(work / "guest", disks=8, disk_size="2G", disks_4k=1)  # /dev/vdj: 4 KiB physical sectors
+    g = Guest(work / "guest", disks=8, disk_size=args.disk_size, disks_4k=1)  # /dev/vdj: 4 KiB physical sectors
     t0 = time.monotonic()
     try:
         took = g.boot()
@@ -261,7 +261,7 @@ def run_bench(args, g: Guest) -> int:
                "tree": (f"bench/replicate_tree.py --sizes {shlex.quote(args.tree_sizes)} "
                         f"--depths {shlex.quote(args.tree_depths)} --tools {shlex.quote(args.tree_tools)}", 14400),
                "snapshots": (f"bench/snapshots_zfs.py --counts {shlex.quote(args.snap_counts)} "
-                             f"--tools {shlex.quote(args.snap_tools)}", 14400)}
+                             f"--tools {shlex.quote(args.snap_tools)} --vdevs /dev/vdb,/dev/vdc", 14400)}
     for name, (command, limit) in benches.items():
         for i in range(args.bench_runs if name in args.benches else 0):
             t1 = time.monotonic()
@@ -313,6 +313,8 @@ def main() -> int:
     ap.add_argument("--benches", default="rewrite,tree", help="which benches: rewrite (bench/openzfs_rewrite.py), "
                     "tree (bench/replicate_tree.py), snapshots (bench/snapshots_zfs.py)")
     ap.add_argument("--snap-counts", default="1000,10000", help="snapshot counts of the many-snapshots bench")
+    ap.add_argument("--disk-size", default="2G", help="size of the guest's eight data disks (sparse files on the "
+                    "host; the tests need 2G, the many-snapshots bench at 10,000 some 32G)")
     ap.add_argument("--snap-tools", default="rebal,bzfs,syncoid", help="the many-snapshots bench's tools")
     ap.add_argument("--bench-only", action="store_true", help="boot, install and run only the bench (no tests)")
     ap.add_argument("--timeout", type=int, default=None,
