@@ -37,6 +37,7 @@ class World:
     kills: int = 0
     kill_notes: list = field(default_factory=list)
     counts: dict = field(default_factory=dict)
+    seconds: dict = field(default_factory=dict)  # step kind -> [its commands' seconds, the checks' seconds]
 
     def snapshots(self) -> bool:
         out = sh("zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-r", self.ds, check=False).stdout
@@ -203,6 +204,7 @@ def run_sequence(make_pool, backup_host, tmp_path, n_steps: int, seed: int) -> W
                 sh("rm", "-rf", os.path.join(w.tmp, "restore"))
                 os.makedirs(os.path.join(w.tmp, "restore"))
             r, how = rebal(*step.argv, config=cfg, check=False), ""  # (asserts no traceback)
+        t1 = time.monotonic()
         where = f"seed {seed}, step {i} ({step.name}{', ' + how if how else ''}): rebal {' '.join(step.argv)} " \
                 f"-> {r.returncode} (allowed {sorted(allowed)}) in {time.monotonic() - t0:.1f} s\n" \
                 f"{r.stderr[-1500:]}\nstdout: {r.stdout[-1500:]}\nsteps: {done[-30:]}"
@@ -225,8 +227,14 @@ def run_sequence(make_pool, backup_host, tmp_path, n_steps: int, seed: int) -> W
         if w.replicated and step.name in ("replicate", "verify", "restore onto the source", "prune dry run"):
             assert backup_manifest(f"{dst.name}/copy") == before, where
         w.counts[step.name] = w.counts.get(step.name, 0) + 1
+        spent = w.seconds.setdefault(step.name, [0.0, 0.0])
+        spent[0] += t1 - t0
+        spent[1] += time.monotonic() - t1
     missing = [s.name for s in table if s.name not in w.counts]
     assert n_steps < len(table) or not missing, f"never drawn: {missing}"
     print(f"sequence seed {seed}: {len(done)} steps, {len(w.counts)} of {len(table)} kinds, "
           f"{w.kills} rebalance(s) killed mid-run ({'; '.join(w.kill_notes)})")
+    slow = sorted(w.seconds.items(), key=lambda kv: -sum(kv[1]))[:8]
+    print("sequence: where the time went (step: commands + checks, seconds): " +
+          ", ".join(f"{k} {a:.0f}+{b:.0f}" for k, (a, b) in slow))
     return w

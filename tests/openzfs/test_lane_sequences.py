@@ -29,4 +29,5 @@ def test_a_thousand_random_steps(make_pool, backup_host, tmp_path, request):
     assert w.kills >= 1, w.kill_notes  # a rebalance was killed mid-run at least once
     with open(os.environ.get("REBAL_LANE_FIGURES", "/var/tmp/lane-figures.jsonl"), "a") as f:  # the lane prints it
         f.write(json.dumps({"test": "sequence", "seed": seed, "steps": steps, "kinds": len(w.counts),
-                            "kills": w.kills, "seconds": round(time.monotonic() - t0), "counts": w.counts}) + "\n")
+                            "kills": w.kills, "seconds": round(time.monotonic() - t0), "counts": w.counts,
+                            "spent": {k: [round(a, 1), round(b, 1)] for k, (a, b) in w.seconds.items()}}) + "\n")
