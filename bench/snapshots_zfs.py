@@ -23,7 +23,7 @@ Pruning by the anchors is not timed: bzfs's --delete-dst-snapshots needs a filte
 and syncoid leaves pruning to sanoid; the bare comma-list destroy is the floor.
 Only ratios count: 2 vCPUs under TCG, where every process start costs many times a real server's.
 
-    python3 bench/snapshots_zfs.py [--counts 1000,10000] [--tools rebal,bzfs,syncoid] [--vdevs /dev/vdb,/dev/vdc]
+    python3 bench/snapshots_zfs.py [--counts 1000,10000] [--tools rebal,bzfs,syncoid] [--wipe-disks /dev/vdb,/dev/vdc]
 
 The lane runs it on two of its guest's disks: `scripts/test-openzfs.sh --guest-only --bench-only
 --benches snapshots --snap-counts 10000 --disk-size 32G` (making snapshots slows as they grow:
@@ -209,12 +209,13 @@ def main() -> int:
     ap.add_argument("--counts", default="1000,10000")
     ap.add_argument("--tools", default="rebal,bzfs,syncoid")
     ap.add_argument("--json", default="/var/tmp/snapshots-zfs.json", help="where the figures are kept")
-    ap.add_argument("--vdevs", default="", help="two disks for the mirror (the lane's guest: /dev/vdb,/dev/vdc, "
+    ap.add_argument("--wipe-disks", default="", metavar="DISK,DISK",
+                    help="two disks for the mirror, WHATEVER THEY HOLD IS DESTROYED (the lane's guest: /dev/vdb,/dev/vdc, "
                     "sized by lane.py --disk-size); without them two 1 GiB files, room for about 5,000 snapshots")
     args = ap.parse_args()
-    vdevs = [d for d in args.vdevs.split(",") if d]
+    vdevs = [d for d in args.wipe_disks.split(",") if d]
     if vdevs and (len(vdevs) != 2 or not all(Path(d).is_block_device() for d in vdevs)):
-        print(f"snapshots_zfs: --vdevs takes two disks: {args.vdevs}")
+        print(f"snapshots_zfs: --wipe-disks takes two disks: {args.wipe_disks}")
         return 2
     counts = [int(c) for c in args.counts.split(",")]
     tools = [t for t in args.tools.split(",") if t]

@@ -261,7 +261,7 @@ def run_bench(args, g: Guest) -> int:
                "tree": (f"bench/replicate_tree.py --sizes {shlex.quote(args.tree_sizes)} "
                         f"--depths {shlex.quote(args.tree_depths)} --tools {shlex.quote(args.tree_tools)}", 14400),
                "snapshots": (f"bench/snapshots_zfs.py --counts {shlex.quote(args.snap_counts)} "
-                             f"--tools {shlex.quote(args.snap_tools)} --vdevs /dev/vdb,/dev/vdc", 14400)}
+                             f"--tools {shlex.quote(args.snap_tools)} --wipe-disks /dev/vdb,/dev/vdc", 14400)}
     for name, (command, limit) in benches.items():
         for i in range(args.bench_runs if name in args.benches else 0):
             t1 = time.monotonic()
