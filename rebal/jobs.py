@@ -285,10 +285,11 @@ def metrics_doc(cfg: Config, conn, zpool):
 
 def metrics_job(cfg: Config, conn, zpool) -> dict:
     """Write the metrics file for node_exporter's textfile collector (schedule.metrics)."""
-    from .metrics import write_atomic
+    from .metrics import atomic_file
 
-    text = metrics_text(cfg, conn, zpool)
-    write_atomic(cfg.metrics_file, text)
+    with atomic_file(cfg.metrics_file) as f:  # a place it cannot write fails before the work
+        text = metrics_text(cfg, conn, zpool)
+        f.write(text)
     return {"file": cfg.metrics_file, "series": sum(1 for ln in text.splitlines() if ln and not ln.startswith("#"))}
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from contextlib import contextmanager
+from typing import Iterator, TextIO
 
 from .errors import CannotWrite
 from .zfs.model import Pool
@@ -112,8 +114,11 @@ def document(pools: list[Pool], health_level: dict[str, int], replication: list[
     return d
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write beside the target and rename over it: the collector never reads half a file."""
+@contextmanager
+def atomic_file(path: str) -> Iterator[TextIO]:
+    """A file beside ``path`` that replaces it when the block ends (the collector never reads half a
+    file), or is removed if the block fails. Opened first, so a place that cannot be written is said
+    before any metric is computed."""
     d = os.path.dirname(os.path.abspath(path)) or "."
     try:
         fd, tmp = tempfile.mkstemp(dir=d, prefix=".rebal-metrics-", suffix=".tmp")
@@ -121,7 +126,7 @@ def write_atomic(path: str, text: str) -> None:
         raise CannotWrite.of("the metrics file", path, e) from None
     try:
         with os.fdopen(fd, "w") as f:
-            f.write(text)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)
@@ -134,3 +139,4 @@ def write_atomic(path: str, text: str) -> None:
         if isinstance(e, OSError):
             raise CannotWrite.of("the metrics file", path, e) from None
         raise
+

@@ -62,15 +62,18 @@ def metrics(
     as_json: Annotated[bool, typer.Option("--json", help="The samples as JSON (name, labels, value) instead of Prometheus text.")] = False,
 ) -> None:
     """Prometheus metrics: per-vdev size/alloc/CAP, spread, health, replication, rebalance progress."""
+    from contextlib import nullcontext
+
     from .. import jobs
-    from ..metrics import write_atomic
+    from ..metrics import atomic_file
     from ..zfs.cli import Zpool
 
     cfg = load_config()
-    doc = jobs.metrics_doc(cfg, open_state(cfg), Zpool())
-    text = "\n".join(doc.lines) + "\n"
-    if output:
-        write_atomic(output, text)
+    with atomic_file(output) if output else nullcontext() as f:  # a place it cannot write: said first
+        doc = jobs.metrics_doc(cfg, open_state(cfg), Zpool())
+        text = "\n".join(doc.lines) + "\n"
+        if f is not None:
+            f.write(text)
     if as_json:
         out_json({"file": output, "samples": doc.samples})
     elif not output:

@@ -267,7 +267,8 @@ def test_run_due_uses_the_records(tmp_path):
 @pytest.mark.zfs
 def test_metrics_to_a_place_it_cannot_write_is_one_clear_line(tmp_path):
     """`rebal metrics --output` into a missing directory was an internal error, exit 70 (issue 36):
-    now exit 1 (README: a command failed) with the path and what to do."""
+    now exit 1 (README: a command failed) with the path and what to do, before computing anything
+    (it used to gather every pool's health and the state database first: 2-5 s)."""
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'state_db = "{tmp_path / "s.db"}"\n')
     r = rebal("metrics", "--output", str(tmp_path / "no" / "such" / "x.prom"), config=cfg, check=False)
@@ -275,6 +276,7 @@ def test_metrics_to_a_place_it_cannot_write_is_one_clear_line(tmp_path):
     assert r.stderr.strip() == (f"rebal: error: cannot write the metrics file {tmp_path / 'no' / 'such' / 'x.prom'}: "
                                 "No such file or directory (its directory does not exist: create it, or name "
                                 "another place in the config)")
+    assert not (tmp_path / "s.db").exists()  # said before any metric was computed (the state never opened)
 
 
 @pytest.mark.zfs
