@@ -287,9 +287,9 @@ def metrics_job(cfg: Config, conn, zpool) -> dict:
     """Write the metrics file for node_exporter's textfile collector (schedule.metrics)."""
     from .metrics import atomic_file
 
-    with atomic_file(cfg.metrics_file) as f:  # a place it cannot write fails before the work
+    with atomic_file(cfg.metrics_file) as put:  # a place it cannot write fails before the work
         text = metrics_text(cfg, conn, zpool)
-        f.write(text)
+        put(text)
     return {"file": cfg.metrics_file, "series": sum(1 for ln in text.splitlines() if ln and not ln.startswith("#"))}
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import tempfile
 from contextlib import contextmanager
-from typing import Iterator, TextIO
+from typing import Callable, Iterator
 
 from .errors import CannotWrite
 from .zfs.model import Pool
@@ -115,18 +115,26 @@ def document(pools: list[Pool], health_level: dict[str, int], replication: list[
 
 
 @contextmanager
-def atomic_file(path: str) -> Iterator[TextIO]:
-    """A file beside ``path`` that replaces it when the block ends (the collector never reads half a
-    file), or is removed if the block fails. Opened first, so a place that cannot be written is said
-    before any metric is computed."""
+def atomic_file(path: str) -> Iterator[Callable[[str], None]]:
+    """A writer of a file beside ``path`` that replaces it when the block ends (the collector never
+    reads half a file), or is removed if the block fails. Opened first, so a place that cannot be
+    written is said before any metric is computed. Only the file's own failures are said as
+    CannotWrite: an error of the block's other work (a pool or the state) goes on as it is."""
     d = os.path.dirname(os.path.abspath(path)) or "."
     try:
         fd, tmp = tempfile.mkstemp(dir=d, prefix=".rebal-metrics-", suffix=".tmp")
     except OSError as e:
         raise CannotWrite.of("the metrics file", path, e) from None
+    in_block = True
     try:
         with os.fdopen(fd, "w") as f:
-            yield f
+            def put(text: str) -> None:
+                try:
+                    f.write(text)
+                except OSError as e:
+                    raise CannotWrite.of("the metrics file", path, e) from None
+            yield put
+            in_block = False
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)
@@ -136,7 +144,7 @@ def atomic_file(path: str) -> Iterator[TextIO]:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
-        if isinstance(e, OSError):
+        if isinstance(e, OSError) and not in_block:
             raise CannotWrite.of("the metrics file", path, e) from None
         raise
 

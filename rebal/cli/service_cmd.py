@@ -69,11 +69,11 @@ def metrics(
     from ..zfs.cli import Zpool
 
     cfg = load_config()
-    with atomic_file(output) if output else nullcontext() as f:  # a place it cannot write: said first
+    with atomic_file(output) if output else nullcontext() as put:  # a place it cannot write: said first
         doc = jobs.metrics_doc(cfg, open_state(cfg), Zpool())
         text = "\n".join(doc.lines) + "\n"
-        if f is not None:
-            f.write(text)
+        if put is not None:
+            put(text)
     if as_json:
         out_json({"file": output, "samples": doc.samples})
     elif not output:
