@@ -265,9 +265,9 @@ def run_bench(args, g: Guest) -> int:
     for name, (command, limit) in benches.items():
         for i in range(args.bench_runs if name in args.benches else 0):
             t1 = time.monotonic()
-            b = subprocess.run(g._ssh_argv(f"cd /root/lane/src && python3 {command} 2>&1"),
-                               stdout=subprocess.PIPE, text=True, timeout=limit)
-            sys.stdout.write(b.stdout)
+            sys.stdout.flush()  # the bench's lines go straight to the lane's output as they come (-u: not
+            b = subprocess.run(g._ssh_argv(f"cd /root/lane/src && python3 -u {command} 2>&1"),  # held to the end)
+                               stdin=subprocess.DEVNULL, timeout=limit)
             print(f"lane: bench run {i + 1} of {args.bench_runs} ({command}) "
                   f"took {time.monotonic() - t1:.0f} s, exit {b.returncode}", flush=True)
             rc = rc or b.returncode
