@@ -16,14 +16,16 @@ timed from start to end:
             sending the newest and pruning 1,000 at once; its phases as its report gives them.
             Then a second run after a small write, with rebal's record (the bases asked by name)
   bzfs      `bzfs SRC root@host:DST` after a new snapshot (its planning over N snapshots a side,
-            sending the newest); syncoid `--no-sync-snap` the same
+            sending the newest); syncoid `--no-sync-snap` the same; zfs_autobackup
+            `--other-snapshots --no-thinning` its own new snapshot (it plans over every snapshot,
+            the job's being the common ones). An anchor that fails is said, and the others go on
 Printed: seconds per step and N, and each one's growth per snapshot against the smallest N (1.00x:
 linear; the goal: no step of rebal's grows faster than the bare commands' by more than 1.5x).
 Pruning by the anchors is not timed: bzfs's --delete-dst-snapshots needs a filter plan of its own
 and syncoid leaves pruning to sanoid; the bare comma-list destroy is the floor.
 Only ratios count: 2 vCPUs under TCG, where every process start costs many times a real server's.
 
-    python3 bench/snapshots_zfs.py [--counts 1000,10000] [--tools rebal,bzfs,syncoid] [--wipe-disks /dev/vdb,/dev/vdc]
+    python3 bench/snapshots_zfs.py [--counts 1000,10000] [--tools rebal,bzfs,syncoid,zfs_autobackup] [--wipe-disks /dev/vdb,/dev/vdc]
 
 The lane runs it on two of its guest's disks: `scripts/test-openzfs.sh --guest-only --bench-only
 --benches snapshots --snap-counts 10000 --disk-size 32G` (making snapshots slows as they grow:
@@ -54,6 +56,7 @@ BASE = Path("/var/tmp/rebal-snapbench")
 SRC, DST, JOB = "sbsrc", "sbdst", "snap"
 PRUNE = 1000
 GOAL = 1.5
+ANCHORS = ("bzfs", "syncoid", "zfs_autobackup")
 
 
 def make(n: int, vdevs: list[str]) -> tuple[str, str, list[str]]:
@@ -187,27 +190,45 @@ class Bench:
         names[:] = [n.split("@", 1)[1] for n in names]
         return out
 
-    def anchor(self, tool: str, src: str, dst: str, names: list[str]) -> float:
-        new = f"{tool}-newest"
-        sh("zfs", "snapshot", f"{src}@{new}")
+    def anchor(self, tool: str, src: str, dst: str, names: list[str]) -> float | str:
+        """Seconds for ``tool`` to bring the backup up to the source's newest snapshot (bzfs and syncoid
+        send one made for them; zfs_autobackup its own, across the job's with --other-snapshots); what
+        went wrong instead, so one anchor failing at 11,000 snapshots does not lose the others' figures."""
         h = self.ssh
-        if tool == "bzfs":
-            argv = ["bzfs", src, f"root@{h.host}:{dst}", "--quiet", "--ssh-dst-config-file", str(self.bzfs_config),
-                    "--log-dir", str(BASE / "bzfs-logs")]
+        if tool == "zfs_autobackup":
+            # it selects by property and plans over every snapshot (--other-snapshots: the job's are the
+            # common ones); no thinning (pruning is not what is timed), received under DST as dN
+            sh("zfs", "set", "autobackup:sb=true", src)
+            argv = ["zfs-autobackup", "--ssh-config", str(self.bzfs_config), "--ssh-target", f"root@{h.host}",
+                    "--no-progress", "--exclude-received", "--other-snapshots", "--no-thinning",
+                    "--strip-path", "1", "sb", DST]
         else:
-            argv = ["syncoid", "--quiet", "--no-sync-snap", f"--sshport={h.port}", f"--sshkey={h.identity}",
-                    f"--sshoption=UserKnownHostsFile={h.known_hosts}", src, f"root@{h.host}:{dst}"]
-        secs, _ = self.timed(*argv)
-        got = sh(*self.remote, f"zfs list -H -o name {shlex.quote(f'{dst}@{new}')}", check=False)
-        assert got.returncode == 0, f"{tool} did not send {new}: {got.stderr.strip()}"
-        names.append(new)
+            sh("zfs", "snapshot", f"{src}@{tool}-newest")
+            if tool == "bzfs":
+                argv = ["bzfs", src, f"root@{h.host}:{dst}", "--quiet", "--ssh-dst-config-file",
+                        str(self.bzfs_config), "--log-dir", str(BASE / "bzfs-logs")]
+            else:
+                argv = ["syncoid", "--quiet", "--no-sync-snap", f"--sshport={h.port}", f"--sshkey={h.identity}",
+                        f"--sshoption=UserKnownHostsFile={h.known_hosts}", src, f"root@{h.host}:{dst}"]
+        t0 = time.monotonic()
+        r = sh(*argv, check=False)
+        secs = round(time.monotonic() - t0, 2)
+        newest = sh("zfs", "list", "-H", "-t", "snapshot", "-o", "name", "-s", "createtxg", "-d", "1",
+                    src).stdout.split()[-1].split("@", 1)[1]
+        names.append(newest)
+        got = sh(*self.remote, f"zfs list -H -o name {shlex.quote(f'{dst}@{newest}')}", check=False)
+        if r.returncode != 0 or got.returncode != 0:
+            why = f"{tool} exited {r.returncode}, the backup " + ("has" if got.returncode == 0 else "lacks") + \
+                f" @{newest}: {(r.stderr or r.stdout).strip()[-300:]}"
+            print(f"snapshots_zfs: {why}", flush=True)
+            return why
         return secs
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--counts", default="1000,10000")
-    ap.add_argument("--tools", default="rebal,bzfs,syncoid")
+    ap.add_argument("--tools", default="rebal," + ",".join(ANCHORS))
     ap.add_argument("--json", default="/var/tmp/snapshots-zfs.json", help="where the figures are kept")
     ap.add_argument("--wipe-disks", default="", metavar="DISK,DISK",
                     help="two disks for the mirror, WHATEVER THEY HOLD IS DESTROYED (the lane's guest: /dev/vdb,/dev/vdc, "
@@ -219,7 +240,7 @@ def main() -> int:
         return 2
     counts = [int(c) for c in args.counts.split(",")]
     tools = [t for t in args.tools.split(",") if t]
-    missing = [t for t in tools if not shutil.which(t)]
+    missing = [t for t in tools if not shutil.which(t.replace("zfs_autobackup", "zfs-autobackup"))]
     if missing:
         print(f"snapshots_zfs: not installed: {', '.join(missing)} (the lane's image and lane.py put them in)")
         return 2
@@ -233,7 +254,7 @@ def main() -> int:
             if "rebal" in tools:
                 row["rebal"] = bench.rebal(src, dst, names)
             row["bare"].update(bench.bare_prune(src, dst, names))
-            for tool in ("bzfs", "syncoid"):
+            for tool in ANCHORS:
                 if tool in tools:
                     row[tool] = bench.anchor(tool, src, dst, names)
             figures[n] = row
@@ -253,20 +274,23 @@ def report(counts: list[int], figures: dict[int, dict]) -> None:
     if "rebal" in figures[base]:
         steps += [("rebal adopt (whole run)", ("rebal", "adopt")), ("rebal again (whole run)", ("rebal", "again"))]
         steps += [(f"rebal adopt {p}", ("rebal", "adopt phases", p)) for p in figures[base]["rebal"]["adopt phases"]]
-    steps += [(t, (t,)) for t in ("bzfs", "syncoid") if t in figures[base]]
+    steps += [(t, (t,)) for t in ANCHORS if t in figures[base]]
 
-    def get(n: int, path) -> float:
+    def get(n: int, path) -> float | None:
         v = figures[n]
         for k in path:
-            v = v[k]
-        return float(v)
+            v = v.get(k) if isinstance(v, dict) else None
+        return None if v is None or isinstance(v, str) else float(v)  # str: what went wrong (printed)
 
     for label, path in steps:
         cells = []
         for n in counts:
-            secs = get(n, path)
-            grow = (secs / n) / max(get(base, path) / base, 1e-9)
-            cells.append(f"N={n} {secs:8.2f} s" + (f" {grow:5.2f}x" if n != base else ""))
+            secs, first = get(n, path), get(base, path)
+            if secs is None:
+                cells.append(f"N={n}   failed")
+                continue
+            grow = f" {(secs / n) / max(first / base, 1e-9):5.2f}x" if n != base and first is not None else ""
+            cells.append(f"N={n} {secs:8.2f} s" + grow)
         print(f"  {label:34} " + "   ".join(cells))
     if "rebal" in figures[base]:
         r = {n: figures[n]["rebal"] for n in counts}

@@ -315,7 +315,7 @@ def main() -> int:
     ap.add_argument("--snap-counts", default="1000,10000", help="snapshot counts of the many-snapshots bench")
     ap.add_argument("--disk-size", default="2G", help="size of the guest's eight data disks (sparse files on the "
                     "host; the tests need 2G, the many-snapshots bench at 10,000 some 32G)")
-    ap.add_argument("--snap-tools", default="rebal,bzfs,syncoid", help="the many-snapshots bench's tools")
+    ap.add_argument("--snap-tools", default="rebal,bzfs,syncoid,zfs_autobackup", help="the many-snapshots bench's tools")
     ap.add_argument("--bench-only", action="store_true", help="boot, install and run only the bench (no tests)")
     ap.add_argument("--timeout", type=int, default=None,
                     help="seconds the guest's tests (boot and install included) or the host's may take "
