@@ -3,17 +3,18 @@ snapshots grow, rebal against the bare ZFS commands of the same steps and agains
 in the lane's guest (tests/openzfs/vm/lane.py runs it: `--benches snapshots`), as root, over a real
 sshd on loopback into a second pool. bench/snapshots.py measures rebal's own work without ZFS.
 
-For each count N (at least 1,000): a dataset holding N + 1,000 of a job's snapshots (one a minute,
+For each count N: a dataset holding N + P of a job's snapshots (P = 1,000, or N where N is smaller:
+a smoke run of a few minutes at --counts 10,20) (one a minute,
 rebal's names, each in its own transaction group, through libzfs_core), the backup a copy of it with all of them
 (the pool's mirror split off: the same guids, unmounted as a received backup is). Then, each step
 timed from start to end:
   bare      the same steps as bare commands: the fast listing of both sides (`zfs list -Hp -t all
             -o name,guid,createtxg`, each over ssh for the backup), a snapshot and its incremental
-            `zfs send -i | ssh zfs receive`, and, after rebal's run, the 1,000 oldest left destroyed
+            `zfs send -i | ssh zfs receive`, and, after rebal's run, the P oldest left destroyed
             on both sides with one comma list each (`zfs destroy DS@A,B,...`: one lzc_destroy_snaps)
   rebal     `rebal replicate` of the job, adopting the backup (no record: both sides listed whole),
-            its retention set to prune the 1,000 oldest on each side (`last`, the rest 0): planning,
-            sending the newest and pruning 1,000 at once; its phases as its report gives them.
+            its retention set to prune the P oldest on each side (`last`, the rest 0): planning,
+            sending the newest and pruning P at once; its phases as its report gives them.
             Then a second run after a small write, with rebal's record (the bases asked by name)
   bzfs      `bzfs SRC root@host:DST` after a new snapshot (its planning over N snapshots a side,
             sending the newest); syncoid `--no-sync-snap` the same; zfs_autobackup
@@ -59,8 +60,14 @@ GOAL = 1.5
 ANCHORS = ("bzfs", "syncoid", "zfs_autobackup")
 
 
+def pruned(n: int) -> int:
+    """How many snapshots a side the runs at count ``n`` prune: PRUNE, or n where it is smaller (after
+    rebal's prune n + 1 are left, and the bare commands prune as many again)."""
+    return min(PRUNE, n)
+
+
 def make(n: int, vdevs: list[str]) -> tuple[str, str, list[str]]:
-    """SRC/dN with n + PRUNE of the job's snapshots, and its backup DST/dN holding the same ones (the
+    """SRC/dN with n + pruned(n) of the job's snapshots, and its backup DST/dN holding the same ones (the
     same guids); their names, oldest first. The backup is SRC's mirror split off (`zpool split`):
     receiving n snapshots would take four times as long as making them (a txg each, and more).
     The mirror's two sides are ``vdevs`` (two disks) or, without them, two 1 GiB files."""
@@ -79,8 +86,8 @@ def make(n: int, vdevs: list[str]) -> tuple[str, str, list[str]]:
     sh("zfs", "create", src)
     with open(f"/{BASE.name}/{src}/f", "wb") as f:
         f.write(b"x" * (1 << 20))
-    start = datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(minutes=n + PRUNE + 5)
-    names = [snapshot_name(JOB, start + timedelta(minutes=i)) for i in range(n + PRUNE)]
+    start = datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(minutes=n + pruned(n) + 5)
+    names = [snapshot_name(JOB, start + timedelta(minutes=i)) for i in range(n + pruned(n))]
     t0 = time.monotonic()
     snapshot_each([f"{src}@{s}" for s in names])
     made = time.monotonic() - t0
@@ -153,23 +160,25 @@ class Bench:
         names.append(new)
         return out
 
-    def bare_prune(self, src: str, dst: str, names: list[str]) -> dict:
-        """The floor of pruning: the PRUNE oldest left after rebal's run (the next thousand after the
+    def bare_prune(self, src: str, dst: str, names: list[str], prune: int) -> dict:
+        """The floor of pruning: the ``prune`` oldest left after rebal's run (the next thousand after the
         ones rebal pruned: no easier, since a snapshot's deadlist holds a key for each older one) in
         one comma list a side, one lzc_destroy_snaps (a range `@a%b` is slower: the zfs command lists
         every snapshot of the dataset to resolve it; measured 4.2 s against 1.3 s for 100 of 1,000)."""
-        listed = "@" + ",".join(names[:PRUNE])
+        listed = "@" + ",".join(names[:prune])
         t0 = time.monotonic()
         sh("zfs", "destroy", src + listed)
         sh(*self.remote, f"zfs destroy {shlex.quote(dst + listed)}")
         secs = round(time.monotonic() - t0, 2)
-        assert len(sh("zfs", "list", "-H", "-t", "snapshot", "-o", "name", "-d", "1", src).stdout.split()) == len(names) - PRUNE
-        del names[:PRUNE]
-        return {f"prune {PRUNE}": secs}
+        left = len(sh("zfs", "list", "-H", "-t", "snapshot", "-o", "name", "-d", "1", src).stdout.split())
+        if left != len(names) - prune:
+            raise RuntimeError(f"the bare prune of {prune} of {len(names)} snapshots left {left}")
+        del names[:prune]
+        return {"prune oldest": secs}
 
-    def rebal(self, src: str, dst: str, names: list[str]) -> dict:
-        # its first run prunes the PRUNE oldest on each side (its own new snapshot kept too)
-        keep = {"last": len(names) - PRUNE + 1, "hourly": 0, "daily": 0, "weekly": 0, "monthly": 0}
+    def rebal(self, src: str, dst: str, names: list[str], prune: int) -> dict:
+        # its first run prunes the ``prune`` oldest on each side (its own new snapshot kept too)
+        keep = {"last": len(names) - prune + 1, "hourly": 0, "daily": 0, "weekly": 0, "monthly": 0}
         cfg = BASE / "rebal.toml"
         cfg.write_text(f'state_db = "{BASE / "state.db"}"\n' + self.ssh.config_block(
             name=JOB, source=src, target=dst, retention_source=keep, retention_target=keep))
@@ -239,6 +248,9 @@ def main() -> int:
         print(f"snapshots_zfs: --wipe-disks takes two disks: {args.wipe_disks}")
         return 2
     counts = [int(c) for c in args.counts.split(",")]
+    if min(counts) < 10:
+        print(f"snapshots_zfs: --counts: at least 10 snapshots a count ({args.counts})")
+        return 2
     tools = [t for t in args.tools.split(",") if t]
     missing = [t for t in tools if not shutil.which(t.replace("zfs_autobackup", "zfs-autobackup"))]
     if missing:
@@ -252,8 +264,9 @@ def main() -> int:
             src, dst, names = make(n, vdevs)
             row = {"bare": bench.bare(src, dst, names)}
             if "rebal" in tools:
-                row["rebal"] = bench.rebal(src, dst, names)
-            row["bare"].update(bench.bare_prune(src, dst, names))
+                row["rebal"] = bench.rebal(src, dst, names, pruned(n))
+            row["bare"].update(bench.bare_prune(src, dst, names, pruned(n)))
+            row["pruned a side"] = pruned(n)
             for tool in ANCHORS:
                 if tool in tools:
                     row[tool] = bench.anchor(tool, src, dst, names)
