@@ -29,7 +29,8 @@ Only ratios count: 2 vCPUs under TCG, where every process start costs many times
     python3 bench/snapshots_zfs.py [--counts 1000,10000] [--tools rebal,bzfs,syncoid,zfs_autobackup] [--wipe-disks /dev/vdb,/dev/vdc]
 
 The lane runs it on two of its guest's disks: `scripts/test-openzfs.sh --guest-only --bench-only
---benches snapshots --snap-counts 10000 --disk-size 32G` (making snapshots slows as they grow:
+--benches snapshots --snap-counts 10000 --disk-size 32G`; a smoke run: `--snap-counts 10,20` (making
+snapshots slows as they grow:
 the 1st, 2nd and 3rd thousand took 52, 94 and 144 s, and the pool's allocation grew with them).
 """
 
