@@ -3,9 +3,9 @@ snapshots grow, rebal against the bare ZFS commands of the same steps and agains
 in the lane's guest (tests/openzfs/vm/lane.py runs it: `--benches snapshots`), as root, over a real
 sshd on loopback into a second pool. bench/snapshots.py measures rebal's own work without ZFS.
 
-For each count N: a dataset holding N + P of a job's snapshots (P = 1,000, or N where N is smaller:
-a smoke run of a few minutes at --counts 10,20) (one a minute,
-rebal's names, each in its own transaction group, through libzfs_core), the backup a copy of it with all of them
+For each count N: a dataset holding N + P of a job's snapshots (P = 1,000, or N where N is smaller,
+so a smoke run at --counts 10,20 takes minutes), one a minute by rebal's names, each in its own
+transaction group through libzfs_core; the backup a copy of it with all of them
 (the pool's mirror split off: the same guids, unmounted as a received backup is). Then, each step
 timed from start to end:
   bare      the same steps as bare commands: the fast listing of both sides (`zfs list -Hp -t all
