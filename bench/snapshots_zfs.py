@@ -248,9 +248,12 @@ def main() -> int:
     if vdevs and (len(vdevs) != 2 or not all(Path(d).is_block_device() for d in vdevs)):
         print(f"snapshots_zfs: --wipe-disks takes two disks: {args.wipe_disks}")
         return 2
-    counts = [int(c) for c in args.counts.split(",")]
+    try:
+        counts = [int(c) for c in args.counts.split(",")]
+    except ValueError:
+        counts = [0]
     if min(counts) < 10:
-        print(f"snapshots_zfs: --counts: at least 10 snapshots a count ({args.counts})")
+        print(f"snapshots_zfs: --counts: whole numbers, at least 10 each ({args.counts})")
         return 2
     tools = [t for t in args.tools.split(",") if t]
     missing = [t for t in tools if not shutil.which(t.replace("zfs_autobackup", "zfs-autobackup"))]
@@ -267,7 +270,6 @@ def main() -> int:
             if "rebal" in tools:
                 row["rebal"] = bench.rebal(src, dst, names, pruned(n))
             row["bare"].update(bench.bare_prune(src, dst, names, pruned(n)))
-            row["pruned a side"] = pruned(n)
             for tool in ANCHORS:
                 if tool in tools:
                     row[tool] = bench.anchor(tool, src, dst, names)
