@@ -10,16 +10,18 @@ transaction group through libzfs_core; the backup a copy of it with all of them
 timed from start to end:
   bare      the same steps as bare commands: the fast listing of both sides (`zfs list -Hp -t all
             -o name,guid,createtxg`, each over ssh for the backup), a snapshot and its incremental
-            `zfs send -i | ssh zfs receive`, and, after rebal's run, the P oldest left destroyed
-            on both sides with one comma list each (`zfs destroy DS@A,B,...`: one lzc_destroy_snaps)
+            `zfs send -i | ssh zfs receive`, and, after rebal's and the anchors' runs, the P oldest
+            left destroyed on both sides with one comma list each (`zfs destroy DS@A,B,...`: one
+            lzc_destroy_snaps)
   rebal     `rebal replicate` of the job, adopting the backup (no record: both sides listed whole),
             its retention set to prune the P oldest on each side (`last`, the rest 0): planning,
             sending the newest and pruning P at once; its phases as its report gives them.
             Then a second run after a small write, with rebal's record (the bases asked by name)
-  bzfs      `bzfs SRC root@host:DST` after a new snapshot (its planning over N snapshots a side,
-            sending the newest); syncoid `--no-sync-snap` the same; zfs_autobackup
-            `--other-snapshots --no-thinning` its own new snapshot (it plans over every snapshot,
-            the job's being the common ones). An anchor that fails is said, and the others go on
+  bzfs      after rebal, before the bare prune, on the N + 2 snapshots a side rebal left:
+            `bzfs SRC root@host:DST` after a new snapshot (planning over them, sending the newest);
+            syncoid `--no-sync-snap` the same; zfs_autobackup `--other-snapshots --no-thinning` its
+            own new snapshot (it plans over every snapshot, the job's being the common ones).
+            An anchor that fails is said, and the others go on
 Printed: seconds per step and N, and each one's growth per snapshot against the smallest N (1.00x:
 linear; the goal: no step of rebal's grows faster than the bare commands' by more than 1.5x).
 Pruning by the anchors is not timed: bzfs's --delete-dst-snapshots needs a filter plan of its own
@@ -269,10 +271,11 @@ def main() -> int:
             row = {"bare": bench.bare(src, dst, names)}
             if "rebal" in tools:
                 row["rebal"] = bench.rebal(src, dst, names, pruned(n))
-            row["bare"].update(bench.bare_prune(src, dst, names, pruned(n)))
-            for tool in ANCHORS:
+            row["anchors planned over"] = len(names)  # n + 2: rebal's prune left them
+            for tool in ANCHORS:  # before the bare prune, which would leave them 2 snapshots at n=1,000
                 if tool in tools:
                     row[tool] = bench.anchor(tool, src, dst, names)
+            row["bare"].update(bench.bare_prune(src, dst, names, pruned(n)))
             figures[n] = row
             print(f"snapshots_zfs: N={n}: {json.dumps(row)}", flush=True)
     finally:
@@ -308,6 +311,8 @@ def report(counts: list[int], figures: dict[int, dict]) -> None:
             grow = f" {(secs / n) / max(first / base, 1e-9):5.2f}x" if n != base and first is not None else ""
             cells.append(f"N={n} {secs:8.2f} s" + grow)
         print(f"  {label:34} " + "   ".join(cells))
+    print("  the anchors planned over (snapshots a side): " +
+          ", ".join(f"N={n} {figures[n].get('anchors planned over', '-')}" for n in counts))
     if "rebal" in figures[base]:
         r = {n: figures[n]["rebal"] for n in counts}
         print("  rebal pruned (source, backup): " + ", ".join(f"N={n} {r[n]['adopt pruned']}" for n in counts))
