@@ -10,7 +10,8 @@ transaction group through libzfs_core; the backup a copy of it with all of them
 timed from start to end:
   bare      the same steps as bare commands: the fast listing of both sides (`zfs list -Hp -t all
             -o name,guid,createtxg`, each over ssh for the backup), a snapshot and its incremental
-            `zfs send -i | ssh zfs receive`, and, after rebal's and the anchors' runs, the P oldest
+            `zfs send -i | ssh zfs receive` (and its estimate `zfs send -nP`, with -I and with -i),
+            and, after rebal's and the anchors' runs, the P oldest
             left destroyed on both sides with one comma list each (`zfs destroy DS@A,B,...`: one
             lzc_destroy_snaps)
   rebal     `rebal replicate` of the job, adopting the backup (no record: both sides listed whole),
@@ -160,6 +161,10 @@ class Bench:
         sh("zfs", "snapshot", f"{src}@{new}")
         pipe(["zfs", "send", "-i", f"@{names[-1]}", f"{src}@{new}"], self.remote + [f"zfs receive -u {shlex.quote(dst)}"])
         out["send newest"] = round(time.monotonic() - t0, 2)
+        # what `-I` costs over `-i` for the same one step (zfs plans -I by listing every snapshot of the
+        # dataset; rebal sends -i where nothing lies between its base and its new snapshot)
+        for flag in ("-I", "-i"):
+            out[f"estimate {flag}"], _ = self.timed("zfs", "send", "-nP", flag, f"@{names[-1]}", f"{src}@{new}")
         names.append(new)
         return out
 

@@ -332,7 +332,8 @@ class ZfsReplicator(Capabilities):
                 send = zargv.send(f"{ds}@{snap}", flags)
             else:
                 assert plan.base is not None  # an incremental plan always has its base
-                send = zargv.send(f"{ds}@{snap}", flags, base_args(ds, plan.base))
+                between = any(not s.bookmark and plan.base.txg < s.txg < to.txg for s in src)
+                send = zargv.send(f"{ds}@{snap}", flags, base_args(ds, plan.base, between))
             rep.kind = plan.kind
             rep.expected = self.estimate(send, ds, snap, plan.kind) if self.estimates or self.dry_run else None
             force = plan.kind == "incremental" and self.force_rollback

@@ -72,13 +72,18 @@ def test_full_then_incremental_recursive(pools, backup_host, tmp_path):
     status = rebal_json("status", src.name, config=cfg)
     [rep] = status["replication"]
     assert rep["job"] == "nightly" and rep["snapshot"] == r2["snapshot"] and rep["age_seconds"] < 120
-    # without a terminal (a log) each dataset sent gets a line as it is done, not only the end's summary
+    # without a terminal (a log) each dataset sent gets a line as it is done, not only the end's summary;
+    # r2 sent with -i (nothing between its base and its snapshot), r3 with -I: an admin's snapshot
+    # taken between the runs reaches the backup too
+    sh("zfs", "snapshot", f"{src.name}/data/child/grandchild@between")
     with open(os.path.join(mountpoint(f"{src.name}/data/child/grandchild"), "again"), "wb") as f:
         f.write(os.urandom(50_000))
     r3 = rebal("replicate", "nightly", config=cfg)
     lines = [ln for ln in r3.stderr.splitlines() if ln.startswith("replicate nightly: ")]
     assert any(ln.startswith(f"replicate nightly: {src.name}/data/child/grandchild: incremental, ")
                and ln.endswith(" s") for ln in lines), r3.stderr
+    assert "between" in snaps(f"{dst.name}/copy/child/grandchild")
+    assert "between" not in snaps(f"{dst.name}/copy/child")
 
 
 def test_diverged_target_fails_cleanly(pools, backup_host, tmp_path):

@@ -112,7 +112,9 @@ def test_a_bookmark_is_a_base_and_the_snapshot_wins_a_tie():
     assert P.newest_common([older, mark, snap], target) == snap
     assert P.newest_common([older, mark], target) == mark  # the snapshot went: the bookmark is the base
     assert P.base_args("tank/d", mark) == ["-i", "tank/d#rebal-j-1"]
-    assert P.base_args("tank/d", snap) == ["-I", "@rebal-j-1"]
+    assert P.base_args("tank/d", snap) == ["-I", "@rebal-j-1"]  # snapshots between it and the one sent
+    assert P.base_args("tank/d", snap, between=False) == ["-i", "@rebal-j-1"]  # none: -i, no listing
+    assert P.base_args("tank/d", mark, between=False) == ["-i", "tank/d#rebal-j-1"]
     to = P.Snap("rebal-j-2", 12, 200)
     plan = P.plan_send("tank/d", [older, mark, to], target, to, force_rollback=False)
     assert plan.kind == "incremental" and plan.base == mark
