@@ -11,9 +11,8 @@ timed from start to end:
   bare      the same steps as bare commands: the fast listing of both sides (`zfs list -Hp -t all
             -o name,guid,createtxg`, each over ssh for the backup), a snapshot and its incremental
             `zfs send -i | ssh zfs receive` (and its estimate `zfs send -nP`, with -I and with -i),
-            and, after rebal's and the anchors' runs, the P oldest
-            left destroyed on both sides with one comma list each (`zfs destroy DS@A,B,...`: one
-            lzc_destroy_snaps)
+            and, after rebal's and the anchors' runs, the P oldest left destroyed on both sides with
+            one comma list each (`zfs destroy DS@A,B,...`: one lzc_destroy_snaps)
   rebal     `rebal replicate` of the job, adopting the backup (no record: both sides listed whole),
             its retention set to prune the P oldest on each side (`last`, the rest 0): planning,
             sending the newest and pruning P at once; its phases as its report gives them.
@@ -161,8 +160,8 @@ class Bench:
         sh("zfs", "snapshot", f"{src}@{new}")
         pipe(["zfs", "send", "-i", f"@{names[-1]}", f"{src}@{new}"], self.remote + [f"zfs receive -u {shlex.quote(dst)}"])
         out["send newest"] = round(time.monotonic() - t0, 2)
-        # what `-I` costs over `-i` for the same one step (zfs plans -I by listing every snapshot of the
-        # dataset; rebal sends -i where nothing lies between its base and its new snapshot)
+        # what `-I` costs over `-i` for the same one step (zfs plans -I by gathering every snapshot of
+        # the dataset; rebal sends -i where nothing lies between its base and its new snapshot)
         for flag in ("-I", "-i"):
             out[f"estimate {flag}"], _ = self.timed("zfs", "send", "-nP", flag, f"@{names[-1]}", f"{src}@{new}")
         names.append(new)

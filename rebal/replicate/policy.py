@@ -56,9 +56,9 @@ def newest_common(source: list[Snap], target: list[Snap]) -> Snap | None:
 def base_args(dataset: str, base: Snap, between: bool = True) -> list[str]:
     """The incremental part of `zfs send`: `-I @snap` (every snapshot in between too) from a snapshot
     with snapshots ``between`` it and the one sent, `-i @snap` from one without (the same stream: the
-    zfs command plans `-I` by listing every snapshot of the dataset, 10 s at 11,000 snapshots, twice
-    a run with the estimate; `-i` asks for the two alone), `-i ds#bookmark` from a bookmark (a
-    bookmark cannot be the start of `-I`)."""
+    zfs command plans `-I` by gathering every snapshot of the dataset, for the estimate and again for
+    the stream: 1.6 s against 0.1 s for the estimate at 2,000 snapshots), `-i ds#bookmark` from a
+    bookmark (a bookmark cannot be the start of `-I`)."""
     if base.bookmark:
         return ["-i", base.ref(dataset)]
     return ["-I" if between else "-i", f"@{base.name}"]
