@@ -23,6 +23,7 @@ def gate(
     check_only: Annotated[bool, typer.Option("--check", help="Only say whether the command would be allowed; run nothing.")] = False,
     allow_for: Annotated[Optional[str], typer.Option("--allow-for", metavar="USER", help="Print the zfs allow command that gives USER (the key's login, not root) what this gate needs here, the least this host's zfs can express (receive:append on OpenZFS 2.3.2+).")] = None,
     raw: Annotated[bool, typer.Option("--raw", help="With --send-from --allow-for: the jobs send raw (send:encrypted on OpenZFS 2.4+).")] = False,
+    max_snapshots: Annotated[int, typer.Option("--max-snapshots", metavar="N", min=1, help="At most N of rebal's own snapshots per dataset may exist for the key to make another (a flood would pin this host's space).")] = 500,
 ) -> None:
     """The ssh forced command that lets a replication job do its work and nothing else
     (command="rebal gate --receive-into backup/tank-data",restrict in authorized_keys)."""
@@ -34,13 +35,23 @@ def gate(
         raise UsageError("give exactly one of --receive-into DATASET or --send-from DATASET")
     if allow_rollback and send_from:
         raise UsageError("--allow-rollback goes with --receive-into")
-    policy = Policy("receive" if receive_into else "send", receive_into or send_from, allow_rollback)
+    policy = Policy("receive" if receive_into else "send", receive_into or send_from, allow_rollback,
+                    max_snapshots=max_snapshots)
     if allow_for is not None:
         from ..replicate.gate import allow_set
         from ..replicate.transport import Here
         from ..zfs.host import ZfsHost
 
-        argv, notes = allow_set(policy.mode, policy.root, allow_for, ZfsHost(Here()).version(), raw, allow_rollback)
+        from ..process.command import run
+        from ..zfs import argv as zargv
+
+        on = policy.root
+        if policy.mode == "receive" and "/" in on and run(zargv.guid(on), check=False).returncode != 0:
+            on = on.rsplit("/", 1)[0]  # the target does not exist before its first receive: its parent creates it
+        argv, notes = allow_set(policy.mode, on, allow_for, ZfsHost(Here()).version(), raw, allow_rollback)
+        if on != policy.root:
+            notes.append(f"{policy.root} does not exist yet: allowed on {on}, where its first receive creates it "
+                         f"(the gate still confines the key to {policy.root})")
         out_text("# as root on this host:\n" + " ".join(argv) + "\n" + "".join(f"# {n}\n" for n in notes))
         return
     line = command if command is not None else os.environ.get("SSH_ORIGINAL_COMMAND")

@@ -123,6 +123,7 @@ def keys(
     authorized_keys: Annotated[str, typer.Option("--authorized-keys", metavar="PATH", help="With --install: the file there, relative to the login's home.")] = ".ssh/authorized_keys",
     rebal_path: Annotated[str, typer.Option("--rebal-path", metavar="PATH", help="Where rebal is on the other host, for the gate.")] = "/usr/bin/rebal",
     check: Annotated[bool, typer.Option("--check/--no-check", help="End with a dry run of the job (once the host key is pinned).")] = True,
+    gate_root: Annotated[Optional[str], typer.Option("--gate-root", metavar="DATASET", help="An rsync job: the dataset on the backup host its target directory is on (the gate lets the key write there only).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Set up a job's ssh: its key, the other host's key pinned, the gated authorized_keys line there, a dry run."""
@@ -132,7 +133,7 @@ def keys(
 
     cfg = load_config()
     p = pair(find_job(cfg, job), pin=pin, do_install=install, login_identity=login_identity,
-             authorized_keys=authorized_keys, rebal_path=rebal_path)
+             authorized_keys=authorized_keys, rebal_path=rebal_path, gate_root=gate_root)
     code = 0
     if check and p.host is not None and p.pinned:  # the whole way, as a run would go it
         outcome, details = run_job(cfg, job, dry_run=True, on_wait=warn)

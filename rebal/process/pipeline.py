@@ -135,15 +135,16 @@ def kill(p: subprocess.Popen) -> None:
             pass
 
 
-def connect(stages: list[list[str]]) -> int:
+def connect(stages: list[list[str]], replace_self: bool = True) -> int:
     """Run the stages joined by pipes, rebal's stdin into the first and the last's output to rebal's
     stdout; the exit status of the last stage that failed (0 when none did). One stage replaces
-    rebal's own process (nothing of rebal stays between the ssh channel and the command). A stage
-    that cannot start: exit 127, said on stderr."""
+    rebal's own process (nothing of rebal stays between the ssh channel and the command) unless
+    ``replace_self`` is false (the caller has work after it). A stage that cannot start: exit 127,
+    said on stderr."""
     import sys
 
     sys.stdout.flush()
-    if len(stages) == 1:
+    if len(stages) == 1 and replace_self:
         try:
             os.execvp(stages[0][0], stages[0])
         except OSError as e:

@@ -38,10 +38,11 @@ _TOKEN = re.compile(r"^[A-Za-z0-9-]{1,4096}$")
 _SIZE = re.compile(r"^\d{1,12}[KMGkmg%]?$")
 _PROP = re.compile(r"^[a-z][A-Za-z0-9_:.,@#-]{0,1023}$")  # (written@SNAP, written#BOOKMARK too)
 _TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,255}$")
-_OWN = re.compile(r"^rebal-[A-Za-z0-9][A-Za-z0-9_.-]*-\d{8}T\d{6}Z$")  # rebal's own snapshot names
+OWN_SNAPSHOT = re.compile(r"^rebal-[A-Za-z0-9][A-Za-z0-9_.-]*-\d{8}T\d{6}Z$")  # rebal's own snapshot names
 # rsync --server: option letters before the 'e' capability string (no -s protect-args, which would
-# hide the paths from this check; no -b/-K/-L/-k that follow or keep links or write backups elsewhere)
-_RSYNC_SHORT = re.compile(r"^-[logDtprHAXzvnxcuiIWOJUmqdS]+(e[.A-Za-z0-9]*)?$")
+# hide the paths from this check; no -b/-K/-L/-k that follow or keep links or write backups elsewhere;
+# no -D: device nodes and special files are never made on the backup host)
+_RSYNC_SHORT = re.compile(r"^-[logtprHAXzvnxcuiIWOJUmqdS]+(e[.A-Za-z0-9]*)?$")
 _RSYNC_LONG = {"--delete-delay", "--delete", "--delete-after", "--delete-during", "--stats", "--numeric-ids",
                "--inplace", "--mkpath", "--partial", "--no-implied-dirs", "--checksum", "--dry-run"}
 
@@ -56,6 +57,7 @@ class Policy:
     root: str  # the dataset everything must be under
     allow_rollback: bool = False
     mountpoint: str | None = None  # receive mode: where an rsync server may write (resolved by serve)
+    max_snapshots: int = 500  # rebal's own snapshots per dataset a key may make (gate_serve counts)
 
     def __post_init__(self) -> None:
         if self.mode not in ("receive", "send"):
@@ -156,13 +158,13 @@ def _under(policy: Policy, ds: str) -> str:
     return ds
 
 
-def _snap(policy: Policy, name: str, sep: str = "@", own: bool = False) -> tuple[str, str]:
+def _snap(policy: Policy, name: str, sep: str = "@", own: str = "") -> tuple[str, str]:
     ds, s, snap = name.partition(sep)
     if not s or not snap or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*", snap) or len(name) > 255:
         raise Refused(f"bad {'snapshot' if sep == '@' else 'bookmark'} name {name!r}")
     _under(policy, ds)
-    if own and not _OWN.fullmatch(snap):
-        raise Refused(f"{name}: only rebal's own snapshots and bookmarks (rebal-<job>-<time>) may be destroyed")
+    if own and not OWN_SNAPSHOT.fullmatch(snap):
+        raise Refused(f"{name}: only rebal's own snapshots and bookmarks (rebal-<job>-<time>) may be {own}")
     return ds, snap
 
 
@@ -247,7 +249,7 @@ def _receive_mode(policy: Policy, argv: list[str]) -> None:
         if not args or any(a.startswith("-") for a in args):
             raise Refused("zfs snapshot: name snapshots under the root, no options")
         for a in args:
-            _snap(policy, a)
+            _snap(policy, a, own="made")
         return None
     raise Refused(f"zfs {sub} is not allowed through this key")
 
@@ -305,7 +307,7 @@ def _send_mode(policy: Policy, argv: list[str]) -> None:
             return None  # the usage text
         seen, vals, pos = parse_opts(args, "wcLenvPp", "iIt")
         if "t" in vals:
-            if pos or set(vals) != {"t"} or not _TOKEN.fullmatch(vals["t"]):
+            if pos or set(vals) != {"t"} or not _TOKEN.fullmatch(vals["t"]) or seen - set("nvP"):
                 raise Refused("zfs send -t takes a resume token and -n/-v/-P only")
             return None
         if len(pos) != 1:
@@ -326,14 +328,14 @@ def _send_mode(policy: Policy, argv: list[str]) -> None:
         if not pos:
             raise Refused("zfs snapshot needs a snapshot name")
         for p in pos:
-            _snap(policy, p)
+            _snap(policy, p, own="made")
         return None
     if sub in ("hold", "release"):
         seen, _, pos = parse_opts(args, "r", "")
         if len(pos) < 2 or not _TAG.fullmatch(pos[0]) or not pos[0].startswith("rebal-"):
             raise Refused(f"zfs {sub} TAG SNAPSHOT...: the tag is rebal-<job>")
-        for p in pos[1:]:
-            _snap(policy, p)
+        for p in pos[1:]:  # never the admin's own snapshots: a hold would keep them from being destroyed
+            _snap(policy, p, own="held" if sub == "hold" else "released")
         return None
     if sub == "bookmark":
         if len(args) != 2:
@@ -350,9 +352,31 @@ def _send_mode(policy: Policy, argv: list[str]) -> None:
             raise Refused("zfs destroy -r of a bookmark is not allowed")
         ds, snaps = pos[0].split(sep, 1)
         for s in snaps.split(",") if sep == "@" else [snaps]:
-            _snap(policy, f"{ds}{sep}{s}", sep, own=True)
+            _snap(policy, f"{ds}{sep}{s}", sep, own="destroyed")
         return None
     raise Refused(f"zfs {sub} is not allowed through this key")
+
+
+def send_token(stage: list[str]) -> str | None:
+    """The resume token of an allowed `zfs send ... -t TOKEN` stage (however its flags are written:
+    `-t TOK`, `-tTOK`, `-v -t TOK`), or None."""
+    if tuple(stage[:2]) != zargv.SEND:
+        return None
+    _, vals, _ = parse_opts(stage[2:], "wcLenvPp", "iIt")
+    return vals.get("t")
+
+
+def snapshots_made(stage: list[str]) -> tuple[list[str], bool]:
+    """The snapshots an allowed `zfs snapshot` stage would make, and whether with -r."""
+    if tuple(stage[:2]) != zargv.SNAPSHOT:
+        return [], False
+    seen, _, pos = parse_opts(stage[2:], "r", "")
+    return pos, "r" in seen
+
+
+def rsync_destination(stage: list[str]) -> int | None:
+    """The index in an allowed rsync stage of its destination (its last word), or None."""
+    return len(stage) - 1 if stage[:2] == ["rsync", "--server"] else None
 
 
 def check(policy: Policy, line: str) -> list[list[str]]:

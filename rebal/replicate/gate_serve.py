@@ -1,8 +1,14 @@
 """Running what the gate allowed (gate.py decides): logging, the receive's safety flags, the pipeline.
 
 Every command, allowed or refused, is logged: to syslog (the journal) where /dev/log exists, and to
-``--log FILE`` when given, one line each. A refusal also prints one line on stderr for the job's
-side to show.
+``--log FILE`` when given, one line each; with neither, to a file of its own (FALLBACK_LOG for root,
+~/.local/state/rebal/gate.log for another user), so a refusal is never logged nowhere. A refusal
+also prints one line on stderr for the job's side to show.
+
+A receive never takes from the stream a property that would mount, share or run anything on the
+backup host: `-x PROP` for each where this zfs's receive has -x (asked of zfs receive itself), and
+where it has none (zfs-fuse) the receive is made unmounted and each such property the stream set is
+inherited again before anything can mount it.
 """
 
 from __future__ import annotations
@@ -13,31 +19,53 @@ import logging.handlers
 import os
 import sys
 import time
+from dataclasses import replace
 
 from ..process.command import run
 from ..process.pipeline import connect
 from ..zfs import argv as zargv
-from .gate import INFO, Policy, Refused, check
+from . import gate_rsync
+from .gate import INFO, Policy, Refused, check, rsync_destination, send_token
 
 # properties a hostile stream could set on the backup host (mount it over /etc, setuid binaries)
-_UNSAFE_PROPS = ("mountpoint", "canmount", "sharenfs", "sharesmb", "setuid", "exec", "devices")
+UNSAFE_PROPS = ("mountpoint", "canmount", "sharenfs", "sharesmb", "setuid", "exec", "devices", "overlay")
+_NO_X = ("mountpoint", "canmount", "sharenfs", "sharesmb", "setuid", "exec", "devices")  # zfs-fuse has no overlay
+FALLBACK_LOG = "/var/log/rebal/gate.log"
 
 log = logging.getLogger(__name__)
+
+
+def _fallback_log() -> str:
+    if os.geteuid() == 0:
+        return FALLBACK_LOG
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(state, "rebal", "gate.log")
 
 
 def _setup_log(path: str | None) -> None:
     log.setLevel(logging.INFO)
     log.propagate = False
-    log.addHandler(logging.NullHandler())  # no syslog and no --log: nothing (never stderr, the job reads it)
+    log.addHandler(logging.NullHandler())  # never stderr: the job reads it
+    have = False
     if os.path.exists("/dev/log"):
         try:
             h = logging.handlers.SysLogHandler(address="/dev/log")
             h.setFormatter(logging.Formatter("rebal-gate: %(message)s"))
             log.addHandler(h)
+            have = True
         except OSError:
             pass
+    if path is None and not have:
+        path = _fallback_log()
+        try:
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        except OSError:
+            return
     if path:
-        h2 = logging.FileHandler(path)
+        try:
+            h2 = logging.FileHandler(path)
+        except OSError:
+            return
         h2.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         log.addHandler(h2)
 
@@ -72,25 +100,67 @@ def _info(policy: Policy) -> dict:
     return info
 
 
-def _receive_excludes() -> list[str]:
-    """`-x PROP` for each unsafe property, where this zfs's receive has -x (OpenZFS 0.7+; zfs-fuse has
-    none): a stream's own value of them is ignored, as if the sender had not sent it. Only for a gate
-    running as root: a delegated user cannot set these properties at all (on Linux mountpoint,
-    canmount and the shares cannot be delegated), and zfs refuses it `-x` of them as well."""
-    if os.geteuid() != 0:
-        return []
-    r = run(zargv.usage("receive"), check=False)
-    if "-x property" not in r.stdout + r.stderr:
-        return []
-    return [a for p in _UNSAFE_PROPS for a in ("-x", p)]
+def receive_has_x(probe_into: str) -> bool:
+    """Does this zfs's receive take -x? Asked of zfs receive itself, not read from its usage text
+    (OpenZFS prints `[-x <property>]`, and a substring test once turned the excludes off): a dry run
+    of an empty stream with -x fails reading the stream (exit 1) where -x exists, and on the option
+    (a usage error, exit 2) where it does not."""
+    r = run(zargv.receive_probe_x(probe_into), check=False, input=b"")
+    return r.returncode != 2
 
 
-def harden(stages: list[list[str]]) -> list[list[str]]:
-    """A receive that is not -A and not the usage text gets the -x excludes before its target."""
+def harden(stages: list[list[str]], has_x: bool) -> tuple[list[list[str]], bool]:
+    """A receive that is not -A and not the usage text, as the gate runs it; and whether the unsafe
+    properties must be inherited again after it (no -x: it is made -u, so nothing mounts meanwhile).
+    Only for a gate running as root: a delegated user cannot set these properties at all (on Linux
+    mountpoint, canmount and the shares cannot be delegated), and zfs refuses it `-x` of them too."""
     last = stages[-1]
-    if tuple(last[:2]) in zargv.RECEIVES and len(last) > 2 and "-A" not in last:
-        return stages[:-1] + [last[:-1] + _receive_excludes() + last[-1:]]
-    return stages
+    if not (tuple(last[:2]) in zargv.RECEIVES and len(last) > 2 and "-A" not in last) or os.geteuid() != 0:
+        return stages, False
+    if has_x:
+        extra = [a for p in UNSAFE_PROPS for a in ("-x", p)]
+        return stages[:-1] + [last[:-1] + extra + last[-1:]], False
+    extra = [] if "-u" in last[2:-1] else ["-u"]
+    return stages[:-1] + [last[:-1] + extra + last[-1:]], True
+
+
+def reset_received(target: str) -> list[str]:
+    """After a receive without -x: each unsafe property the stream set under ``target`` inherited
+    again (the received value stays recorded, not effective). Returns what was reset."""
+    r = run(zargv.property_sources(_NO_X, target), check=False)
+    done = []
+    for row in r.stdout.splitlines():
+        parts = row.split("\t")
+        if len(parts) == 3 and parts[2] == "received":
+            run(zargv.inherit(parts[1], parts[0]), readonly=False, check=False)
+            done.append(f"{parts[0]} {parts[1]}")
+    return done
+
+
+def _snapshot_room(policy: Policy, stage: list[str]) -> None:
+    """A flood of snapshots through a gate would pin the other host's space: at most
+    ``policy.max_snapshots`` of rebal's own per dataset."""
+    from .gate import OWN_SNAPSHOT, snapshots_made
+
+    made, recursive = snapshots_made(stage)
+    for snap in made:
+        ds = snap.split("@", 1)[0]
+        r = run(zargv.snapshot_list(ds, recursive), check=False)
+        counts: dict[str, int] = {}
+        for name in r.stdout.split("\n"):
+            d, _, s = name.partition("@")
+            if s and OWN_SNAPSHOT.fullmatch(s):
+                counts[d] = counts.get(d, 0) + 1
+        full = sorted(d for d, n in counts.items() if n >= policy.max_snapshots)
+        if full:
+            raise Refused(f"{full[0]} already has {counts[full[0]]} of rebal's snapshots (the gate's limit, "
+                          f"--max-snapshots {policy.max_snapshots}): prune them there first")
+
+
+def _refuse(policy: Policy, who: str, shown: str, e: Refused) -> int:
+    log.warning("refused from %s (%s %s): %s: %s", who, policy.mode, policy.root, shown, e)
+    sys.stderr.write(f"rebal gate: refused: {e}\n")
+    return 2
 
 
 def serve(policy: Policy, line: str | None, log_path: str | None = None, who: str = "") -> int:
@@ -100,23 +170,25 @@ def serve(policy: Policy, line: str | None, log_path: str | None = None, who: st
     shown = (line or "")[:300].encode("unicode_escape").decode("ascii")
     needs_mp = policy.mode == "receive" and line is not None and (line.strip() == INFO or line.lstrip().startswith("rsync"))
     if needs_mp:
-        policy = Policy(policy.mode, policy.root, policy.allow_rollback, _mountpoint(policy.root))
+        policy = replace(policy, mountpoint=_mountpoint(policy.root))
+    rsync_fd = None
+    notes: list[str] = []
     try:
         if line is None:
             raise Refused("no command: this key runs only rebal's replication commands (an interactive login is refused)")
         stages = check(policy, line)
+        token = send_token(stages[0]) if policy.mode == "send" else None
+        if token is not None:
+            _check_token(policy, token)
+        _snapshot_room(policy, stages[0])
+        if rsync_destination(stages[-1]) is not None:
+            assert policy.mountpoint  # check() refused an rsync line without one
+            stage, rsync_fd, notes = gate_rsync.prepare(stages[-1], policy.mountpoint)
+            stages = [stage]
     except Refused as e:
-        log.warning("refused from %s (%s %s): %s: %s", who, policy.mode, policy.root, shown, e)
-        sys.stderr.write(f"rebal gate: refused: {e}\n")
-        return 2
-    if policy.mode == "send" and "-t" in stages[0][:3]:
-        try:
-            _check_token(policy, stages[0])
-        except Refused as e:
-            log.warning("refused from %s (%s %s): %s: %s", who, policy.mode, policy.root, shown, e)
-            sys.stderr.write(f"rebal gate: refused: {e}\n")
-            return 2
-    log.info("allowed from %s (%s %s): %s", who, policy.mode, policy.root, shown)
+        return _refuse(policy, who, shown, e)
+    log.info("allowed from %s (%s %s): %s%s", who, policy.mode, policy.root, shown,
+             "".join(f" [{n}]" for n in notes))
     if stages == [[INFO]]:
         sys.stdout.write(json.dumps(_info(policy)) + "\n")
         return 0
@@ -124,21 +196,38 @@ def serve(policy: Policy, line: str | None, log_path: str | None = None, who: st
         # the usage text a job asks for first: it learns the gate from the same round trip
         sys.stderr.write(f"{INFO} {json.dumps(_info(policy))}\n")
         sys.stderr.flush()
-    if policy.mode == "receive":
-        stages = harden(stages)
+    reset = False
+    if policy.mode == "receive" and rsync_fd is None:
+        stages, reset = harden(stages, os.geteuid() == 0 and receive_has_x(policy.root + "/.rebal-probe"))
+    if rsync_fd is not None:
+        try:
+            gate_rsync.enter(rsync_fd, policy.mountpoint or "/")
+        except Refused as e:
+            return _refuse(policy, who, shown, e)
     t0 = time.monotonic()
-    rc = connect(stages)  # (one stage: rebal's process becomes the command, and this line is not reached)
+    rc = connect(stages, replace_self=not reset)  # (replacing: this line is not reached)
     log.info("pipeline ended after %.1f s: exit %s", time.monotonic() - t0, rc)
+    if reset:
+        done = reset_received(stages[-1][-1])
+        if done:
+            log.warning("properties the stream set, inherited again (this zfs's receive has no -x): %s",
+                        ", ".join(done))
     return rc
 
 
-def _check_token(policy: Policy, argv: list[str]) -> None:
-    """A resume token names what it sends, and a hostile one could name any dataset: ask zfs (dry
-    run) which snapshot it is, and allow it only under the root."""
+def _check_token(policy: Policy, token: str) -> None:
+    """A resume token names what it sends, and a hostile one could name any dataset. libzfs finds
+    the snapshot to send by the token's toguid (searching from toname's dataset up to the pool), not
+    by toname: ask zfs (dry run) what the token holds, and allow it only when toname lies under the
+    root and is the very snapshot whose guid the token carries."""
     from .gate import token_target
     from .policy import parse_token_check
 
-    token = argv[argv.index("-t") + 1]
     r = run(zargv.send_resume(token, estimate=True), check=False)
     info = parse_token_check(r.stdout + r.stderr) if r.returncode == 0 else None
     token_target(policy, info.toname if info else None)
+    assert info is not None
+    g = run(zargv.guid(info.toname), check=False)
+    guid = g.stdout.strip()
+    if info.toguid is None or g.returncode != 0 or not guid.isdigit() or int(guid) != info.toguid:
+        raise Refused(f"zfs send -t: the token names {info.toname} but carries another snapshot's guid")

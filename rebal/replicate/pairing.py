@@ -13,6 +13,7 @@ import socket
 import tempfile
 from dataclasses import dataclass, field
 
+from .. import names
 from ..config import Replicate
 from ..errors import RebalError, UsageError
 from ..process.command import run
@@ -75,18 +76,29 @@ def is_pinned(known_hosts: str, host: str, port: int) -> bool:
     return res.returncode == 0 and bool(res.stdout.strip())
 
 
-def gate_line(j: Replicate, public: str, rebal_path: str) -> tuple[str, str]:
-    """(the authorized_keys line, whose file it goes in). A push job's key may receive under the
-    target's parent on the backup host; a pull job's may send its source on the file server."""
+def gate_line(j: Replicate, public: str, rebal_path: str, gate_root: str | None = None) -> tuple[str, str]:
+    """(the authorized_keys line, whose file it goes in). Every line is gated (`command=` and
+    `restrict`), never a bare key: a push job's key may receive into its own target on the backup
+    host (not the target's parent: that would open every other server's backups there), a pull job's
+    may send its source on the file server, an rsync job's may run an rsync server into the dataset
+    its target directory is on (``gate_root``, which only the backup host knows: UsageError without it)."""
     if j.direction == "pull":
         cmd = f"{rebal_path} gate --send-from {j.source}"
         where = f"{j.source_user}@{j.source_host} (the file server this backup host pulls from)"
     elif j.mode == "zfs":
-        root = j.target.rsplit("/", 1)[0] if "/" in j.target else j.target
-        cmd = f"{rebal_path} gate --receive-into {root}"
+        cmd = f"{rebal_path} gate --receive-into {j.target}"
         where = f"{j.target_user}@{j.target_host} (the backup host)"
     else:
-        return public, f"{j.target_user}@{j.target_host} (the backup host; an rsync job's key is not gated here)"
+        if not gate_root:
+            raise UsageError(f"job {j.name}: an rsync job's key is gated to the dataset its target {j.target} is on: "
+                             f"give --gate-root DATASET (on the backup host: zfs list -H -o name {shlex.quote(j.target)})")
+        problem = names.dataset_problem(gate_root)
+        if problem:
+            raise UsageError(f"--gate-root {gate_root!r}: {problem}")
+        cmd = f"{rebal_path} gate --receive-into {gate_root}"
+        where = f"{j.target_user}@{j.target_host} (the backup host)"
+    if '"' in cmd or "\\" in cmd:
+        raise UsageError(f"--rebal-path {rebal_path!r}: no quotes or backslashes in an authorized_keys command")
     return f'command="{cmd}",restrict {public}', where
 
 
@@ -94,9 +106,14 @@ def allow_hint(j: Replicate, line: str) -> str | None:
     """For a gated key that logs in as another user than root: how to get the `zfs allow` line that
     user needs there (the gate on that host asks its own zfs which permissions exist)."""
     user = j.source_user if j.direction == "pull" else j.target_user
-    if user == "root" or not line.startswith("command="):
+    if not line.startswith("command="):
         return None
     gated = line.split('"', 2)[1]  # the gate's command line, as authorized_keys holds it
+    if user == "root":
+        return (f"the key logs in as root there: the gate confines it, and a user of its own confines it twice "
+                f"(its zfs allow, receive:append from OpenZFS 2.3.2): make one there, set "
+                f"{'source_user' if j.direction == 'pull' else 'target_user'} to it, and run `{gated} "
+                "--allow-for USER` there as root for its zfs allow line")
     return (f"{user} is not root there: `{gated} --allow-for {user}`, run there as root, prints the zfs allow "
             "line it needs, the least that host's OpenZFS can express (receive:append from 2.3.2)")
 
@@ -134,7 +151,7 @@ def _last(text: str) -> str:
 
 
 def pair(j: Replicate, *, pin: str | None, do_install: bool, login_identity: str | None, authorized_keys: str,
-         rebal_path: str) -> Pairing:
+         rebal_path: str, gate_root: str | None = None) -> Pairing:
     """Each step that can be done for job ``j`` now, and what is left for the admin."""
     host = j.remote_host
     out = Pairing(j.name, host)
@@ -174,7 +191,7 @@ def pair(j: Replicate, *, pin: str | None, do_install: bool, login_identity: str
 
                 raise CannotWrite.of("the known_hosts file", j.known_hosts, e) from None
             out.pinned = out.pinned_now = True
-    out.line, out.where = gate_line(j, out.public, rebal_path)
+    out.line, out.where = gate_line(j, out.public, rebal_path, gate_root)
     hint = allow_hint(j, out.line)
     if hint:
         out.notes.append(hint)

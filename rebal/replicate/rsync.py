@@ -178,12 +178,17 @@ class RsyncReplicator:
                              f"{self.job.target} is outside it")
         self.report.notes.append(f"the backup host is gated (rebal gate --receive-into {self.gate.get('root')}): "
                                  "retention of its snapshots is done there (rebal prune), not from here")
+        self.report.notes.append("through the gate no device nodes, fifos or sockets are copied, and setuid/setgid "
+                                 "bits and file capabilities are kept only where the backup's mount is nosuid "
+                                 f"(zfs set setuid=off {self.gate.get('root')} there)")
 
     def flags(self) -> list[str]:
         gated = self.gate is not None
         # --protect-args would hide the destination from a gate's check: without it, rsync (3.2.4+)
         # escapes the path itself, and the gate splits it without a shell
-        f = ["-aHAX", "--numeric-ids", "--delete-delay", "--stats", *([] if gated else ["--protect-args"]), "--mkpath"]
+        # a gate never lets a sender make device nodes or special files on the backup host: no -D there
+        f = ["-rlptgoHAX" if gated else "-aHAX", "--numeric-ids", "--delete-delay", "--stats",
+             *([] if gated else ["--protect-args"]), "--mkpath"]
         if self.job.snapshot_target:
             # rewrite changed blocks in place, so unchanged ones stay shared with the target's
             # snapshots (a cut transfer leaves the file partly updated; the next run finishes it)

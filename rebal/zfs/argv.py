@@ -169,7 +169,32 @@ def allow(user: str, perms: Sequence[str], root: str) -> list[str]:
 
 
 # the commands a gate recognises in what arrives over ssh (it builds none of them: it reads them)
+def receive_probe_x(target: str) -> list[str]:
+    """A dry-run receive with -x (of a harmless property) that a gate feeds an empty stream: a usage
+    error (exit 2) says this zfs's receive has no -x."""
+    return ["zfs", "receive", "-n", "-x", "canmount", target]
+
+
+def property_sources(props: Sequence[str], root: str) -> list[str]:
+    """`name<tab>property<tab>source` of ``props`` on ``root`` and every dataset under it."""
+    return ["zfs", "get", "-H", "-r", "-o", "name,property,source", ",".join(props), root]
+
+
+def inherit(prop: str, dataset: str) -> list[str]:
+    return ["zfs", "inherit", prop, dataset]
+
+
+def snapshot_list(dataset: str, recursive: bool) -> list[str]:
+    """The names of ``dataset``'s snapshots (and its descendants' with ``recursive``)."""
+    return ["zfs", "list", "-H", "-o", "name", "-t", "snapshot", *(["-r"] if recursive else ["-d", "1"]), dataset]
+
+
+def guid(name: str) -> list[str]:
+    return ["zfs", "get", "-Hp", "-o", "value", "guid", name]
+
+
 RECEIVES = (("zfs", "receive"), ("zfs", "recv"))
 SEND = ("zfs", "send")
+SNAPSHOT = ("zfs", "snapshot")
 POOL_SYNC = ("zpool", "sync")
 USAGE_ASKS = (("zfs", "receive"), ("zfs", "recv"), ("zfs", "send"))  # a job's first question: the usage text

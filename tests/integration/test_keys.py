@@ -41,7 +41,7 @@ def test_keys_from_nothing_to_a_dry_run_through_the_gate(make_pool, zfs_ready, t
                                "--rebal-path", "/usr/local/bin/rebal", "--json", config=cfg).stdout)
         assert out["pinned_now"] and out["installed"] is True and out["dry_run"] == "ok", out
         pub = (etc / "id.pub").read_text().strip()
-        assert out["line"] == f'command="/usr/local/bin/rebal gate --receive-into {dst.name}/fs",restrict {pub}'
+        assert out["line"] == f'command="/usr/local/bin/rebal gate --receive-into {dst.name}/fs/data",restrict {pub}'
         assert out["line"] in (host.dir / "authorized_keys").read_text().splitlines()
         again = json.loads(rebal("keys", "nightly", "--install", "--login-identity", str(host.identity),
                                  "--authorized-keys", str(host.dir / "authorized_keys"), "--rebal-path",

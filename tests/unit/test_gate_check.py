@@ -27,8 +27,8 @@ VALID_RECV = [
     "zfs set readonly=on bk/copy/data",
     f"zfs snapshot bk/copy@{S1}",
     "zfs list -H -o name,mountpoint -t filesystem -r bk/copy",
-    "rsync --server -lHogDtpAXre.iLsfxCIvu --delete-delay --stats --partial-dir .rebal-partial --numeric-ids --mkpath . /bk/copy/x/",
-    "rsync --server -lHogDtpAXre.iLsfxCIvu --bwlimit=4096 --delete-delay --stats --numeric-ids --inplace --mkpath . /bk/copy/x\\ y/",
+    "rsync --server -lHogtpAXre.iLsfxCIvu --delete-delay --stats --partial-dir .rebal-partial --numeric-ids --mkpath . /bk/copy/x/",
+    "rsync --server -lHogtpAXre.iLsfxCIvu --bwlimit=4096 --delete-delay --stats --numeric-ids --inplace --mkpath . /bk/copy/x\\ y/",
 ]
 VALID_SEND = [
     INFO,
@@ -91,6 +91,14 @@ def test_what_a_pull_sends_is_allowed(line):
     (SEND, "zfs send tank/data@x | zstd -dc"),
     (SEND, "zfs snapshot tank@x"),
     (SEND, "zfs send -t 'x y' -nvP"),
+    # attacker: a device node or a special file made on the backup host (rsync -D)
+    (RECV, "rsync --server -lHogDtpAXre.iLsfxCIvu --delete-delay . /bk/copy/x/"),
+    (RECV, "rsync --server -logDtpre.iLsfxCIvu . /bk/copy/"),
+    # attacker: snapshots that are not rebal's own (a flood of any name), holds on the admin's own
+    (SEND, "zfs snapshot -r tank/data@ANY"),
+    (RECV, "zfs snapshot bk/copy@mine"),
+    (SEND, "zfs hold rebal-j tank/data@admins-keep"),
+    (SEND, f"zfs send -w -t {'1-' + 'a' * 20}"),
 ])
 def test_refused(policy, line):
     with pytest.raises(Refused):
@@ -202,10 +210,11 @@ def test_fuzz_no_refusal_leaks_and_no_traceback():
     assert tried >= 200 and refused > 1000 and allowed > 50, (tried, allowed, refused)
 
 
-def test_a_resume_token_is_allowed_only_for_a_snapshot_under_the_root(tmp_path):
-    """A token is an opaque blob naming what it sends: the gate asks zfs (dry run) and refuses one that
-    names a dataset outside its root. zfs-fuse has no resume tokens: zfs here is a stand-in that
-    replays real OpenZFS 2.4.4 output of `zfs send -nvP -t` (tests/fixtures/openzfs)."""
+def _token_gate(tmp_path, command: str, root: str, guid: int) -> "subprocess.CompletedProcess":
+    """`rebal gate --send-from ROOT` with SSH_ORIGINAL_COMMAND=command, where zfs is a stand-in that
+    replays real OpenZFS 2.4.4 output of `zfs send -nvP -t` (tests/fixtures/openzfs; toname =
+    tank/src@s1, toguid = 0x3caee52f04c2c9d6), answers `zfs get guid` with ``guid``, and streams
+    STREAM for any other send."""
     import os
     import subprocess
     import sys
@@ -213,18 +222,42 @@ def test_a_resume_token_is_allowed_only_for_a_snapshot_under_the_root(tmp_path):
     from conftest import fixture_text
 
     fake = tmp_path / "zfs"
-    (tmp_path / "contents").write_text(fixture_text("recv-resume_zfs-send-t-nvP.txt"))  # toname = tank/src@s1
+    (tmp_path / "contents").write_text(fixture_text("recv-resume_zfs-send-t-nvP.txt"))
     fake.write_text("#!/bin/sh\n"
                     f'case " $* " in *" -nvP "*) cat {tmp_path / "contents"}; exit 0;; esac\n'
+                    f'case " $* " in *" guid "*) echo {guid}; exit 0;; esac\n'
                     "echo STREAM; exit 0\n")
     fake.chmod(0o755)
-    env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}", SSH_ORIGINAL_COMMAND=f"zfs send -t {TOKEN_OK}")
-    ok = subprocess.run([sys.executable, "-m", "rebal", "gate", "--send-from", "tank/src", "--log", str(tmp_path / "l")],
-                        capture_output=True, text=True, env=env)
+    env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}", SSH_ORIGINAL_COMMAND=command)
+    return subprocess.run([sys.executable, "-m", "rebal", "gate", "--send-from", root, "--log", str(tmp_path / "l")],
+                          capture_output=True, text=True, env=env)
+
+
+TOGUID = 0x3caee52f04c2c9d6
+
+
+def test_a_resume_token_is_allowed_only_for_a_snapshot_under_the_root(tmp_path):
+    """A token is an opaque blob naming what it sends: the gate asks zfs (dry run) and refuses one that
+    names a dataset outside its root. zfs-fuse has no resume tokens (see _token_gate)."""
+    ok = _token_gate(tmp_path, f"zfs send -t {TOKEN_OK}", "tank/src", TOGUID)
     assert ok.returncode == 0 and ok.stdout.strip() == "STREAM", (ok.stdout, ok.stderr)
-    bad = subprocess.run([sys.executable, "-m", "rebal", "gate", "--send-from", "tank/other", "--log", str(tmp_path / "l")],
-                         capture_output=True, text=True, env=env)
+    bad = _token_gate(tmp_path, f"zfs send -t {TOKEN_OK}", "tank/other", TOGUID)
     assert bad.returncode == 2 and "tank/src is outside tank/other" in bad.stderr and "STREAM" not in bad.stdout, bad.stderr
+
+
+@pytest.mark.parametrize("command", ["zfs send -e -t {t}", "zfs send -v -t {t}", "zfs send -t{t}", "zfs send -nP -t {t}"])
+def test_a_token_behind_a_flag_is_checked_all_the_same(tmp_path, command):
+    """Attacker: a flag before -t (or the token in the same word) once skipped the check entirely."""
+    bad = _token_gate(tmp_path, command.format(t=TOKEN_OK), "tank/other", TOGUID)
+    assert bad.returncode == 2 and "STREAM" not in bad.stdout, (command, bad.stdout, bad.stderr)
+
+
+def test_a_token_whose_guid_is_another_snapshots_is_refused(tmp_path):
+    """Attacker: libzfs sends the snapshot a token's toguid names, found from toname's dataset up to
+    the pool: a token with a toname under the root and the guid of a snapshot outside it would send
+    that one. The gate asks the guid of toname and refuses a token that does not carry it."""
+    bad = _token_gate(tmp_path, f"zfs send -t {TOKEN_OK}", "tank/src", TOGUID + 1)
+    assert bad.returncode == 2 and "another snapshot's guid" in bad.stderr and "STREAM" not in bad.stdout, bad.stderr
 
 
 TOKEN_OK = "1-10a4f3e1d6-f0-789c636064000310a500c4ec50360710e72765a5269730300"

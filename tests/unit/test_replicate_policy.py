@@ -82,7 +82,7 @@ def test_usage_detection_openzfs_and_zfs_fuse():
 
 def test_token_check_and_send_size_from_recorded_output():
     full = P.parse_token_check(fixture_text("recv-resume_zfs-send-t-nvP.txt"))
-    assert full == P.TokenInfo("tank/src@s1", "full", 23283752)
+    assert full == P.TokenInfo("tank/src@s1", "full", 23283752, 0x3caee52f04c2c9d6)
     inc = P.parse_token_check(fixture_text("recv-resume-incr_zfs-send-t-nvP.txt"))
     assert inc.toname == "tank/src@s2" and inc.kind == "incremental" and inc.size == 4360536
     assert P.parse_token_check("cannot resume send: 'tank/src@s1' used in the initial send no longer exists") is None
