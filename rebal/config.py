@@ -119,6 +119,16 @@ class Email(Model):
     password_file: str | None = None
     sender: str = spec(alias="from")
     to: list[str] = spec(min_items=1)
+    # the server's certificate is verified against the system's CAs, or this file's (a private CA)
+    ca_file: str | None = None
+    # a login without TLS sends the password in clear: only when the config says so
+    plain_login: bool = False
+
+    def problems(self) -> list[tuple[str, str]]:
+        if self.username and not self.starttls and not self.plain_login:
+            return [("username", "starttls = false would send the password in clear: turn starttls on, or set "
+                                 "plain_login = true if the mail server is on a link you trust")]
+        return []
 
 
 @dataclass(kw_only=True)

@@ -11,6 +11,7 @@ import json
 import logging
 import smtplib
 import socket
+import ssl
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -57,8 +58,10 @@ def _email(cfg: Notify, msg: Message) -> None:
     m["Subject"] = msg.subject
     m.set_content(msg.body)
     with smtplib.SMTP(e.host, e.port, timeout=30) as s:
-        if e.starttls:
-            s.starttls()
+        if e.starttls:  # the certificate and the host name verified: a login never goes to an impostor
+            s.starttls(context=ssl.create_default_context(cafile=e.ca_file))
+        elif e.username and not e.plain_login:
+            raise RuntimeError("starttls = false would send the password in clear (set plain_login = true to allow it)")
         if e.username:
             password = open(e.password_file).read().strip() if e.password_file else ""
             s.login(e.username, password)
