@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -82,6 +84,17 @@ def final_point(cfg: Config, rec: Record, j: Replicate, link: Wire, here: ZfsHos
     save(conn, rec, "pointed", f"@{snap}: nothing written after it; {rec.files[0]} files equal on the backup")
 
 
+def create_command(pool: str, ashift: int, pool_props: dict[str, str], root_props: dict[str, str]) -> str:
+    """The `zpool create` an admin runs as printed: each value quoted for a shell (a pool comment is
+    text anyone with zpool set could have written), and of the features only those the old pool had
+    disabled (`zpool create` enables every feature, and takes only enabled or disabled: `active` is a
+    state the pool reaches by using one)."""
+    opts = [f"ashift={ashift}"] + [f"{k}={v}" for k, v in sorted(pool_props.items())
+                                   if not (k.startswith("feature@") and v != "disabled")]
+    args = [a for o in opts for a in ("-o", o)] + [a for k, v in sorted(root_props.items()) for a in ("-O", f"{k}={v}")]
+    return f"zpool create {shlex.join([*args, pool])} <the new layout, e.g. mirror DISK1 DISK2 mirror DISK3 DISK4>"
+
+
 def record_pool(rec: Record, j: Replicate, here: ZfsHost, ashift: int) -> None:
     allp = here.pool_props(rec.pool, local_only=False)
     rec.pool_guid, rec.ashift = allp.get("guid", ""), allp.get("ashift", "")
@@ -96,12 +109,8 @@ def record_pool(rec: Record, j: Replicate, here: ZfsHost, ashift: int) -> None:
     except RebalError:  # a ZFS without native encryption (zfs-fuse, before OpenZFS 0.8)
         crypt = {}
     rec.crypt = {d: v for d, v in crypt.items() if d in rec.datasets and v.get("encryption", "off") not in ("off", "-", "")}
-    opts = " ".join(f"-o {k}={v}" for k, v in sorted(rec.pool_props.items()))
-    root = " ".join(f"-O {k}={v}" for k, v in sorted(rec.props.get(rec.pool, {}).items())
-                    if j.source != rec.pool and k != "mountpoint")
-    rec.commands = [f"zpool destroy {rec.pool}",
-                    f"zpool create -o ashift={ashift} {opts + ' ' if opts else ''}{root + ' ' if root else ''}"
-                    f"{rec.pool} <the new layout, e.g. mirror DISK1 DISK2 mirror DISK3 DISK4>"]
+    root = {k: v for k, v in rec.props.get(rec.pool, {}).items() if j.source != rec.pool and k != "mountpoint"}
+    rec.commands = [f"zpool destroy {rec.pool}", create_command(rec.pool, ashift, rec.pool_props, root)]
     parent = j.source.rsplit("/", 1)[0]
     if j.source != rec.pool and parent != rec.pool:
         rec.commands.append(f"zfs create -p {parent}")

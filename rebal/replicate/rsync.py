@@ -100,6 +100,15 @@ class RsyncJob:
     by_property: bool = False
 
 
+def pattern_literal(path: str) -> str:
+    """``path`` as an rsync pattern that matches itself only: rsync reads a backslash as an escape
+    only in a pattern that holds a wildcard, so where one of ``*?[`` appears each is escaped (and
+    backslashes with them); a name like ``proj[1]`` would otherwise match ``proj1``, not itself."""
+    if not any(c in path for c in "*?["):
+        return path
+    return "".join("\\" + c if c in "*?[\\" else c for c in path)
+
+
 class RsyncReplicator:
     def __init__(self, job: RsyncJob, ssh: Wire, *, source: ZfsHost | None = None, runner: Runner = run,
                  dry_run: bool = False, stop: threading.Event | None = None,
@@ -142,16 +151,31 @@ class RsyncReplicator:
         snap = self.report.snapshot = S.take_snapshot(self.here, job.source, job.name, job.recursive, self.clock,
                                                       datasets=None if sel.whole else datasets,
                                                       left_out=[c.dataset for c in sel.excluded])
-        self.datasets = datasets
+        self.datasets = list(datasets)
         root_mp = mounts[job.source]
+        if not root_mp:
+            raise RsyncError(f"{job.source} is not mounted (mountpoint none or legacy): rsync has nothing to read")
         for ds in datasets:
             if self.stop.is_set():
                 raise RsyncError("stopped")
             mp = mounts[ds]
-            rel = os.path.relpath(mp, root_mp) if mp and root_mp else "."
+            rel = outside_why = None
+            if not mp:
+                outside_why = "its mountpoint is none or legacy"
+            else:
+                rel = os.path.relpath(mp, root_mp)
+                if rel == ".." or rel.startswith("../") or (rel == "." and ds != job.source):
+                    outside_why = f"it is mounted at {mp}, outside {job.source}'s tree at {root_mp}"
+            if outside_why or rel is None:
+                # its place under the target would be another directory (the live /var/www, the parent's
+                # own files): never written there
+                self.report.excluded.append(f"{ds} (not copied: {outside_why}; give it a job of its own)")
+                self.datasets.remove(ds)
+                continue
             dest = os.path.normpath(os.path.join(job.target, rel))
             # child datasets are copied on their own, or left out: their directories are never touched here
-            children = [os.path.relpath(cm, mp) for c, cm in mounts.items() if c.startswith(ds + "/") and cm and mp]
+            children = [r for c, cm in mounts.items() if c.startswith(ds + "/") and cm
+                        for r in [os.path.relpath(cm, mp)] if r != "." and not r.startswith("../") and r != ".."]
             with self._view(ds, snap) as view:
                 self._rsync(view, dest, children)
         if job.snapshot_target:
@@ -212,7 +236,7 @@ class RsyncReplicator:
     def _rsync(self, src_dir: str, dest: str, children: list[str]) -> None:
         argv = ["rsync", *self.flags(), *self.ssh.rsync_remote()]
         for c in children:  # child datasets are synced on their own; never delete their files here
-            argv.append(f"--exclude=/{c.strip('/')}/*")
+            argv.append(f"--exclude=/{pattern_literal(c.strip('/'))}/*")
         argv += [src_dir.rstrip("/") + "/", self.ssh.rsync_path(dest.rstrip('/') + "/")]
         t0 = time.monotonic()
         res = run(argv, stop=self.stop, timeout=None, check=False)

@@ -440,3 +440,36 @@ def test_pruning_many_snapshots_takes_few_commands(pools, backup_host, tmp_path)
     src, dst = pools
     got = bulk_prune_scenario(src, dst, backup_host, tmp_path, comma_lists=False)
     print(got)
+
+
+def test_rsync_never_writes_a_child_outside_its_target(pools, tmp_path):
+    """A child mounted elsewhere (tank/data/www at /var/www) was synced to normpath(target + ../..):
+    for a local target, over the live dataset itself from its own snapshot with --delete-delay; a
+    child with mountpoint=none over the parent's copy; and a child mounted at proj[1] was excluded from
+    the parent as the pattern proj[1] (proj1), so the parent's own directory proj1 never reached the
+    backup. Such children are now left out, named, and the names match themselves."""
+    src, dst = pools
+    outside = tmp_path / "www"
+    sh("zfs", "create", "-o", f"mountpoint={outside}", f"{src.name}/data/www")
+    sh("zfs", "create", "-o", "mountpoint=none", f"{src.name}/data/hidden")
+    root = mountpoint(f"{src.name}/data")
+    sh("zfs", "create", "-o", f"mountpoint={root}/proj[1]", f"{src.name}/data/p1")  # a name zfs allows, a path with [
+    os.mkdir(os.path.join(root, "proj1"))
+    with open(os.path.join(root, "proj1", "keep"), "w") as f:
+        f.write("the parent's own\n")
+    with open(os.path.join(root, "proj[1]", "kid"), "w") as f:
+        f.write("the child's\n")
+    (outside / "index.html").write_text("live\n")
+    target = os.path.join(mountpoint(dst.name), "files")
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'state_db = "{tmp_path / "state.db"}"\n[[replicate]]\nname = "files"\nmode = "rsync"\n'
+                   f'source = "{src.name}/data"\ntarget = "{target}"\nrecursive = true\n')
+    r = rebal_json("replicate", "files", config=cfg)
+    (outside / "later.html").write_text("written after the snapshot\n")
+    r2 = rebal_json("replicate", "files", config=cfg)
+    assert r["outcome"] == "ok" and r2["outcome"] == "ok", (r, r2)
+    assert (outside / "later.html").exists() and (outside / "index.html").read_text() == "live\n"
+    left = " ".join(r2["excluded"])
+    assert f"{src.name}/data/www" in left and f"{src.name}/data/hidden" in left, r2["excluded"]
+    assert open(os.path.join(target, "proj1", "keep")).read() == "the parent's own\n"
+    assert open(os.path.join(target, "proj[1]", "kid")).read() == "the child's\n"

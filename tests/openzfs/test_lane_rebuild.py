@@ -5,6 +5,7 @@ with ashift=12 (by the test, as the admin would), restored: the tree, its proper
 encryption root as they were, the next incremental small, and the new layout evenly filled."""
 
 import os
+import subprocess
 
 import pytest
 from conftest import rebal_json
@@ -49,3 +50,31 @@ def test_ashift_9_raidz1_rebuilt_as_ashift_12_mirrors(make_pool, backup_host, tm
     vdevs = [v for v in pool["vdevs"] if v.get("class", "normal") == "normal"]
     assert len(vdevs) == 2 and all(v["type"] == "mirror" for v in vdevs), vdevs
     assert pool["spread"] < 5, pool  # restored onto the new layout: evenly filled
+
+
+def test_the_printed_zpool_create_runs_as_printed(make_pool, tmp_path):
+    """On OpenZFS 2.4.4 the old line said feature@bookmark_v2=active, which zpool create refuses, and
+    put a pool comment into the admin's shell unquoted. The line is run here exactly as printed (the
+    layout placeholder replaced by the new vdevs), through a shell as the admin would."""
+    from rebal.replicate.rebuild_steps import create_command
+    from rebal.replicate.transport import Here
+    from rebal.zfs.host import ZfsHost
+
+    pool = make_pool([[]], size="256M")
+    canary = tmp_path / "pwned"
+    sh("zpool", "set", f"comment=x;touch {canary}", pool.name)
+    sh("zfs", "create", f"{pool.name}/d")
+    sh("zfs", "snapshot", f"{pool.name}/d@s")
+    sh("zfs", "bookmark", f"{pool.name}/d@s", f"{pool.name}/d#b")  # bookmark_v2 or bookmarks: active
+    props = ZfsHost(Here()).pool_props(pool.name)
+    assert any(v == "active" for k, v in props.items() if k.startswith("feature@")), props
+    line = create_command(pool.name, 12, {k: v for k, v in props.items() if k not in ("ashift", "guid")}, {})
+    pool.destroy()
+    disk = pool.disks[0]
+    os.truncate(disk, 0)
+    os.truncate(disk, 256 << 20)
+    printed = line.split(" <", 1)[0] + f" {disk}"
+    r = subprocess.run(["bash", "-c", printed], capture_output=True, text=True)
+    assert r.returncode == 0, (printed, r.stderr)
+    assert not canary.exists()
+    assert sh("zpool", "get", "-H", "-o", "value", "comment", pool.name).stdout.strip() == f"x;touch {canary}"
