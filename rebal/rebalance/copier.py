@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import xxhash
 
 from ..throttle import Throttle
+from . import attrs
 
 F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
 F_GETLEASE = getattr(fcntl, "F_GETLEASE", 1025)
@@ -109,13 +110,14 @@ class Copier:
         written = 0
         try:
             src, st = _open_original(dfd, ref)
+            why = attrs.protected(src)
+            if why:
+                return Result(Outcome.PROTECTED, reason=why)
             leased = self._lease(src)
             try:
-                # created with the original's permission bits (never more), so that the usual case
-                # needs no chmod; set-id bits come after the chown
+                # owner-only while written (no default ACL nor umask widens it); the original's mode last
                 tmp = _open_noatime(
-                    tname, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, dfd,
-                    stat.S_IMODE(st.st_mode) & 0o777,
+                    tname, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, dfd, attrs.TEMP_MODE,
                 )
             except FileExistsError:
                 return Result(Outcome.FAILED, reason=f"temp name {tname.decode()} exists (left by someone else?)")
@@ -123,6 +125,7 @@ class Copier:
             tst = os.fstat(tmp)
             if on_created:
                 on_created(tst.st_ino)
+            attrs.take_owner(tmp, st, tst)
             # a file with as many blocks as bytes has no hole to look for (two lseeks saved per file)
             dense = st.st_blocks * 512 >= ref.size
             digest, written = self._copy_data(src, tmp, ref.size, leased, dense)
@@ -210,15 +213,19 @@ class Copier:
             src, st = _open_original(dfd0, ref0)
             if st.st_nlink != len(names):
                 return Result(Outcome.CHANGED, reason="the link group changed since the scan")
+            why = attrs.protected(src)
+            if why:
+                return Result(Outcome.PROTECTED, reason=why)
             leased = self._lease(src)
             t0 = tmp_name(ino)
             try:
                 tmp = _open_noatime(t0, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, dfd0,
-                                    stat.S_IMODE(st.st_mode) & 0o777)
+                                    attrs.TEMP_MODE)
             except FileExistsError:
                 return Result(Outcome.FAILED, reason=f"temp name {t0.decode()} exists (left by someone else?)")
             temps.append((dfd0, t0))
             tst = os.fstat(tmp)
+            attrs.take_owner(tmp, st, tst)
             digest, written = self._copy_data(src, tmp, ref0.size, leased)
             self._copy_metadata(src, tmp, st, tst)
             os.fsync(tmp)
@@ -343,26 +350,8 @@ class Copier:
 
     @staticmethod
     def _copy_metadata(src: int, dst: int, st: os.stat_result, tst: os.stat_result) -> None:
-        """Owner, mode, xattrs (POSIX ACLs included), then atime/mtime. ``tst``: the new file."""
-        mode = stat.S_IMODE(st.st_mode)
-        if (tst.st_uid, tst.st_gid) != (st.st_uid, st.st_gid):
-            os.fchown(dst, st.st_uid, st.st_gid)  # before chmod: chown clears set-id bits
-            os.fchmod(dst, mode)
-        elif stat.S_IMODE(tst.st_mode) != mode:  # umask, or set-id/sticky bits
-            os.fchmod(dst, mode)
-        copied = False
-        for name in _listxattr(src, st.st_dev):
-            try:
-                value = os.getxattr(src, name)
-            except OSError as e:
-                if e.errno in (errno.ENODATA, errno.ENOTSUP):
-                    continue
-                raise
-            os.setxattr(dst, name, value)
-            copied = True
-        if copied and stat.S_IMODE(os.fstat(dst).st_mode) != mode:
-            os.fchmod(dst, mode)  # an ACL's mask may have changed group bits
-        os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+        """Xattrs, flags, mode, times (attrs.py); ``tst``: the new file as created."""
+        attrs.copy_metadata(src, dst, st)
 
     def _verify(self, src: int, dst: int, size: int, digest: bytes) -> None:
         if self.verify != "hash" and os.fstat(dst).st_size != size:
@@ -469,16 +458,3 @@ def _unlink_quiet(dfd: int, name: bytes) -> None:
         pass
 
 
-_NO_XATTRS: set[int] = set()  # devices whose file system said it has no xattrs
-
-
-def _listxattr(fd: int, dev: int) -> list[str]:
-    if dev in _NO_XATTRS:
-        return []
-    try:
-        return os.listxattr(fd)
-    except OSError as e:
-        if e.errno in (errno.ENOTSUP, errno.ENOSYS):
-            _NO_XATTRS.add(dev)
-            return []  # a file system without xattrs: nothing to copy
-        raise

@@ -45,6 +45,7 @@ class Outcome(str, enum.Enum):
     ABORTED = "aborted"  # stop requested mid-copy: copy dropped
     FAILED = "failed"  # any other I/O error: copy dropped, original untouched
     VERIFY = "verify-failed"  # the copy read back differs: copy dropped
+    PROTECTED = "protected"  # immutable or append-only (chattr +i/+a): never replaced
 
 
 @dataclass(frozen=True, slots=True)

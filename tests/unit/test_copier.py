@@ -403,3 +403,88 @@ def test_an_exact_copy_of_every_size_is_swapped_in(richfs, size):
     res = copy(f)
     assert res.outcome is Outcome.SWAPPED, res
     assert f.read_bytes() == data
+
+
+def _acl(path) -> str:
+    return subprocess.run(["getfacl", "-cp", str(path)], capture_output=True, text=True, check=True).stdout
+
+
+def test_a_default_acl_of_the_directory_never_widens_who_may_read(richfs):
+    """Issue 63: a 0640 file without an ACL in a directory whose default ACL grants uid 1001 rwx
+    came out of the rewrite readable by uid 1001 (the copy inherited the default ACL)."""
+    d = richfs / "shared"
+    d.mkdir()
+    subprocess.run(["setfacl", "-d", "-m", "u:1001:rwx", str(d)], check=True)
+    f = d / "secret"
+    f.write_bytes(b"only for 1000 and group 1234\n")
+    os.chown(f, 1000, 1234)
+    os.chmod(f, 0o640)
+    subprocess.run(["setfacl", "-b", str(f)], check=True)  # the file itself has no ACL (made before the default)
+    before, acl = manifest(richfs), _acl(f)
+    seen = []
+
+    class Peek(Copier):  # the copy as it is while its data is written
+        def _copy_data(self, src, dst, *a, **kw):
+            seen.append(stat.S_IMODE(os.fstat(dst).st_mode))  # with an ACL, its group bits are the mask
+            return super()._copy_data(src, dst, *a, **kw)
+
+    dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert Peek().copy(dfd, ref_of(f)).outcome is Outcome.SWAPPED
+    finally:
+        os.close(dfd)
+    assert _acl(f) == acl and "user:1001" not in _acl(f)
+    assert manifest(richfs)[b"shared/secret"] == before[b"shared/secret"]  # (the directory's mtime: the caller's)
+    assert seen and seen[0] & 0o077 == 0, seen  # the named user's rwx masked to nothing while written
+    r = subprocess.run(["setpriv", "--reuid=1001", "--regid=1001", "--clear-groups", "cat", str(f)],
+                       capture_output=True)
+    assert r.returncode != 0
+
+
+def test_a_setgid_directory_does_not_give_the_copy_its_group(richfs):
+    d = richfs / "sgid"
+    d.mkdir()
+    os.chown(d, 0, 100)
+    os.chmod(d, 0o2775)
+    f = d / "f"
+    f.write_bytes(b"x" * 5000)
+    os.chown(f, 1000, 1234)
+    os.chmod(f, 0o640)
+    groups = []
+
+    class Peek(Copier):
+        def _copy_data(self, src, dst, *a, **kw):
+            groups.append(os.fstat(dst).st_gid)
+            return super()._copy_data(src, dst, *a, **kw)
+
+    dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert Peek().copy(dfd, ref_of(f)).outcome is Outcome.SWAPPED
+    finally:
+        os.close(dfd)
+    st = os.lstat(f)
+    assert groups == [1234] and (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (1000, 1234, 0o640)
+
+
+def _chattr(flag: str, path) -> bool:
+    return subprocess.run(["chattr", flag, str(path)], capture_output=True).returncode == 0
+
+
+def test_nodump_is_kept_and_immutable_or_append_only_files_are_left_alone(richfs):
+    f = richfs / "nd"
+    f.write_bytes(b"n" * 3000)
+    if not _chattr("+d", f):
+        pytest.fail("this tmpfs takes no inode flags (Linux 6.0+ does)")
+    assert copy(f).outcome is Outcome.SWAPPED
+    assert "d" in subprocess.run(["lsattr", "-d", str(f)], capture_output=True, text=True).stdout.split()[0]
+    for flag in ("+i", "+a"):
+        g = richfs / f"locked{flag[1]}"
+        g.write_bytes(b"l" * 3000)
+        ino = os.lstat(g).st_ino
+        assert _chattr(flag, g)
+        try:
+            res = copy(g)
+            assert res.outcome is Outcome.PROTECTED and os.lstat(g).st_ino == ino, res
+            assert temp_leftovers(richfs) == []
+        finally:
+            _chattr(flag.replace("+", "-"), g)
