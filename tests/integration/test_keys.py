@@ -13,7 +13,7 @@ from conftest import rebal
 from sshenv import start_sshd
 from zfsenv import sh
 
-pytestmark = pytest.mark.zfs
+pytestmark = [pytest.mark.zfs, pytest.mark.lane]
 
 
 def test_keys_from_nothing_to_a_dry_run_through_the_gate(make_pool, zfs_ready, tmp_path):
@@ -54,5 +54,24 @@ def test_keys_from_nothing_to_a_dry_run_through_the_gate(make_pool, zfs_ready, t
                            capture_output=True, text=True)
         assert r.returncode != 0 and "not allowed" in r.stderr, r.stderr
         assert sh("zfs", "list", "-H", "-o", "name", f"{dst.name}/fs").returncode == 0
+        # the job runs through the gate on its own target (the first receive creates it)
+        done = json.loads(rebal("replicate", "nightly", "--json", config=cfg).stdout)
+        assert done["outcome"] == "ok", done
+        # issue 63's attack, as written, through the line rebal keys installed: zfs send -p of a dataset
+        # that would mount itself over a directory of the backup host's choosing, with setuid and devices
+        evil = tmp_path / "pwned"
+        sh("zfs", "create", "-o", f"mountpoint={evil}", "-o", "setuid=on", "-o", "devices=on", f"{src.name}/x")
+        sh("zfs", "snapshot", f"{src.name}/x@s")
+        sh("zfs", "unmount", f"{src.name}/x")
+        stream = subprocess.run(["zfs", "send", "-p", f"{src.name}/x@s"], capture_output=True, check=True).stdout
+        mounts_before = open("/proc/self/mounts").read().count(str(evil))
+        r = subprocess.run(["ssh", "-i", str(etc / "id"), "-o", f"UserKnownHostsFile={etc / 'kh'}", "-o", "BatchMode=yes",
+                            "-p", str(host.port), f"root@{host.host}", f"zfs receive {dst.name}/fs/data/x"],
+                           input=stream, capture_output=True)
+        assert r.returncode == 0, r.stderr  # under the job's own target: the data lands, its say does not
+        got = sh("zfs", "get", "-H", "-o", "property,value,source", "mountpoint,setuid,devices",
+                 f"{dst.name}/fs/data/x").stdout
+        assert str(evil) not in got and "received" not in got, got
+        assert open("/proc/self/mounts").read().count(str(evil)) == mounts_before == 0
     finally:
         host.stop()
