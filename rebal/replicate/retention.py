@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ..errors import CommandFailed, RebalError
 from ..zfs.host import NoBookmarks
 from .source_snaps import destroy_where_they_are
-from .policy import Snap, is_ours, retain, snapshot_time
+from .policy import Buckets, Snap, is_ours, retain, snapshot_time
 
 if TYPE_CHECKING:
     from .zfs_run import Replicating
@@ -45,13 +45,40 @@ def keep_cursor(rep: Replicating, ds: str, snap: str, old_base: Snap | None) -> 
         return ""
 
 
+def drops_per_dataset(tree: dict[str, list[Snap]], job: str, buckets: Buckets, *, protect: set[str],
+                      bases: dict[str, str | None], settled: set[str], newest: bool) -> dict[str, list[str]]:
+    """Per dataset of ``tree``, this job's snapshots to destroy. A tree's restore point is per
+    dataset (one with nothing written gets no snapshot in a run, so the newest names differ), so
+    retention is too: each dataset keeps what the policy keeps of its own snapshots, every name in
+    ``protect``, its newest where ``newest`` (on the backup: the last copy of what it holds), and,
+    where its replication did not land this run (not in ``settled``), everything from its base up
+    (everything, when its base is unknown) until an admin decides."""
+    drop: dict[str, list[str]] = {}
+    for ds, snaps in tree.items():
+        mine = sorted((s for s in snaps if not s.bookmark and is_ours(s.name, job)), key=lambda s: s.txg)
+        if not mine:
+            continue
+        keep = retain([(s.name, snapshot_time(s.name)) for s in mine], buckets, protect)
+        if newest:
+            keep.add(mine[-1].name)
+        if ds not in settled:
+            base = bases.get(ds)
+            at = next((i for i, s in enumerate(mine) if s.name == base), 0)  # not found: keep them all
+            keep.update(s.name for s in mine[at:])
+        gone = [s.name for s in mine if s.name not in keep]
+        if gone:
+            drop[ds] = gone
+    return drop
+
+
 def prune(rep: Replicating, datasets: list[str]) -> None:
-    """Destroy this job's snapshots that the retention policy does not keep, on both sides, and its
-    cursor bookmarks older than each dataset's newest. Never a base still needed (a snapshot that is
-    a dataset's cursor by hold, or the old base of a dataset that failed this time), never another
-    job's, never a snapshot rebal did not make."""
+    """Destroy this job's snapshots that the retention policy does not keep, on both sides, per
+    dataset (drops_per_dataset), and its cursor bookmarks older than each dataset's newest. Never a
+    base still needed, never a backup dataset's newest snapshot, never a snapshot above the base of a
+    dataset that failed this time, never another job's, never a snapshot rebal did not make."""
     job, report = rep.job.name, rep.report
     sent_ok = {d.source: d for d in report.datasets if d.kind in ("full", "incremental", "nothing")}
+    bases = {d.source: d.base for d in report.datasets}
     protect_src: set[str] = set()
     protect_tgt: set[str] = set()
     for dr in report.datasets:
@@ -67,21 +94,19 @@ def prune(rep: Replicating, datasets: list[str]) -> None:
             # cut mid-stream: the receiver may keep a resume token, which names this snapshot; the
             # next run can resume only while the source still has it
             protect_src.add(report.snapshot)
-    # source: by name over the whole job; each snapshot released and destroyed where it exists
-    # (`zfs release -r` fails when a child lacks the snapshot: a child added after it was taken)
+    # source: each snapshot released and destroyed where it is to go (`zfs release -r` fails when a
+    # child lacks the snapshot: a child added after it was taken)
     root = rep.job.source
     tree = rep.source_tree  # fetched after the new snapshot, kept up to date through the run
     snaps = {d: [s for s in v if not s.bookmark] for d, v in tree.items()}
-    by_name: dict[str, Snap] = {}  # over every dataset: a job that leaves the root out has none there
-    for d in sorted(snaps):
-        for s in snaps[d]:
-            if is_ours(s.name, job):
-                by_name.setdefault(s.name, s)
-    src = sorted(by_name.values(), key=lambda s: s.txg)
-    keep = retain([(s.name, snapshot_time(s.name)) for s in src], rep.job.retention_source, protect_src)
-    drop = [s.name for s in src if s.name not in keep]
-    failed = _prune_source(rep, snaps, drop)
-    for name in drop:
+    drops = drops_per_dataset(snaps, job, rep.job.retention_source, protect=protect_src, bases=bases,
+                              settled=set(sent_ok), newest=False)
+    having: dict[str, list[str]] = {}
+    for d in sorted(drops):
+        for n in drops[d]:
+            having.setdefault(n, []).append(d)
+    failed = _prune_source(rep, snaps, having)
+    for name in sorted(having, key=snapshot_time):
         if name in failed:
             report.notes.append(f"could not prune {root}@{name}: {failed[name]}")
         else:
@@ -91,20 +116,13 @@ def prune(rep: Replicating, datasets: list[str]) -> None:
         return  # a gated backup host prunes its own snapshots (rebal prune there): the gate refuses destroy
     # target: per dataset this job replicates (a backup whose source is gone is left alone)
     ttree = rep.target_tree  # as the run left it: asked once at the start, updated per dataset sent
-    t_names: dict[str, Snap] = {}
-    for ds in datasets:
-        for s in ttree.get(rep.target_of(ds), []):
-            if is_ours(s.name, job):
-                t_names.setdefault(s.name, s)
-    mine = list(t_names.values())
-    keep_t = retain([(s.name, snapshot_time(s.name)) for s in mine], rep.job.retention_target, protect_tgt)
-    drop_t = {s.name for s in mine if s.name not in keep_t}
-    kept_t: set[str] = set()  # of drop: could not be destroyed somewhere
-    for ds in datasets:
-        t = rep.target_of(ds)
-        gone = [s.name for s in ttree.get(t, []) if s.name in drop_t]
-        if not gone:
-            continue
+    of = {rep.target_of(ds): ds for ds in datasets}
+    tdrops = drops_per_dataset({t: ttree.get(t, []) for t in of}, job, rep.job.retention_target, protect=protect_tgt,
+                               bases={t: bases.get(ds) for t, ds in of.items()},
+                               settled={rep.target_of(d) for d in sent_ok}, newest=True)
+    done: set[str] = set()
+    kept_t: set[str] = set()  # could not be destroyed somewhere
+    for t, gone in sorted(tdrops.items()):
         try:
             left = rep.target.destroy_each(t, gone)
         except (CommandFailed, RebalError) as e:  # a bad name, or the backup host gone mid-way
@@ -112,21 +130,21 @@ def prune(rep: Replicating, datasets: list[str]) -> None:
         for name, why in left.items():
             report.notes.append(f"could not prune {t}@{name} on the backup host: {why}")
             kept_t.add(name)
-    report.pruned_target.extend(sorted(drop_t - kept_t))
+        done.update(gone)
+    report.pruned_target.extend(sorted(done - kept_t))
 
 
-def _prune_source(rep: Replicating, snaps: dict[str, list[Snap]], drop: list[str]) -> dict[str, str]:
-    """Release this job's holds on the snapshots in ``drop`` and destroy them, wherever each exists
+def _prune_source(rep: Replicating, snaps: dict[str, list[Snap]], having: dict[str, list[str]]) -> dict[str, str]:
+    """Release this job's holds on the snapshots of ``having`` (name: the datasets it goes from) and
+    destroy them there
     (`zfs release -r` fails when a child lacks the snapshot: a child added after it was taken), in
     as few commands as the ZFS allows: one release for them all, then one destroy -r of the tree for
     the snapshots every dataset has and one destroy per dataset for the rest (each a comma list,
     rebal/zfs/destroy.py). Returns the snapshots that could not be destroyed, with why."""
-    if not drop:
+    if not having:
         return {}
-    names_in = {d: {x.name for x in v} for d, v in snaps.items()}
-    having = {n: [d for d in sorted(snaps) if n in names_in[d]] for n in drop}
     try:  # with a bookmark cursor nothing is held: zfs then says "no such tag", which is not an error
-        rep.source.release(f"rebal-{rep.job.name}", [f"{d}@{n}" for n in drop for d in having[n]])
+        rep.source.release(f"rebal-{rep.job.name}", [f"{d}@{n}" for n in having for d in having[n]])
     except (CommandFailed, RebalError) as e:  # a held snapshot is then not destroyed, and is said
         rep.report.notes.append(f"could not release this job's holds before pruning: {e}")
     return destroy_where_they_are(rep.source, rep.job.source, rep.job.recursive, having, len(snaps))
