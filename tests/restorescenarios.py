@@ -174,3 +174,57 @@ def rebuild_scenario(src, dst, backup_host, tmp_path, *, recreate, job_extra=Non
     again = rebal_json("rebuild", src.name, "--continue", config=cfg)
     assert again["step"] == "done" and "the rebuild was done already" in again["notes"]
     return rec, done, nxt
+
+
+def older_point_scenario(src, dst, backup_host, tmp_path, *, lose=None):
+    """Issue 64's four steps. 1. a recursive job sends the tree in full; 2. a file is written into
+    one child only, and only it gets a snapshot and is sent; 3. the pool is lost and the tree comes
+    back (`restore --all`, or ``lose(cfg, point_of_c)`` for another way back) under the job's own
+    names: every dataset at its own newest backup, c with the file; 4. a file is written into
+    another child and the job goes on incrementally for every dataset, and no backup snapshot
+    that holds data no other holds is destroyed at any step (c's newest is its only copy of the file)."""
+    make_tree(src)
+    cfg = cfg_for(tmp_path, backup_host, name="w", source=f"{src.name}/data", target=f"{dst.name}/w",
+                  recursive=True, retention_source={"last": 0, "hourly": 0, "daily": 0, "weekly": 0, "monthly": 0},
+                  retention_target={"last": 1, "hourly": 0, "daily": 0, "weekly": 0, "monthly": 0})
+    fill(src, 1)
+    r1 = rebal_json("replicate", "w", config=cfg)
+    assert r1["outcome"] == "ok" and {d["kind"] for d in r1["datasets"]} == {"full"}, r1
+    with open(os.path.join(mountpoint(f"{src.name}/data/child"), "new1"), "wb") as f:
+        f.write(os.urandom(3_000_000))
+    sh("zpool", "sync", src.name, check=False)
+    want = manifests(f"{src.name}/data")  # step 2's tree: what the backup must give back
+    r2 = rebal_json("replicate", "w", config=cfg)
+    sent = {d["source"]: d["kind"] for d in r2["datasets"]}
+    assert r2["outcome"] == "ok" and sent.get(f"{src.name}/data/child") in ("full", "incremental"), r2
+    assert [k for k in sent.values() if k in ("full", "incremental")] == ["incremental"], sent  # c alone
+    c_point = r2["snapshot"]
+    assert c_point in snap_names(f"{dst.name}/w/child")
+    assert c_point not in snap_names(f"{dst.name}/w")  # the tree's restore point is per dataset now
+
+    if lose is None:
+        lose_and_recreate(src)
+        back = rebal_json("restore", "w", "--all", "--to", f"{src.name}/data", config=cfg)
+        at = {d["target"][len(src.name) + len("/data"):]: d["point"] for d in back["datasets"]}
+        assert at["/child"] == c_point and at[""] == r1["snapshot"], at
+        assert not back.get("warnings"), back
+    else:
+        lose(cfg, c_point)
+    assert manifests(f"{src.name}/data") == want  # c/new1 among them
+    assert c_point in snap_names(f"{dst.name}/w/child")
+
+    with open(os.path.join(mountpoint(f"{src.name}/data/child/grandchild"), "new2"), "wb") as f:
+        f.write(os.urandom(100_000))
+    r4 = rebal_json("replicate", "w", config=cfg)
+    assert r4["outcome"] == "ok", r4
+    kinds = {d["source"]: d["kind"] for d in r4["datasets"]}
+    assert "full" not in kinds.values() and "failed" not in kinds.values(), kinds
+    assert kinds[f"{src.name}/data/child/grandchild"] == "incremental", kinds
+    # c's only copy of new1 on the backup is still there, and still its newest
+    assert snap_names(f"{dst.name}/w/child")[-1] == c_point
+    return cfg
+
+
+def snap_names(ds: str) -> list[str]:
+    out = sh("zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-s", "createtxg", "-d", "1", ds).stdout.split()
+    return [n.split("@", 1)[1] for n in out]

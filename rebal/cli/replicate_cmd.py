@@ -17,7 +17,7 @@ from .io import Signals, load_config, out_json, out_text, say_error, warn
 def replicate(
     job: Annotated[str, typer.Argument(help="Name of a [[replicate]] job in the config.", autocompletion=complete.replication_jobs)],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be sent and pruned; change nothing.")] = False,
-    force_rollback: Annotated[bool, typer.Option("--force-rollback", help="Let zfs receive -F roll back a target that changed or diverged.")] = False,
+    force_rollback: Annotated[Optional[list[str]], typer.Option("--force-rollback", metavar="DATASET", help="Let zfs receive -F roll back this dataset's backup (name it, source or backup name; again for another): it destroys the backup's snapshots newer than the common one and what was written there since. The run lists what it destroyed.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Replicate a job to its backup host now (zfs send/receive or rsync, over ssh)."""
@@ -27,7 +27,7 @@ def replicate(
 
     cfg = load_config()
     with Signals() as sig, ByteBar(f"replicate {job}", enabled=not (as_json or dry_run)) as bar:
-        outcome, details = run_job(cfg, job, dry_run=dry_run, force_rollback=force_rollback, stop=sig.stop,
+        outcome, details = run_job(cfg, job, dry_run=dry_run, force_rollback=tuple(force_rollback or ()), stop=sig.stop,
                                    progress=bar.update if bar.wanted else None, on_wait=warn,
                                    on_dataset=bar.dataset if bar.lines else None)
     if as_json:

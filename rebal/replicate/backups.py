@@ -66,7 +66,7 @@ def restore(cfg: Config, job: str, *, to: str, at: str, path: str | None, force:
                         raise UsageError("--all restores every dataset of the job; it takes neither --path nor "
                                          "--force (nothing is overwritten: restore --to a new name)")
                     rep = restore_tree(j, ssh, point, to, dry_run=dry_run, stop=stop, progress=on_bytes,
-                                       key_location=key_location)
+                                       key_location=key_location, latest=at == "latest")
                 elif path:
                     rep = restore_path(j, ssh, point, path, to, force=force, dry_run=dry_run, stop=stop)
                 else:

@@ -28,7 +28,7 @@ class Capabilities:
     report: ZfsReport
     cache: Cache | None
     dry_run: bool
-    force_rollback: bool
+    force_rollback: tuple[str, ...]  # the datasets (source or backup names) a receive -F may roll back
     gate: dict | None
     usage_key: str
     send: SendFeatures

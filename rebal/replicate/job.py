@@ -96,7 +96,7 @@ def record_landed(conn: sqlite3.Connection, job: str, r: ZfsReplicator | RsyncRe
         state.record_points(conn, job, rows)
 
 
-def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bool = False,
+def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: tuple[str, ...] = (),
             stop: threading.Event | None = None, progress: Callable[..., None] | None = None,
             conn: sqlite3.Connection | None = None, on_wait: Callable[[str], None] | None = None,
             every: bool = False, on_dataset: Callable[[DatasetReport], None] | None = None) -> tuple[str, dict]:
@@ -104,6 +104,10 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
     failed transfer: that is recorded; raises for bad input and for a run that is already going.
     Waits while a rebalance of data this job replicates runs (``on_wait`` is told)."""
     j = find_job(cfg, name)
+    for ds in force_rollback:
+        if not (_within(ds, j.source) or _within(ds, j.target)):
+            raise UsageError(f"--force-rollback {ds}: not a dataset of job {name} (its source {j.source} or its "
+                             f"backup {j.target}, or below them)")
     stop = stop or threading.Event()
     if dry_run:
         return _dry_run(j, every, force_rollback, stop)
@@ -163,7 +167,11 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: bo
         return outcome, details
 
 
-def _dry_run(j: Replicate, every: bool, force_rollback: bool, stop: threading.Event) -> tuple[str, dict]:
+def _within(ds: str, root: str) -> bool:
+    return ds == root or ds.startswith(root + "/")
+
+
+def _dry_run(j: Replicate, every: bool, force_rollback: tuple[str, ...], stop: threading.Event) -> tuple[str, dict]:
     """What a run would do, changing nothing (no record, no hook run: the hooks are named)."""
     with connect(j) as ssh:
         rep = replicator(j, ssh, every, dry_run=True, force_rollback=force_rollback, stop=stop).run()

@@ -73,7 +73,8 @@ class SendPlan:
     message: str = ""
 
 
-def plan_send(dataset: str, source: list[Snap], target: list[Snap] | None, to: Snap, force_rollback: bool) -> SendPlan:
+def plan_send(dataset: str, source: list[Snap], target: list[Snap] | None, to: Snap, force_rollback: bool,
+              target_name: str = "") -> SendPlan:
     """What to send for one dataset. ``target`` is None when the target dataset does not exist."""
     if target is None:
         return SendPlan("full", None, to)
@@ -94,10 +95,13 @@ def plan_send(dataset: str, source: list[Snap], target: list[Snap] | None, to: S
     base_txg_on_target = next(t.txg for t in target if t.guid == base.guid)
     newer = [t.name for t in sorted(target, key=lambda s: s.txg) if t.txg > base_txg_on_target]
     if newer and not force_rollback:
+        tn = target_name or f"the backup of {dataset}"
         return SendPlan("diverged", base, to, newer, message=(
-            f"the target of {dataset} has snapshots newer than the last common one (@{base.name}): "
-            f"{', '.join('@' + n for n in newer)}. It has diverged; nothing was sent or destroyed. "
-            "--force-rollback lets zfs receive -F roll the target back (destroying those snapshots)"))
+            f"{tn} holds snapshots newer than the last one {dataset} has in common with it (@{base.name}): "
+            f"{', '.join('@' + n for n in newer)}. They may hold the only copy of what was written after @{base.name} "
+            f"(a restore from an older point, or another writer). Nothing was sent or destroyed. To go on from "
+            f"them, restore {dataset} from its newest backup; to give them up, --force-rollback {tn} destroys "
+            f"{'it' if len(newer) == 1 else 'them'} and the backup's writes since @{base.name}"))
     return SendPlan("incremental", base, to, newer)
 
 
@@ -110,7 +114,8 @@ def explain_receive_error(stderr: str, target: str, base: str | None, forced: bo
     if "has been modified" in low:
         return (f"the target {target} was written to since its last snapshot"
                 f"{' (@' + base + ')' if base else ''}: the incremental receive was refused and nothing was "
-                "destroyed. Find out who writes there; --force-rollback lets zfs receive -F undo those changes")
+                "destroyed. What was written there exists only there: find out who writes there (zfs diff shows "
+                f"what; a snapshot of it keeps it); --force-rollback {target} destroys those writes")
     if "does not match incremental source" in low or "most recent snapshot" in low:
         return (f"the target {target} no longer has the base snapshot{' @' + base if base else ''} as its newest: "
                 "its snapshots were changed or destroyed. Nothing was destroyed; --force-rollback rolls it back "

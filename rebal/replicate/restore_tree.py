@@ -1,11 +1,13 @@
 """A whole tree back from the backup: `rebal restore JOB --all --to POOL[/PATH]`.
 
 A restore is a replication with the two hosts swapped: the backup's host sends, the source's host
-receives (`host.ZfsHost` on each side, whichever end rebal runs on). Each dataset of the job's backup
-that holds the restore point is sent whole at that point (`zfs send DS@POINT`, the job's raw and
-compression flags), parents before children, into the same place under ``to``. The snapshot keeps
-its guid: restored under the job's own source names, the next `rebal replicate JOB` finds @POINT on
-both sides and goes on incrementally. A cut restore is resumed by the next run (receive tokens), and
+receives (`host.ZfsHost` on each side, whichever end rebal runs on). A tree's restore point is per
+dataset: a run snapshots only the datasets with something written, so their newest snapshots have
+different names. Each dataset is sent whole at its own point (``pick``: with `--at latest` its newest
+backup; with `--at NAME` its newest at or before NAME's time), with the job's raw and compression
+flags, parents before children, into the same place under ``to``; the report names each dataset's
+snapshot. The snapshots keep their guids: restored under the job's own source names at `latest`,
+the next `rebal replicate JOB` finds each dataset's point on both sides and goes on incrementally. A cut restore is resumed by the next run (receive tokens), and
 a dataset already restored at the point is left as it is, so running the command again finishes it.
 
 Nothing is overwritten: a destination dataset that exists is refused (a pool's empty root, made by
@@ -21,6 +23,8 @@ from dataclasses import dataclass, field
 from ..config import Replicate
 from ..process.pipeline import pump
 from ..zfs.host import HostError, Tree, ZfsHost
+from ..zfs.snaps import Snap
+from .policy import parse_snapshot_name
 from .restore import PointNotFound, RestoreError, RestorePoint, RestoreRefused
 from .sides import job_hosts
 from .transport import Wire, classify_ssh
@@ -34,6 +38,35 @@ class DatasetRestore:
     kind: str = ""  # full, resumed, present (restored before), missing (no such point), failed
     bytes: int = 0
     error: str = ""
+    point: str = ""  # the snapshot it came from
+    newer: str = ""  # the backup's newest snapshot of it, where that is newer than ``point``
+
+
+def _when(name: str) -> float | None:
+    p = parse_snapshot_name(name)
+    return p[1].timestamp() if p else None
+
+
+def pick(snaps: list[Snap], point: RestorePoint, latest: bool) -> str | None:
+    """A dataset's restore point: its newest snapshot (``latest``), else ``point`` itself where it
+    has it, else its newest snapshot made at or before ``point`` (by the time in rebal's names, or
+    the point's creation)."""
+    ordered = [s for s in sorted(snaps, key=lambda s: s.txg) if not s.bookmark]
+    if not ordered:
+        return None
+    if latest:
+        return ordered[-1].name
+    if any(s.name == point.name for s in ordered):
+        return point.name
+    t = _when(point.name) or point.created
+    if t is None:
+        return None
+    best = None
+    for s in ordered:
+        ts = _when(s.name)
+        if ts is not None and ts <= t:
+            best = s.name
+    return best
 
 
 @dataclass
@@ -45,6 +78,7 @@ class TreeReport:
     datasets: list[DatasetRestore] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     planned: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> list[DatasetRestore]:
@@ -58,7 +92,7 @@ def _below(root: str, name: str) -> bool:
 class TreeRestore:
     def __init__(self, job: Replicate, link: Wire, point: RestorePoint, to: str, *, dry_run: bool = False,
                  stop: threading.Event | None = None, progress: Callable[[int], None] | None = None,
-                 key_location: str | None = None) -> None:
+                 key_location: str | None = None, latest: bool = False) -> None:
         from ..throttle import Throttle
         from ..units import parse_size
 
@@ -68,6 +102,8 @@ class TreeRestore:
         self.throttle = Throttle(parse_size(job.bwlimit) if job.bwlimit else None)
         self.report = TreeReport("tree", point.name, to)
         self.key_location = key_location
+        self.latest = latest
+        self.points: dict[str, str | None] = {}  # backup dataset -> the snapshot it is restored from
         self._done = 0
 
     def target_of(self, ds: str) -> str:
@@ -80,8 +116,9 @@ class TreeRestore:
         if backup is None or not backup.snaps:
             raise RestoreError(f"the backup host has no {self.job.target} yet (rebal replicate {self.job.name} makes it)")
         order = sorted((d for d in backup.snaps if _below(self.job.target, d)), key=lambda d: (d.count("/"), d))
-        if not backup.has(self.job.target, self.point.name):
-            raise PointNotFound(f"the backup's {self.job.target} has no @{self.point.name}")
+        self.points = {d: pick(backup.snaps[d], self.point, self.latest) for d in order}
+        if self.points.get(self.job.target) is None:
+            raise PointNotFound(f"the backup's {self.job.target} has no snapshot at or before @{self.point.name}")
         here = self.into.tree(self.to, tokens=True) or Tree()
         self._check_destination(here)
         skipped: list[str] = []
@@ -95,11 +132,16 @@ class TreeRestore:
                 rep.kind, rep.error = "missing", "its parent was not restored"
                 skipped.append(ds)
                 continue
-            if not backup.has(ds, self.point.name):
+            at = self.points.get(ds)
+            if at is None:
                 rep.kind = "missing"
-                rep.error = f"no @{self.point.name} on the backup (it came into the job after that point)"
+                rep.error = f"no snapshot at or before @{self.point.name} on the backup (it came into the job after that point)"
                 skipped.append(ds)
                 continue
+            rep.point = at
+            newest = pick(backup.snaps[ds], self.point, True)
+            if newest != at:
+                rep.newer = newest or ""
             self._one(rep, backup, here)
             if rep.kind == "failed":
                 skipped.append(ds)
@@ -108,6 +150,13 @@ class TreeRestore:
         if missing:
             self.report.notes.append(f"{len(missing)} dataset(s) not restored: " + "; ".join(
                 f"{d.source}: {d.error}" for d in missing[:5]))
+        older = [d for d in self.report.datasets if d.newer]
+        if older:
+            self.report.warnings.append(
+                f"{len(older)} dataset(s) restored from an older snapshot than their newest backup, as asked "
+                f"(--at {self.point.name}): " + "; ".join(f"{d.target} from @{d.point}, the backup holds @{d.newer}"
+                                                            for d in older[:5]) +
+                ". Their next replication stops as diverged and destroys nothing; the newer backups stay")
         self.report.notes.append("properties other than encryption are not in the backup's streams (rebal sends "
                                  "without -p): the restored datasets have their defaults, inherited from " + self.to)
         if self.job.raw and not self.dry_run:
@@ -155,7 +204,8 @@ class TreeRestore:
             raise RestoreRefused(f"{parent} does not exist on {self.into.where}: create it (or the pool) first")
         for ds, snaps in here.snaps.items():
             src = self.job.target + ds[len(self.to):]
-            if ds in here.tokens or here.has(ds, self.point.name):
+            at = self.points.get(src) if src else None
+            if ds in here.tokens or (at is not None and here.has(ds, at)):
                 continue
             if ds == self.to and "/" not in ds and not snaps and len(here.snaps) == 1 and self.into.holds_nothing(ds):
                 continue  # a new pool's root: received over with -F (it holds nothing)
@@ -164,8 +214,8 @@ class TreeRestore:
 
     def _one(self, rep: DatasetRestore, backup: Tree, here: Tree) -> None:
         target = rep.target
-        want = backup.guid(rep.source, self.point.name)
-        if here.guid(target, self.point.name) == want:
+        want = backup.guid(rep.source, rep.point)
+        if here.guid(target, rep.point) == want:
             rep.kind = "present"  # restored by an earlier run
             return
         token = here.tokens.get(target)
@@ -174,7 +224,7 @@ class TreeRestore:
         if token:
             send, rep.kind = self.frm.resume_send(token), "resumed"
         else:
-            send, rep.kind = self.frm.send(f"{rep.source}@{self.point.name}", flags), "full"
+            send, rep.kind = self.frm.send(f"{rep.source}@{rep.point}", flags), "full"
         force = target == self.to and target in here.snaps and not token  # the new pool's empty root
         recv = self.into.receive(target, force=force)
         if self.dry_run:

@@ -55,7 +55,10 @@ def drops_per_dataset(tree: dict[str, list[Snap]], job: str, buckets: Buckets, *
     (everything, when its base is unknown) until an admin decides."""
     drop: dict[str, list[str]] = {}
     for ds, snaps in tree.items():
-        mine = sorted((s for s in snaps if not s.bookmark and is_ours(s.name, job)), key=lambda s: s.txg)
+        # by the time in their names: a tree kept up to date through the run holds the source's txgs
+        # for what it just received, which are not the backup pool's
+        mine = sorted((s for s in snaps if not s.bookmark and is_ours(s.name, job)),
+                      key=lambda s: (snapshot_time(s.name), s.txg))
         if not mine:
             continue
         keep = retain([(s.name, snapshot_time(s.name)) for s in mine], buckets, protect)

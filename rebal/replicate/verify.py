@@ -219,8 +219,11 @@ def _verify_dataset(rep: VerifyReport, job: Replicate, source: ZfsHost, backup: 
     newest_tgt = max(tgt, key=lambda s: s.txg)
     if _modified_since(backup, tds, newest_tgt.name, rep):
         rep.findings.append(Finding(WARNING, subject, f"the backup dataset {tds} was written to since its last "
-                                    f"received snapshot @{newest_tgt.name}: the next incremental will fail. Find who "
-                                    "writes there (set readonly=on), then replicate with --force-rollback to undo it"))
+                                    f"received snapshot @{newest_tgt.name}: the next incremental will fail. What was "
+                                    f"written exists only there: `zfs diff {tds}@{newest_tgt.name}` on the backup "
+                                    f"host shows it, a snapshot of it keeps it; find who writes there (set "
+                                    f"readonly=on). `rebal replicate {job.name} --force-rollback {tds}` destroys "
+                                    "those writes"))
     with SnapView(source, ds, base.name, f"verify-{job.name}", rep.notes) as sv, \
             SnapView(backup, tds, base.name, f"verify-{job.name}", rep.notes) as tv:
         compare(rep, subject, source, sv, backup, tv, sample_n)

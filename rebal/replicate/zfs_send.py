@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 class ZfsReplicator(Capabilities):
     def __init__(self, job: Job, ssh: Wire, *, source: ZfsHost | None = None, runner: Runner = run,
-                 force_rollback: bool = False, dry_run: bool = False, stop: threading.Event | None = None,
+                 force_rollback: tuple[str, ...] = (), dry_run: bool = False, stop: threading.Event | None = None,
                  progress: Callable[[int, int | None], None] | None = None,
                  clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc), cache: Cache | None = None,
                  estimates: bool = True, landed: dict[str, str] | None = None,
@@ -292,19 +292,24 @@ class ZfsReplicator(Capabilities):
             raise ReplicationError(f"resuming the receive of {info.toname} into {target} failed: "
                                    f"{res.receiver_err or res.sender_err or 'stopped'}")
 
+    def _source_side(self, ds: str, snap: str) -> tuple[list[Snap], Snap]:
+        """The dataset's snapshots and bookmarks here, and the one to send (made up in a dry run)."""
+        src = self.source_tree.get(ds)
+        if src is None:
+            src = self.source.snapshots(ds, bookmarks=True) or []
+        to = next((s for s in src if s.name == snap and not s.bookmark), None)
+        if to is None:
+            if not self.dry_run:
+                raise ReplicationError(f"{ds}@{snap} is missing right after it was taken")
+            to = Snap(snap, 0, 1 << 62)
+            src = src + [to]
+        return src, to
+
     def replicate_dataset(self, ds: str, snap: str) -> DatasetReport:
         target = self.target_of(ds)
         rep = DatasetReport(ds, target)
         try:
-            src = self.source_tree.get(ds)
-            if src is None:
-                src = self.source.snapshots(ds, bookmarks=True) or []
-            to = next((s for s in src if s.name == snap and not s.bookmark), None)
-            if to is None:
-                if not self.dry_run:
-                    raise ReplicationError(f"{ds}@{snap} is missing right after it was taken")
-                to = Snap(snap, 0, 1 << 62)
-                src = src + [to]
+            src, to = self._source_side(ds, snap)
             tgt = self.target_tree.get(target)  # None: no such dataset on the backup host
             if tgt is None and self.target_tree:
                 was = T.renamed_from(self, ds, src, snap)
@@ -318,7 +323,8 @@ class ZfsReplicator(Capabilities):
                         "incrementally")
                     return rep
                 self.report.notes.append(f"{ds} is new: sent in full")
-            plan = plan_send(ds, src, tgt, to, self.force_rollback)
+            rollback = ds in self.force_rollback or target in self.force_rollback
+            plan = plan_send(ds, src, tgt, to, rollback, target)
             rep.base = plan.base.name if plan.base else None
             rep.base_bookmark = bool(plan.base and plan.base.bookmark)
             if plan.kind in ("diverged", "unrelated"):
@@ -336,7 +342,9 @@ class ZfsReplicator(Capabilities):
                 send = zargv.send(f"{ds}@{snap}", flags, base_args(ds, plan.base, between))
             rep.kind = plan.kind
             rep.expected = self.estimate(send, ds, snap, plan.kind) if self.estimates or self.dry_run else None
-            force = plan.kind == "incremental" and self.force_rollback
+            force = plan.kind == "incremental" and rollback
+            if force:
+                self._say_rollback(target, plan)
             recv = self.receive_argv(target, force=force, full=plan.kind == "full")
             if self.dry_run:
                 self.report.planned.append(" ".join(send) + (" | " if self.ssh.local else " | ssh ... ") + " ".join(recv))
@@ -371,6 +379,14 @@ class ZfsReplicator(Capabilities):
         except RebalError as e:
             rep.kind, rep.error = "failed", str(e)
             return rep
+
+    def _say_rollback(self, target: str, plan: SendPlan) -> None:
+        """What a named --force-rollback destroys, said as a warning of the run (and of its dry run)."""
+        newer = plan.newer_on_target
+        self.report.warnings.append(
+            f"--force-rollback {target}: rolled back to @{plan.base.name if plan.base else '?'}"
+            + (f", destroying its newer snapshots {', '.join('@' + n for n in newer)}" if newer else "")
+            + " and whatever was written there after it" + (" (dry run: nothing done)" if self.dry_run else ""))
 
     def _trees_after(self, ds: str, target: str, src: list[Snap], tgt: list[Snap] | None, plan: SendPlan, to: Snap,
                     cursor: str) -> None:

@@ -61,12 +61,16 @@ def restore_text(job: str, rep, dry_run: bool) -> str:
     if dry_run:
         return lines([f"dry run: would restore @{rep.point} to {rep.to}"]
                      + [f"  would run: {line}" for line in rep.planned])
-    out = [f"restored @{rep.point} of job {job} to {rep.to} ({human(rep.bytes)})"]
-    for d in getattr(rep, "datasets", []):  # a whole tree: one line a dataset
+    tree = getattr(rep, "datasets", None) is not None
+    head = (f"restored job {job} to {rep.to}, each dataset at its own newest backup at or before @{rep.point}"
+            if tree else f"restored @{rep.point} of job {job} to {rep.to}")
+    out = [f"{head} ({human(rep.bytes)})"]
+    for d in getattr(rep, "datasets", []):  # a whole tree: one line a dataset, with the snapshot it came from
         what = {"full": "received", "resumed": "resumed and received", "present": "already restored (left as it is)",
                 "missing": "not restored"}.get(d.kind, d.kind)
-        out.append(f"  {d.target:40}  {what}{f' ({human(d.bytes)})' if d.bytes else ''}{f': {d.error}' if d.error else ''}")
-    return lines(out + [f"  note: {n}" for n in rep.notes])
+        at = f" from @{d.point}" if d.point else ""
+        out.append(f"  {d.target:40}  {what}{at}{f' ({human(d.bytes)})' if d.bytes else ''}{f': {d.error}' if d.error else ''}")
+    return lines(out + [f"  WARNING: {w}" for w in getattr(rep, "warnings", [])] + [f"  note: {n}" for n in rep.notes])
 
 
 def verify_text(job: str, rep, level_name: str) -> str:

@@ -85,7 +85,7 @@ def test_push_through_the_gate_then_prune_on_the_backup_host(pools, gated, tmp_p
     r3 = rebal_json("replicate", "guarded", config=cfg)
     assert r3["outcome"] == "ok" and {d["kind"] for d in r3["datasets"]} == {"incremental"}, r3
     # --force-rollback is refused up front: this gate was not started with --allow-rollback
-    r = rebal("replicate", "guarded", "--force-rollback", "--json", config=cfg, check=False)
+    r = rebal("replicate", "guarded", "--force-rollback", f"{dst.name}/copy/data", "--json", config=cfg, check=False)
     out = json.loads(r.stdout)
     assert out["outcome"] == "failed" and "--allow-rollback" in out["error"], out
     # verify through the gate: guids compared for every dataset, contents not (the gate reads no files)

@@ -118,8 +118,13 @@ def test_target_written_to_fails_then_force_rollback(pools, backup_host, tmp_pat
     out = json.loads(r.stdout)
     assert out["outcome"] == "failed" and "written to since its last snapshot" in out["error"]
     assert os.path.exists(os.path.join(mountpoint(f"{dst.name}/copy"), "written-on-backup"))
-    r = rebal("replicate", "j", "--force-rollback", "--json", config=cfg)
-    assert json.loads(r.stdout)["outcome"] == "ok"
+    # --force-rollback needs the dataset named, and says what it destroyed
+    r = rebal("replicate", "j", "--force-rollback", f"{src.name}/elsewhere", "--json", config=cfg, check=False)
+    assert r.returncode == 2 and "not a dataset of job j" in r.stderr, r.stderr
+    r = rebal("replicate", "j", "--force-rollback", f"{dst.name}/copy", "--json", config=cfg)
+    out = json.loads(r.stdout)
+    assert out["outcome"] in ("ok", "warning") and not [d for d in out["datasets"] if d["kind"] == "failed"], out
+    assert any(f"--force-rollback {dst.name}/copy: rolled back" in w and "written there" in w for w in out["warnings"]), out
     kids = ("child", "sibling")  # other datasets (this job is not recursive)
     assert manifest(mountpoint(f"{src.name}/data"), exclude=kids) == manifest(mountpoint(f"{dst.name}/copy"), exclude=kids)
 

@@ -42,7 +42,9 @@ def test_fifty_datasets_in_parallel_one_fails_alone(make_pool, backup_host, tmp_
     assert r.returncode == 1 and r2["outcome"] == "failed", r2
     kinds = {d["source"]: d["kind"] for d in r2["datasets"]}
     assert kinds.pop(bad) == "failed" and set(kinds.values()) == {"incremental"} and len(kinds) == 50, kinds
-    assert r2["error"].startswith(f"{bad}: the target of {bad} has snapshots newer") and "d0" not in r2["error"].split(":", 1)[1].replace(bad, ""), r2["error"]
+    bad_t = [d["target"] for d in r2["datasets"] if d["source"] == bad][0]
+    assert r2["error"].startswith(f"{bad}: {bad_t} holds snapshots newer"), r2["error"]
+    assert "d0" not in r2["error"].split(":", 1)[1].replace(bad_t, "").replace(bad, ""), r2["error"]  # no other dataset
     for k in kids[::5]:
         if k != bad:
             same(k, f"{dst.name}/t/{k.rsplit('/', 1)[1]}")

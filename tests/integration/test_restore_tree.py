@@ -12,3 +12,4 @@ def test_a_whole_tree_comes_back_and_the_chain_goes_on(make_pool, backup_host, t
     dst = make_pool([[]], size="512M")
     spare = make_pool([[]], size="256M")
     restore_tree_scenario(src, dst, backup_host, tmp_path, spare=spare)
+

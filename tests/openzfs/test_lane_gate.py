@@ -232,7 +232,7 @@ def test_a_key_that_may_only_append(make_pool, user):
 
         # --force-rollback through the gate: one line that names the permission
         write_random(os.path.join(root, "c.bin"), 1, seed=2)
-        rf = rebal_as_user(home, cfg, "replicate", "ap", "--force-rollback", "--json", check=False)
+        rf = rebal_as_user(home, cfg, "replicate", "ap", "--force-rollback", backup, "--json", check=False)
         out = json.loads(rf.stdout)
         assert rf.returncode == 1 and out["outcome"] == "failed", out
         assert "receive:append" in out["error"] and "\n" not in out["error"], out["error"]

@@ -93,3 +93,15 @@ def test_a_raw_tree_comes_back_with_one_encryption_root(make_pool, backup_host, 
     assert set(roots(f"{src.name}/back").values()) == {f"{src.name}/back"}  # one root, as the source had
     for rel in ("", "/kid"):
         assert manifest(mountpoint(f"{src.name}/back{rel}"), exclude=("kid",)) == want[rel], rel
+
+
+def test_a_tree_whose_datasets_have_different_newest_points_comes_back_whole(make_pool, backup_host, tmp_path):
+    """Issue 64 on OpenZFS (where a dataset with nothing written gets no snapshot, so a tree's
+    newest snapshots have different names): restore --all brought a child back at the tree's oldest
+    shared name, without the file the backup holds, and the next replication pruned the child's
+    newest backup, its only copy of that file. restorescenarios.older_point_scenario has the steps."""
+    from restorescenarios import older_point_scenario
+
+    src = make_pool([[]], size="512M")
+    dst = make_pool([[]], size="1G")
+    older_point_scenario(src, dst, backup_host, tmp_path)

@@ -59,6 +59,7 @@ def test_no_dataset_loses_its_newest_nor_anything_above_a_failed_base(h):
             assert not set(gone) & protect
             if newest:
                 assert max(ours, key=lambda s: s.txg).name not in gone, "a backup dataset's newest snapshot"
+                # (the histories' txgs grow with their times, as they do in a pool)
             if ds not in settled:
                 base = bases.get(ds)
                 names = [s.name for s in sorted(ours, key=lambda s: s.txg)]
