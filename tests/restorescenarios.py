@@ -201,6 +201,8 @@ def older_point_scenario(src, dst, backup_host, tmp_path, *, lose=None):
     c_point = r2["snapshot"]
     assert c_point in snap_names(f"{dst.name}/w/child")
     assert c_point not in snap_names(f"{dst.name}/w")  # the tree's restore point is per dataset now
+    listed = rebal_json("backups", "w", config=cfg)["newest"]
+    assert listed[f"{dst.name}/w/child"] == c_point and listed[f"{dst.name}/w"] == r1["snapshot"], listed
 
     if lose is None:
         lose_and_recreate(src)

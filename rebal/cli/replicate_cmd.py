@@ -49,11 +49,12 @@ def backups(job: Annotated[str, typer.Argument(help="Replication job.", autocomp
     from ..replicate.backups import list_points
     from ..views.replicate import backups_text
 
-    j, ds, pts = list_points(load_config(), job)
+    j, ds, pts, newest = list_points(load_config(), job)
     if as_json:
-        out_json({"job": job, "mode": j.mode, "dataset": ds, "target": j.target, "points": [p.as_dict() for p in pts]})
+        out_json({"job": job, "mode": j.mode, "dataset": ds, "target": j.target, "points": [p.as_dict() for p in pts],
+                  "newest": newest})
     else:
-        out_text(backups_text(job, j.mode, j.target_host or "this host", ds or j.target, pts))
+        out_text(backups_text(job, j.mode, j.target_host or "this host", ds or j.target, pts, newest))
 
 
 @app.command()

@@ -23,13 +23,26 @@ if TYPE_CHECKING:
 
 
 def list_points(cfg: Config, job: str):
-    """(job config, dataset on the backup host, restore points)."""
-    from .restore import points
+    """(job config, dataset on the backup host, restore points of its root, and for a recursive zfs
+    job each dataset's newest backup: a tree's restore point is per dataset, and that is what
+    `restore --all --at latest` brings back of each)."""
+    from ..zfs.host import HostError
+    from .restore import RestoreError, points
+    from .restore_tree import pick
+    from .sides import job_hosts
 
     j = find_job(cfg, job)
+    newest: dict[str, str | None] = {}
     with connect(j) as ssh:
         ds, pts = points(j, ssh)
-    return j, ds, pts
+        if j.mode == "zfs" and j.recursive and pts:
+            try:
+                tree = job_hosts(j, ssh)[1].tree(j.target, recursive=True)
+            except HostError as e:
+                raise RestoreError(f"backup host: {e}") from None
+            if tree is not None:
+                newest = {d: pick(s, pts[-1], True) for d, s in sorted(tree.snaps.items())}
+    return j, ds, pts, newest
 
 
 def restore(cfg: Config, job: str, *, to: str, at: str, path: str | None, force: bool, dry_run: bool,

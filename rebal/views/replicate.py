@@ -48,12 +48,18 @@ def replication_text(outcome: str, d: dict) -> str:
     return lines(out)
 
 
-def backups_text(job: str, mode: str, host: str, where: str, pts) -> str:
+def backups_text(job: str, mode: str, host: str, where: str, pts, newest: dict | None = None) -> str:
     out = [f"job {job} ({mode}): {len(pts)} restore point(s) on {host}:{where}"]
     for p in pts:
         d = p.as_dict()
         size = f"{human(p.referenced)} referenced" if p.referenced is not None else "the target directory as it is now"
         out.append(f"  {p.name:40}  {d['created'] or '':20}  {size}")
+    if newest:  # a tree: each dataset's own newest backup (what restore --all --at latest brings back)
+        root = newest.get(where)
+        other = {ds: n for ds, n in newest.items() if n != root}
+        out.append(f"each dataset's newest backup (restore --all --at latest): @{root} for "
+                   f"{len(newest) - len(other)} of {len(newest)}" + (", and:" if other else ""))
+        out += [f"  {ds:40}  @{n}" for ds, n in other.items()]
     return lines(out)
 
 
