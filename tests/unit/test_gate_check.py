@@ -291,3 +291,24 @@ def test_a_pull_job_may_ask_what_was_written_since_its_bases():
             check(Policy("send", "tank/data"), bad)
     with pytest.raises(Refused):
         check(RECV, "zpool sync bk")  # a receiving key has no use for it
+
+
+def test_a_refusal_is_logged_somewhere_without_syslog_or_log(tmp_path, monkeypatch):
+    """Issue 63: with no /dev/log and no --log, a refusal was logged nowhere on the gated host."""
+    from rebal.replicate import gate_serve
+
+    real_exists = gate_serve.os.path.exists
+    monkeypatch.setattr(gate_serve.os.path, "exists", lambda p: False if p == "/dev/log" else real_exists(p))
+    monkeypatch.setattr(gate_serve, "FALLBACK_LOG", str(tmp_path / "log" / "gate.log"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    for h in list(gate_serve.log.handlers):
+        gate_serve.log.removeHandler(h)
+    try:
+        assert gate_serve.serve(Policy("receive", "bk/copy"), "zfs destroy -r bk/copy") == 2
+    finally:
+        for h in list(gate_serve.log.handlers):
+            h.close()
+            gate_serve.log.removeHandler(h)
+    where = gate_serve._fallback_log()
+    text = open(where).read()
+    assert "refused" in text and "zfs destroy -r bk/copy" in text, text
