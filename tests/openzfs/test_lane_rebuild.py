@@ -6,6 +6,7 @@ encryption root as they were, the next incremental small, and the new layout eve
 
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 from conftest import rebal_json
@@ -61,7 +62,7 @@ def test_the_printed_zpool_create_runs_as_printed(make_pool, tmp_path):
     from rebal.zfs.host import ZfsHost
 
     pool = make_pool([[]], size="256M")
-    canary = tmp_path / "pwned"
+    canary = Path(f"/tmp/rbpw{os.getpid()}")  # a pool comment holds at most 32 characters
     sh("zpool", "set", f"comment=x;touch {canary}", pool.name)
     sh("zfs", "create", f"{pool.name}/d")
     sh("zfs", "snapshot", f"{pool.name}/d@s")
