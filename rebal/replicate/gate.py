@@ -283,8 +283,8 @@ def _rsync(policy: Policy, argv: list[str]) -> None:
         else:
             pos.append(a)
         i += 1
-    if len(pos) != 2 or pos[0] != ".":
-        raise Refused("rsync: exactly '.' and one destination directory")
+    if len(pos) != 2 or pos[0] != "." or args[-2:] != pos:
+        raise Refused("rsync: exactly '.' and one destination directory, after every option")
     dest = pos[1]
     mp = policy.mountpoint.rstrip("/")
     if not dest.startswith("/") or ".." in dest.split("/"):

@@ -312,3 +312,62 @@ def test_a_refusal_is_logged_somewhere_without_syslog_or_log(tmp_path, monkeypat
     where = gate_serve._fallback_log()
     text = open(where).read()
     assert "refused" in text and "zfs destroy -r bk/copy" in text, text
+
+
+# -- a property-based fuzz (hypothesis): lines built from the words rebal sends and an attacker's ----
+
+from hypothesis import example, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_NAMES = ["bk/copy", "bk/copy/data", "bk/copyx", "bk", "bk/other", "tank/data", "tank/data/c", "tank", "tank/datax",
+          "bk/copy/../x", "tank/data/../../etc", "/etc", "bk/copy/data@" + S1, "tank/data@" + S2, "tank/data@keep",
+          "tank/data#" + S1, "bk/copy@x", "tank/data@" + S1 + ",keep", "/bk/copy/x/", "/bk/copy/../../root/.ssh",
+          "/bk/copyx/", "/etc/", "."]
+_WORDS = ["zfs", "zpool", "rsync", "sh", "zstd", "mbuffer", "receive", "recv", "send", "get", "list", "set", "destroy",
+          "rollback", "snapshot", "hold", "release", "bookmark", "allow", "-F", "-r", "-R", "-d", "-e", "-t", "-o",
+          "-x", "-i", "-I", "-s", "-u", "-v", "-nvP", "-H", "-p", "-A", "--server", "--sender",
+          "-logDtpre.iLsfxCIvu", "-lHogtpAXre.iLsfxCIvu", "-slogtpre.iLsfxCIvu", "--delete-delay", "--mkpath",
+          "readonly=on", "mountpoint=/etc", "all", "guid,createtxg", "rebal-j", "1-abc", "|", "-dc", "-c", "-q", "-m",
+          "128M", ";", "$(id)", "`id`", "&&", ">", "'", '"', "\\"]
+
+
+@st.composite
+def _lines(draw):
+    policy = draw(st.sampled_from([RECV, SEND]))
+    if draw(st.booleans()):  # words strung together
+        return policy, " ".join(draw(st.lists(st.sampled_from(_WORDS + _NAMES), min_size=1, max_size=9)))
+    words = shlex.split(draw(st.sampled_from(VALID_RECV if policy is RECV else VALID_SEND)))  # a line rebal sends...
+    for _ in range(draw(st.integers(1, 3))):  # ...with words swapped, inserted or dropped
+        i = draw(st.integers(0, len(words)))
+        op = draw(st.sampled_from(["swap", "insert", "drop"]))
+        w = draw(st.sampled_from(_WORDS + _NAMES))
+        if op == "swap" and i < len(words):
+            words[i] = w
+        elif op == "insert":
+            words.insert(i, w)
+        elif words and i < len(words):
+            del words[i]
+    return policy, shlex.join(words) if words else ""
+
+
+@settings(max_examples=4000, deadline=None)
+@given(_lines())
+@example((RECV, "rsync --server -lHogtpAXre.iLsfxCIvu --delete-delay . /bk/copy/x/ -r"))  # found by hypothesis
+def test_no_accepted_line_reaches_outside_the_root(drawn):
+    """Whatever a hostile client strings together, a line the gate accepts names no dataset, path or
+    program outside its root, makes no device node, and creates or holds only rebal's own snapshots
+    (independent_ok re-checks it by other means than the gate's code)."""
+    policy, line = drawn
+    try:
+        stages = check(policy, line)
+    except Refused as e:
+        assert str(e) and "\n" not in str(e)
+        return
+    problem = independent_ok(policy, stages)
+    assert problem is None, (line, stages, problem)
+    for stage in stages:
+        if stage[0] == "rsync":
+            assert not any(w.startswith("-") and not w.startswith("--") and "D" in w.split("e")[0] for w in stage), line
+        if stage[:2] in (["zfs", "snapshot"], ["zfs", "hold"]):
+            snaps = [w for w in stage[2:] if "@" in w]
+            assert all(w.split("@", 1)[1].startswith("rebal-") for w in snaps), line
