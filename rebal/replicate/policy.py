@@ -97,7 +97,7 @@ def plan_send(dataset: str, source: list[Snap], target: list[Snap] | None, to: S
     if newer and not force_rollback:
         tn = target_name or f"the backup of {dataset}"
         return SendPlan("diverged", base, to, newer, message=(
-            f"{tn} holds snapshots newer than the last one {dataset} has in common with it (@{base.name}): "
+            f"{tn} has diverged: it holds snapshots newer than the last one {dataset} has in common with it (@{base.name}): "
             f"{', '.join('@' + n for n in newer)}. They may hold the only copy of what was written after @{base.name} "
             f"(a restore from an older point, or another writer). Nothing was sent or destroyed. To go on from "
             f"them, restore {dataset} from its newest backup; to give them up, --force-rollback {tn} destroys "

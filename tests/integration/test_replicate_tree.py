@@ -43,7 +43,7 @@ def test_fifty_datasets_in_parallel_one_fails_alone(make_pool, backup_host, tmp_
     kinds = {d["source"]: d["kind"] for d in r2["datasets"]}
     assert kinds.pop(bad) == "failed" and set(kinds.values()) == {"incremental"} and len(kinds) == 50, kinds
     bad_t = [d["target"] for d in r2["datasets"] if d["source"] == bad][0]
-    assert r2["error"].startswith(f"{bad}: {bad_t} holds snapshots newer"), r2["error"]
+    assert r2["error"].startswith(f"{bad}: {bad_t} has diverged: it holds snapshots newer"), r2["error"]
     assert "d0" not in r2["error"].split(":", 1)[1].replace(bad_t, "").replace(bad, ""), r2["error"]  # no other dataset
     for k in kids[::5]:
         if k != bad:
