@@ -409,6 +409,20 @@ def _acl(path) -> str:
     return subprocess.run(["getfacl", "-cp", str(path)], capture_output=True, text=True, check=True).stdout
 
 
+def _copy_peeking(f, peek):
+    """Copy ``f``, calling ``peek(fstat of the copy)`` as its data is about to be written."""
+    class Peek(Copier):
+        def _copy_data(self, src, dst, *a, **kw):
+            peek(os.fstat(dst))
+            return super()._copy_data(src, dst, *a, **kw)
+
+    dfd = os.open(f.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return Peek().copy(dfd, ref_of(f))
+    finally:
+        os.close(dfd)
+
+
 def test_a_default_acl_of_the_directory_never_widens_who_may_read(richfs):
     """Issue 63: a 0640 file without an ACL in a directory whose default ACL grants uid 1001 rwx
     came out of the rewrite readable by uid 1001 (the copy inherited the default ACL)."""
@@ -421,18 +435,8 @@ def test_a_default_acl_of_the_directory_never_widens_who_may_read(richfs):
     os.chmod(f, 0o640)
     subprocess.run(["setfacl", "-b", str(f)], check=True)  # the file itself has no ACL (made before the default)
     before, acl = manifest(richfs), _acl(f)
-    seen = []
-
-    class Peek(Copier):  # the copy as it is while its data is written
-        def _copy_data(self, src, dst, *a, **kw):
-            seen.append(stat.S_IMODE(os.fstat(dst).st_mode))  # with an ACL, its group bits are the mask
-            return super()._copy_data(src, dst, *a, **kw)
-
-    dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        assert Peek().copy(dfd, ref_of(f)).outcome is Outcome.SWAPPED
-    finally:
-        os.close(dfd)
+    seen = []  # with an ACL, the copy's group bits are the mask
+    assert _copy_peeking(f, lambda st: seen.append(stat.S_IMODE(st.st_mode))).outcome is Outcome.SWAPPED
     assert _acl(f) == acl and "user:1001" not in _acl(f)
     assert manifest(richfs)[b"shared/secret"] == before[b"shared/secret"]  # (the directory's mtime: the caller's)
     assert seen and seen[0] & 0o077 == 0, seen  # the named user's rwx masked to nothing while written
@@ -451,17 +455,7 @@ def test_a_setgid_directory_does_not_give_the_copy_its_group(richfs):
     os.chown(f, 1000, 1234)
     os.chmod(f, 0o640)
     groups = []
-
-    class Peek(Copier):
-        def _copy_data(self, src, dst, *a, **kw):
-            groups.append(os.fstat(dst).st_gid)
-            return super()._copy_data(src, dst, *a, **kw)
-
-    dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        assert Peek().copy(dfd, ref_of(f)).outcome is Outcome.SWAPPED
-    finally:
-        os.close(dfd)
+    assert _copy_peeking(f, lambda st: groups.append(st.st_gid)).outcome is Outcome.SWAPPED
     st = os.lstat(f)
     assert groups == [1234] and (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (1000, 1234, 0o640)
 
