@@ -9,12 +9,12 @@ import subprocess
 import pytest
 from zfsenv import sh
 
-from rebal.rebalance.copier import Copier, FileRef, Outcome
-
 pytestmark = pytest.mark.openzfs
 
 
 def _copy(path: str):
+    from rebal.rebalance.copier import Copier, FileRef  # (imported in the guest: the host's lane has no xxhash)
+
     st = os.lstat(path)
     dfd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -29,6 +29,8 @@ def _acl(path: str) -> str:
 
 
 def test_a_rewrite_never_widens_who_may_read_a_file(make_pool):
+    from rebal.rebalance.copier import Outcome
+
     pool = make_pool([[]], size="256M")
     ds = f"{pool.name}/acl"
     sh("zfs", "create", "-o", "acltype=posix", "-o", "xattr=sa", ds)
