@@ -160,11 +160,19 @@ def _verify_at_a_fresh_snapshot(cfg: Config, j: Replicate, ssh: Wire, n: int | N
             if rs.last == 0 and not (rs.hourly or rs.daily or rs.weekly or rs.monthly) and is_ours(snap, j.name):
                 from .sides import job_hosts
 
-                source = job_hosts(j, ssh)[0]  # a pull job's source is the other end
+                from . import guard
+
+                source, backup = job_hosts(j, ssh)  # a pull job's source is the other end
                 tree = source.tree(j.source, recursive=j.recursive)  # only where it was taken (a job may leave some out)
+                there = backup.tree(j.target, recursive=j.recursive)
                 for ds in sorted(d for d, v in (tree.snaps if tree else {}).items()
                                  if any(s.name == snap and not s.bookmark for s in v)):
-                    source.destroy_snapshot(ds, snap)
+                    other = (there.snaps if there else {}).get(j.target + ds[len(j.source):], [])
+                    v = guard.allowed(ds, "source", tree.snaps[ds], [snap], other=other)
+                    if v.allowed:
+                        source.destroy_snapshot(ds, snap)
+                    else:
+                        rep.notes.append(f"{ds}@{snap} kept on the source: {v.refused[snap]}")
     rep.notes.append(f"replicated first (run {details.get('run_id')}) so that the source and the backup share "
                      f"@{snap} to compare; the source keeps it only as a bookmark again, as its retention says")
     return rep

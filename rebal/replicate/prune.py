@@ -14,6 +14,7 @@ from ..zfs import argv
 from ..zfs.cli import Runner
 from ..zfs.host import ZfsHost
 from ..zfs.snaps import guid_query, tree_from
+from . import guard
 from .transport import Here
 from .policy import Buckets, is_ours, retain, snapshot_time
 
@@ -50,8 +51,11 @@ def prune(dataset: str, job: str, buckets: Buckets, recursive: bool = False, dry
             continue
         newest = max(mine, key=lambda s: s.txg).name
         keep = retain([(s.name, snapshot_time(s.name)) for s in mine], buckets, {newest})
+        # the guard (guard.py): the source cannot be seen from here, so it keeps each dataset's newest
+        v = guard.allowed(ds, "backup", tree[ds], [s.name for s in mine if s.name not in keep])
+        keep |= set(v.refused)
         rep.kept.extend(f"{ds}@{s.name}" for s in mine if s.name in keep)
-        drop = [s.name for s in mine if s.name not in keep]
+        drop = v.allowed
         try:
             failed = host.destroy_each(ds, drop, dry_run=dry_run)  # few commands: comma lists
         except (CommandFailed, RebalError) as e:  # a name that fails the check

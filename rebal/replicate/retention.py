@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import CommandFailed, RebalError
 from ..zfs.host import NoBookmarks
+from . import guard
 from .source_snaps import destroy_where_they_are
 from .policy import Buckets, Snap, is_ours, retain, snapshot_time
 
@@ -104,6 +105,7 @@ def prune(rep: Replicating, datasets: list[str]) -> None:
     snaps = {d: [s for s in v if not s.bookmark] for d, v in tree.items()}
     drops = drops_per_dataset(snaps, job, rep.job.retention_source, protect=protect_src, bases=bases,
                               settled=set(sent_ok), newest=False)
+    drops = _guarded(rep, "source", drops, tree, {ds: rep.target_tree.get(rep.target_of(ds)) or [] for ds in drops})
     having: dict[str, list[str]] = {}
     for d in sorted(drops):
         for n in drops[d]:
@@ -123,6 +125,7 @@ def prune(rep: Replicating, datasets: list[str]) -> None:
     tdrops = drops_per_dataset({t: ttree.get(t, []) for t in of}, job, rep.job.retention_target, protect=protect_tgt,
                                bases={t: bases.get(ds) for t, ds in of.items()},
                                settled={rep.target_of(d) for d in sent_ok}, newest=True)
+    tdrops = _guarded(rep, "backup", tdrops, ttree, {t: tree.get(of[t], []) for t in tdrops})
     done: set[str] = set()
     kept_t: set[str] = set()  # could not be destroyed somewhere
     for t, gone in sorted(tdrops.items()):
@@ -135,6 +138,22 @@ def prune(rep: Replicating, datasets: list[str]) -> None:
             kept_t.add(name)
         done.update(gone)
     report.pruned_target.extend(sorted(done - kept_t))
+
+
+def _guarded(rep: Replicating, side: str, drops: dict[str, list[str]], here: dict[str, list[Snap]],
+             there: dict[str, list[Snap]]) -> dict[str, list[str]]:
+    """``drops`` as the guard (guard.py) allows them, each dataset's snapshots seen on both sides; what
+    it refuses stays, said once per dataset."""
+    out: dict[str, list[str]] = {}
+    for ds, names in drops.items():
+        v = guard.allowed(ds, side, here.get(ds, []), names, other=there.get(ds, []))
+        if v.allowed:
+            out[ds] = v.allowed
+        if v.refused:
+            name, why = next(iter(v.refused.items()))
+            more = f" and {len(v.refused) - 1} more" if len(v.refused) > 1 else ""
+            rep.report.notes.append(f"kept {ds}@{name}{more} on the {side} side, which retention would prune: {why}")
+    return out
 
 
 def _prune_source(rep: Replicating, snaps: dict[str, list[Snap]], having: dict[str, list[str]]) -> dict[str, str]:

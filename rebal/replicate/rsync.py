@@ -23,6 +23,7 @@ from ..process.command import run
 from ..zfs import argv as zargv
 from ..zfs.cli import Runner
 from ..zfs.host import ZfsHost, here_hosts
+from . import guard
 from . import source_snaps as S
 from .remote import gate_info
 from .policy import Buckets, is_ours, retain, snapshot_name, snapshot_time
@@ -290,6 +291,13 @@ class RsyncReplicator:
         # rebalance rewrites; the zfs mode, with bookmarks, keeps none)
         keep = retain([(n, snapshot_time(n)) for n in having], self.job.retention_source, {snap})
         drop = [n for n in having if n not in keep]
+        # the guard (guard.py): @snap has just landed on the backup, so it is the base here
+        for d in sorted(tree):
+            v = guard.allowed(d, "source", tree[d], [n for n in drop if d in having[n]], base=snap)
+            for n, why in v.refused.items():
+                having[n].remove(d)
+                self.report.notes.append(f"kept {d}@{n}, which retention would prune: {why}")
+        drop = [n for n in drop if having[n]]
         failed = S.destroy_where_they_are(self.here, self.job.source, self.job.recursive,
                                           {n: having[n] for n in drop}, len(tree))
         for n in drop:
@@ -299,9 +307,13 @@ class RsyncReplicator:
                 self.report.pruned_source.append(n)
         ds = self.target_dataset
         if ds and self.gate is None:
-            tgt = [s for s in (self.there.snapshots(ds) or []) if is_ours(s.name, job)]
+            every = self.there.snapshots(ds) or []
+            tgt = [s for s in every if is_ours(s.name, job)]
             keep_t = retain([(s.name, snapshot_time(s.name)) for s in tgt], self.job.retention_target, {snap})
-            gone = [s.name for s in tgt if s.name not in keep_t]
+            v = guard.allowed(ds, "backup", every, [s.name for s in tgt if s.name not in keep_t], base=snap)
+            gone = v.allowed
+            self.report.notes.extend(f"kept {ds}@{n} on the backup host, which retention would prune: {why}"
+                                     for n, why in v.refused.items())
             left = self.there.destroy_each(ds, gone) if gone else {}
             for name in gone:
                 if name in left:

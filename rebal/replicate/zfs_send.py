@@ -31,6 +31,7 @@ from ..zfs.host import ZfsHost, here_hosts
 from . import source_snaps as S
 from . import targets as T
 from .capabilities import Capabilities
+from .guard import rollback_allowed
 from .policy import (
     SendPlan,
     Snap,
@@ -323,7 +324,7 @@ class ZfsReplicator(Capabilities):
                         "incrementally")
                     return rep
                 self.report.notes.append(f"{ds} is new: sent in full")
-            rollback = ds in self.force_rollback or target in self.force_rollback
+            rollback = rollback_allowed(ds, target, self.force_rollback)
             plan = plan_send(ds, src, tgt, to, rollback, target)
             rep.base = plan.base.name if plan.base else None
             rep.base_bookmark = bool(plan.base and plan.base.bookmark)
@@ -397,6 +398,9 @@ class ZfsReplicator(Capabilities):
         got = [s for s in src if not s.bookmark and lo < s.txg <= to.txg and s.guid not in have]
         if to.guid not in have and to not in got:
             got.append(to)
+        # on the backup they are newer than all it had, in the source's order: txgs above its newest
+        top = max((s.txg for s in tgt or []), default=0)
+        got = [Snap(s.name, s.guid, top + i) for i, s in enumerate(sorted(got, key=lambda s: s.txg), 1)]
         with self._lock:
             self.target_tree[target] = sorted((tgt or []) + got, key=lambda s: s.txg)
             if cursor == "bookmark":
