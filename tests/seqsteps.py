@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from conftest import rebal
 from fsenv import manifest
-from replscenarios import backup_root, cfg_for
+from replscenarios import backup_root, cfg_for, fill, make_tree, mountpoint
 from treegen import mixed_tree
 from zfsenv import sh
 
@@ -37,6 +37,9 @@ class World:
     kills: int = 0
     kill_notes: list = field(default_factory=list)
     counts: dict = field(default_factory=dict)
+    tree_pool: object = None  # the pool of the recursive job "tree", which a step loses and restores
+    tree_want: dict = field(default_factory=dict)  # its datasets' manifests, as the steps left them
+    tree_rounds: int = 0
     seconds: dict = field(default_factory=dict)  # step kind -> [its commands' seconds, the checks' seconds]
 
     def snapshots(self) -> bool:
@@ -91,6 +94,7 @@ def steps(w: World) -> list[Step]:
         Step("rebalance min over max", ["rebalance", ds, "--min-size", "10M", "--max-size", "1M"], {2}),
         Step("rebalance bad until", ["rebalance", ds, "--until", "25:99"], {2}),
         Step("killed rebalance, then the next", [], {0}),  # run by kill_then_next
+        Step("write into one child, replicate, lose the pool, restore --all, replicate", [], {0}),  # lose_and_back
         Step("refresh plan", ["refresh", w.root, "--plan", "--json"], {0}),
         Step("refresh", ["refresh", w.root, "--json"], {0}),  # nothing old: no property changed
         Step("replicate", ["replicate", "nightly", "--json"], {0}),
@@ -155,6 +159,63 @@ def kill_then_next(cfg, w: World) -> tuple[subprocess.CompletedProcess, str]:
     return nxt, how
 
 
+def _backup_newest(target: str) -> dict[str, str]:
+    out = sh("zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-s", "createtxg", "-r", target, check=False).stdout
+    newest: dict[str, str] = {}
+    for n in out.split():
+        ds, _, snap = n.partition("@")
+        newest[ds] = snap  # sorted by creation: the last one wins
+    return newest
+
+
+def _replicate_tree(cfg, w: World, where: str) -> dict:
+    """`rebal replicate tree`: it lands, no dataset is sent in full or fails, and no backup dataset loses
+    the snapshot that was its newest (the only copy of what it held) unless its chain went on from it."""
+    target = f"{w.target.split('/')[0]}/tree"
+    before = _backup_newest(target)
+    r = rebal("replicate", "tree", "--json", config=cfg, check=False)
+    assert r.returncode == 0, f"{where}: {r.stderr[-1500:]}"
+    rep = json.loads(r.stdout)
+    kinds = {d["target"]: d["kind"] for d in rep["datasets"]}
+    assert rep["outcome"] == "ok" and "failed" not in kinds.values(), f"{where}: {rep}"
+    if before:
+        assert "full" not in kinds.values(), f"{where}: sent in full after the first run: {kinds}"
+    after = sh("zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-r", target).stdout.split()
+    for ds, snap in before.items():
+        assert f"{ds}@{snap}" in after or kinds.get(ds) == "incremental", f"{where}: {ds}@{snap} destroyed: {kinds}"
+    return rep
+
+
+def lose_and_back(cfg, w: World, rnd: random.Random) -> tuple[subprocess.CompletedProcess, str]:
+    """Issue 64's steps as one kind: a file written into one dataset of the tree job, replicated; the
+    tree's pool lost and made again empty; `restore tree --all` under the job's own names gives back
+    every dataset as it was (the file in it); a file written into another; the job goes on
+    incrementally for every dataset, and no backup dataset's newest snapshot is destroyed at any step."""
+    from restorescenarios import RELS, lose_and_recreate, manifests
+
+    w.tree_rounds += 1
+    src = f"{w.tree_pool.name}/data"
+    where = f"lose and back, round {w.tree_rounds}"
+    first, second = rnd.choice(RELS), rnd.choice(RELS)
+    with open(os.path.join(mountpoint(src + first), f"n{w.tree_rounds}a"), "wb") as f:
+        f.write(os.urandom(rnd.randrange(1, 300_000)))
+    sh("zpool", "sync", w.tree_pool.name, check=False)
+    _replicate_tree(cfg, w, where + " (before the loss)")
+    want = manifests(src)
+    lose_and_recreate(w.tree_pool)
+    r = rebal("restore", "tree", "--all", "--to", src, "--json", config=cfg, check=False)
+    if r.returncode != 0:
+        return r, f"{where}: the restore failed"
+    got = manifests(src)
+    assert got == want, f"{where}: the restored tree differs from the backup's: {sorted(k for k in want if got.get(k) != want[k])}"
+    with open(os.path.join(mountpoint(src + second), f"n{w.tree_rounds}b"), "wb") as f:
+        f.write(os.urandom(rnd.randrange(1, 300_000)))
+    sh("zpool", "sync", w.tree_pool.name, check=False)
+    _replicate_tree(cfg, w, where + " (after the restore)")
+    w.tree_want = manifests(src)
+    return r, f"{first or '/'} then {second or '/'}"
+
+
 def backup_manifest(ds: str) -> dict:
     """The backup's tree. zfs-fuse remounts a dataset after each receive and FUSE may still hold an
     entry of the mount before (seen: a name listed, then not found): read it again on a fresh mount."""
@@ -180,13 +241,21 @@ def run_sequence(make_pool, backup_host, tmp_path, n_steps: int, seed: int) -> W
     root = sh("zfs", "get", "-H", "-o", "value", "mountpoint", f"{pool.name}/data").stdout.strip()
     mixed_tree(os.path.join(root, "top"), small=80, large=3, large_mib=(4, 6), seed=3, xattrs=False)
     pool.add(str(pool.disk("192M")))
+    tree_pool = make_pool([[]], size="128M")  # the tree job's: a step loses it and brings it back
+    make_tree(tree_pool)
+    fill(tree_pool, 1)
     before = manifest(root)  # before any step: every later tree is held to it
     cfg = cfg_for(tmp_path, backup_host, name="nightly", source=f"{pool.name}/data", target=f"{dst.name}/copy")
     cfg.write_text(cfg.read_text().replace("[[replicate]]", f'pools = ["{pool.name}", "{dst.name}"]\n'
                                            f'[rebalance]\ntargets = ["{pool.name}/data"]\n'
                                            '[schedule]\nfill = "* * * * *"\n[[replicate]]', 1))
+    cfg.write_text(cfg.read_text() + backup_host.config_block(name="tree", source=f"{tree_pool.name}/data",
+                                                              target=f"{dst.name}/tree", recursive=True))
     (tmp_path / "bad.toml").write_text('state_db = 5\n[rebalance]\nmax_rate = "fast please"\n')
     w = World(pool.name, f"{pool.name}/data", f"{dst.name}/copy", root, str(tmp_path), first_file(root))
+    w.tree_pool = tree_pool
+    from restorescenarios import manifests as tree_manifests
+    w.tree_want = tree_manifests(f"{tree_pool.name}/data")
     table = steps(w)
     rnd = random.Random(seed)
     done = []
@@ -199,6 +268,8 @@ def run_sequence(make_pool, backup_host, tmp_path, n_steps: int, seed: int) -> W
         t0 = time.monotonic()
         if step.name.startswith("killed rebalance"):
             r, how = kill_then_next(cfg, w)
+        elif step.name.startswith("write into one child"):
+            r, how = lose_and_back(cfg, w, rnd)
         else:
             if step.name == "restore one file":
                 sh("rm", "-rf", os.path.join(w.tmp, "restore"))
@@ -217,6 +288,8 @@ def run_sequence(make_pool, backup_host, tmp_path, n_steps: int, seed: int) -> W
             else:
                 json.loads(r.stdout)
         assert manifest(root) == before, where
+        if step.name.startswith("write into one child"):
+            assert tree_manifests(f"{tree_pool.name}/data") == w.tree_want, where
         if step.name == "replicate" and r.returncode == 0:
             w.replicated = True
         if step.name == "verify":

@@ -53,6 +53,16 @@ def test_ashift_9_raidz1_rebuilt_as_ashift_12_mirrors(make_pool, backup_host, tm
     assert pool["spread"] < 5, pool  # restored onto the new layout: evenly filled
 
 
+def test_a_rebuild_of_a_tree_whose_datasets_have_different_newest_points(make_pool, backup_host, tmp_path):
+    """Issue 64's four steps with `rebal rebuild` as step 3 on OpenZFS (a dataset with nothing written
+    gets no snapshot): a child alone written and sent; the rebuild's tree has the child's file, and
+    the job goes on incrementally for every dataset."""
+    from restorescenarios import older_point_scenario, rebuild_instead
+
+    src, dst = make_pool([[]], size="512M"), make_pool([[]], size="1G")
+    older_point_scenario(src, dst, backup_host, tmp_path, lose=rebuild_instead(src))
+
+
 def test_the_printed_zpool_create_runs_as_printed(make_pool, tmp_path):
     """On OpenZFS 2.4.4 the old line said feature@bookmark_v2=active, which zpool create refuses, and
     put a pool comment into the admin's shell unquoted. The line is run here exactly as printed (the
