@@ -168,7 +168,7 @@ def _verify_at_a_fresh_snapshot(cfg: Config, j: Replicate, ssh: Wire, n: int | N
                 for ds in sorted(d for d, v in (tree.snaps if tree else {}).items()
                                  if any(s.name == snap and not s.bookmark for s in v)):
                     other = (there.snaps if there else {}).get(j.target + ds[len(j.source):], [])
-                    v = guard.allowed(ds, "source", tree.snaps[ds], [snap], other=other)
+                    v = guard.allowed(ds, "source", tree.snaps[ds] if tree else [], [snap], other=other)
                     if v.allowed:
                         source.destroy_snapshot(ds, snap)
                     else:

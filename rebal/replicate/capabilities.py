@@ -53,40 +53,18 @@ class Capabilities:
 
     def filters(self) -> None:
         """The stream's filters on the sending side (compress, buffer) and on the receiving side
-        (buffer, decompress), each where it is installed on its end."""
-        self.filters_send: list[list[str]] = []
-        self.filters_recv: list[list[str]] = []
-        j = self.job
+        (buffer, decompress), each where it is installed on its end (stream.stream_filters: the same
+        as a restore's)."""
+        from .stream import stream_filters
 
         def there(program: str) -> bool:  # on the other end (a gate says what it has: no shell to ask)
             if self.gate is not None:
                 return program in self.gate.get("filters", [])
             return (self.target if self.source.local else self.source).has(program)
 
-        from ..units import parse_size
-
-        # in KiB, a whole number: "1.5G" is a size rebal takes, and a gate checks digits and a unit
-        buffer = ["mbuffer", "-q", "-m", f"{max(1, parse_size(j.mbuffer_size) // 1024)}k"]
-        if self.ssh.local:  # no wire: compressing would only cost CPU; one buffer between send and receive
-            if j.stream_compress == "zstd":
-                self.report.notes.append("a local target: the stream is not compressed (no network to save)")
-            if j.mbuffer and shutil.which("mbuffer"):
-                self.filters_send.append(buffer)
-            elif j.mbuffer:
-                self.report.notes.append("mbuffer is not installed: the stream is not buffered")
-            return
-        if j.stream_compress == "zstd":
-            if shutil.which("zstd") and there("zstd"):
-                self.filters_send.append(["zstd", "-c", "-T0", f"-{j.stream_compress_level}"])
-                self.filters_recv.append(["zstd", "-dc"])
-            else:
-                self.report.notes.append("zstd is not installed on both ends: the stream is sent uncompressed")
-        if j.mbuffer:
-            if shutil.which("mbuffer") and there("mbuffer"):
-                self.filters_send.append(buffer)
-                self.filters_recv.insert(0, buffer)
-            else:
-                self.report.notes.append("mbuffer is not installed on both ends: the stream is not buffered")
+        self.filters_send, self.filters_recv, notes = stream_filters(
+            self.job, local=self.ssh.local, here=lambda p: shutil.which(p) is not None, there=there)
+        self.report.notes.extend(notes)
 
     def _usage(self, host: ZfsHost, command: str) -> str:
         """The usage text of `zfs COMMAND` on ``host``: asked here; on the other end from the state

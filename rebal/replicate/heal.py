@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 
 from ..config import Config, Replicate
 from ..errors import RebalError, UsageError
-from ..process.pipeline import pump
 from ..zfs.damage import Damaged, in_dataset, permanent_errors
 from ..zfs.host import ZfsHost
 from ..zfs.snaps import Snap
 from .job import connect
 from .sides import job_hosts
+from .stream import StreamFailed, Transfer
 from .transport import Wire
 
 
@@ -79,11 +81,12 @@ def jobs_of(cfg: Config, pool: str, job: str | None) -> list[Replicate]:
 
 
 class Heal:
-    def __init__(self, pool: str, jobs: list[Replicate], link: Wire, *, dry_run: bool = False,
+    def __init__(self, pool: str, jobs: list[Replicate], links: Callable[[Replicate], Wire], *, dry_run: bool = False,
                  stop: threading.Event | None = None,
                  restore_to: str | None = None) -> None:
-        self.pool, self.jobs, self.link = pool, jobs, link
-        self.here, _ = job_hosts(jobs[0], link)  # the pool is on the source's host
+        """``links``: each job's own link to its other end (two jobs may back the pool up to two hosts)."""
+        self.pool, self.jobs, self.links = pool, jobs, links
+        self.here, _ = job_hosts(jobs[0], links(jobs[0]))  # the pool is on the source's host
         self.dry_run, self.stop, self.restore_to = dry_run, stop, restore_to
         self.report = HealReport(pool, [j.name for j in jobs])
 
@@ -123,7 +126,7 @@ class Heal:
             j = self.job_of(d.dataset) if d.dataset else None
             if j is None or d.dataset is None:
                 continue
-            _, backup = job_hosts(j, self.link)
+            _, backup = job_hosts(j, self.links(j))  # that job's backup, on its own host
             if d.dataset not in self.common:
                 self.common[d.dataset] = self._common(j, backup, d.dataset)
             common = self.common[d.dataset]
@@ -145,19 +148,22 @@ class Heal:
         return [(s, by_guid[s.guid]) for s in sorted(snaps, key=lambda s: -s.txg)]
 
     def _correct(self, j: Replicate, backup: ZfsHost, ds: str, snap: str, bsnap: str) -> None:
+        # a corrective receive takes the blocks as the backup stores them: raw where the job is, no -c/-e
         flags = ["-w"] if j.raw else (["-L"] if backup.abilities().large_blocks else [])
-        send = backup.send(bsnap, flags)
+        t = Transfer(backup, self.here, j, self.links(j), stop=self.stop, notes=self.report.notes)
+        send = t.send(bsnap, flags=flags)
         recv = self.here.receive(f"{ds}@{snap}", corrective=True)
         if self.dry_run:
-            self.report.planned.append(f"{backup.shown(send)} | {self.here.shown(recv)}")
+            self.report.planned.append(t.line(send, recv))
             return
-        res = pump([send], recv, stop=self.stop)
+        try:
+            res = t.run(send, recv, what=f"the corrective receive of {ds}@{snap}")
+        except StreamFailed as e:
+            self.report.bytes += e.result.bytes
+            self.report.notes.append(str(e)[-300:])
+            return
         self.report.bytes += res.bytes
-        if res.ok:
-            self.report.corrected.append(f"{ds}@{snap}")
-        else:
-            self.report.notes.append(f"the corrective receive of {ds}@{snap} failed: "
-                                     f"{(res.receiver_err or res.sender_err or 'stopped').strip()[-200:]}")
+        self.report.corrected.append(f"{ds}@{snap}")
 
     def _judge(self, found: list[Damaged], plan: dict) -> None:
         after = set(self.report.after)
@@ -211,7 +217,7 @@ class Heal:
         if j is None or d.dataset is None or d.path is None or self.restore_to is None:
             raise RestoreRefused(f"no job of this pool covers {d.dataset or d.entry}")
         rel = (d.dataset[len(j.source):] + d.path).lstrip("/")
-        rep = restore_path(j, self.link, RestorePoint(point, None), rel, self.restore_to, stop=self.stop)
+        rep = restore_path(j, self.links(j), RestorePoint(point, None), rel, self.restore_to, stop=self.stop)
         return rep.to
 
 
@@ -224,8 +230,17 @@ def heal(cfg: Config, pool: str, *, job: str | None = None, dry_run: bool = Fals
     jobs = jobs_of(cfg, pool, job)
     conn = None if dry_run else state.connect(cfg.state_db)
     with recorded(conn, "heal", job=",".join(j.name for j in jobs), pool=pool, dry_run=dry_run) as run:
-        with connect(jobs[0]) as link:
-            rep = Heal(pool, jobs, link, dry_run=dry_run, stop=stop, restore_to=restore_to).run()
+        with ExitStack() as opened:
+            links: dict[str, Wire] = {}
+
+            def link_of(j: Replicate) -> Wire:  # each job's own, opened when first needed
+                if j.name not in links:
+                    w = connect(j)
+                    opened.push(w)  # closed with the others (its __enter__ is itself)
+                    links[j.name] = w
+                return links[j.name]
+
+            rep = Heal(pool, jobs, link_of, dry_run=dry_run, stop=stop, restore_to=restore_to).run()
         run.outcome = Outcome.FAILED if rep.unhealed else Outcome.OK
         run.details = asdict(rep)
     return rep

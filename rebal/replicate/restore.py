@@ -13,7 +13,6 @@ from .. import names
 from ..config import Replicate
 from ..errors import RebalError, UsageError
 from ..process.command import run
-from ..process.pipeline import pump
 from .policy import parse_snapshot_name
 from .rsync import PARTIAL_DIR
 from .snapview import SnapView
@@ -138,27 +137,26 @@ def restore_dataset(job: Replicate, ssh: Wire, point: RestorePoint, to: str, *, 
                                "Restore into a new dataset, or pass --force to overwrite it")
         if not force:
             raise RestoreRefused(f"{to} exists; restore into a new dataset name (or --force to overwrite it)")
-    try:
-        send = frm.resume_send(token) if token else frm.send(f"{job.target}@{point.name}", [])
+    from .stream import StreamFailed, Transfer
+
+    try:  # the replication's stream, the hosts swapped: the job's flags (raw: the backup has no key) and filters
+        t = Transfer(frm, into, job, ssh, bwlimit=job.bwlimit, stop=stop, notes=rep.notes)
+        send = t.send(f"{job.target}@{point.name}", token=token)
         recv = into.receive(to, force=exists and not token)
     except HostError as e:
         raise RestoreError(str(e)) from None
     if token:
         rep.notes.append("an interrupted restore into this dataset is resumed")
     if dry_run:
-        rep.planned.append(f"{frm.shown(send)} | {into.shown(recv)}")
+        rep.planned.append(t.line(send, recv))
         return rep
-    from ..throttle import Throttle
-    from ..units import parse_size
-
-    res = pump([send], recv, stop=stop, progress=progress,
-               throttle=Throttle(parse_size(job.bwlimit) if job.bwlimit else None))
+    try:
+        res = t.run(send, recv, progress=progress, what=f"restore of @{point.name} into {to}")
+    except StreamFailed as e:
+        raise RestoreError(str(e)) from None
     rep.bytes = res.bytes
-    if not res.ok:
-        if 255 in (res.sender_rc, res.receiver_rc) and not ssh.local:
-            raise classify_ssh(ssh.ep, res.sender_err or res.receiver_err)
-        raise RestoreError(f"restore of @{point.name} into {to} failed: "
-                           f"{res.receiver_err or res.sender_err or 'stopped'}".strip())
+    if job.raw:
+        rep.notes.append(f"received raw (encrypted, as the backup holds it): zfs load-key {to}, then zfs mount {to}")
     return rep
 
 

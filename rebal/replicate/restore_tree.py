@@ -21,13 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..config import Replicate
-from ..process.pipeline import pump
 from ..zfs.host import HostError, Tree, ZfsHost
 from ..zfs.snaps import Snap
 from .policy import parse_snapshot_name
 from .restore import PointNotFound, RestoreError, RestorePoint, RestoreRefused
 from .sides import job_hosts
-from .transport import Wire, classify_ssh
+from .stream import StreamFailed, Transfer
+from .transport import TransportError, Wire
 
 
 
@@ -93,14 +93,11 @@ class TreeRestore:
     def __init__(self, job: Replicate, link: Wire, point: RestorePoint, to: str, *, dry_run: bool = False,
                  stop: threading.Event | None = None, progress: Callable[[int], None] | None = None,
                  key_location: str | None = None, latest: bool = False) -> None:
-        from ..throttle import Throttle
-        from ..units import parse_size
-
         self.job, self.link, self.point, self.to = job, link, point, to
         self.into, self.frm = job_hosts(job, link)  # swapped: the backup sends, the source receives
         self.dry_run, self.stop, self.progress = dry_run, stop or threading.Event(), progress
-        self.throttle = Throttle(parse_size(job.bwlimit) if job.bwlimit else None)
         self.report = TreeReport("tree", point.name, to)
+        self._transfer: Transfer | None = None
         self.key_location = key_location
         self.latest = latest
         self.points: dict[str, str | None] = {}  # backup dataset -> the snapshot it is restored from
@@ -219,16 +216,16 @@ class TreeRestore:
             rep.kind = "present"  # restored by an earlier run
             return
         token = here.tokens.get(target)
-        flags = self.frm.send_flags(raw=self.job.raw, compressed=self.job.compressed,
-                                    large_blocks=self.job.large_blocks, embedded=self.job.embedded)
-        if token:
-            send, rep.kind = self.frm.resume_send(token), "resumed"
-        else:
-            send, rep.kind = self.frm.send(f"{rep.source}@{rep.point}", flags), "full"
+        if self._transfer is None:  # the replication's stream, the hosts swapped (asked once per run)
+            self._transfer = Transfer(self.frm, self.into, self.job, self.link, bwlimit=self.job.bwlimit,
+                                      stop=self.stop, notes=self.report.notes)
+        t = self._transfer
+        send = t.send(f"{rep.source}@{rep.point}", token=token)
+        rep.kind = "resumed" if token else "full"
         force = target == self.to and target in here.snaps and not token  # the new pool's empty root
         recv = self.into.receive(target, force=force)
         if self.dry_run:
-            self.report.planned.append(f"{self.frm.shown(send)} | {self.into.shown(recv)}")
+            self.report.planned.append(t.line(send, recv))
             return
         base = self._done
 
@@ -237,18 +234,19 @@ class TreeRestore:
             if self.progress:
                 self.progress(base + n)
 
-        res = pump([send], recv, throttle=self.throttle, stop=self.stop, progress=progress)
-        rep.bytes = res.bytes
-        self._done += res.bytes
-        if res.ok:
-            return
-        rep.kind = "failed"
-        if res.stopped:
-            rep.error = "stopped; the next run resumes it" if self.into.abilities().resumable else "stopped"
-        elif 255 in (res.sender_rc, res.receiver_rc) and not self.link.local:
-            rep.error = str(classify_ssh(self.link.ep, res.sender_err or res.receiver_err))
-        else:
-            rep.error = (res.receiver_err or res.sender_err or "failed").strip()[-300:]
+        try:
+            res = t.run(send, recv, progress=progress)
+        except StreamFailed as e:
+            res = e.result
+            rep.kind = "failed"
+            if res.stopped:
+                rep.error = "stopped; the next run resumes it" if self.into.abilities().resumable else "stopped"
+            else:
+                rep.error = (res.receiver_err or res.sender_err or "failed").strip()[-300:]
+        except TransportError as e:
+            res, rep.kind, rep.error = None, "failed", str(e)
+        rep.bytes = res.bytes if res is not None else rep.bytes
+        self._done += rep.bytes
 
 
 def restore_tree(job: Replicate, link: Wire, point: RestorePoint, to: str, **kw) -> TreeReport:

@@ -351,33 +351,32 @@ class ZfsHost(PoolCalls, Listings):
         return [*(["-w"] if raw else []), *(["-c"] if compressed and a.compressed and not raw else []),
                 *(["-L"] if large_blocks and a.large_blocks else []), *(["-e"] if embedded and a.embedded else [])]
 
-    def send(self, snapshot: str, flags: list[str], *, base: str | None = None) -> list[str]:
-        """`zfs send` of ``snapshot`` (incremental from ``base``: `@snap` -I, `#bookmark` -i), as the
-        command that runs it on this host."""
+    def send(self, snapshot: str, flags: list[str]) -> list[str]:
+        """`zfs send` of ``snapshot`` with ``flags`` (the incremental part among them:
+        replicate.stream.incremental_args), a command to run on this host (``pipe``)."""
         names.snapshot(snapshot)
-        inc = [] if base is None else (["-i", base] if "#" in base else ["-I", base])
-        return self.link.argv(["zfs", "send", *flags, *inc, snapshot])
+        return zargv.send(snapshot, flags)
 
     def resume_send(self, token: str) -> list[str]:
-        return self.link.argv(["zfs", "send", "-t", token])
+        return zargv.send_resume(token)
 
     def receive(self, dataset: str, *, force: bool = False, mount: bool = True, exclude: tuple[str, ...] = (),
                 props: dict[str, str] | None = None, corrective: bool = False) -> list[str]:
-        """`zfs receive` into ``dataset`` as the command that runs it on this host: resumable (-s)
+        """`zfs receive` into ``dataset``, a command to run on this host (``pipe``): resumable (-s)
         where the zfs can; ``corrective``: heal the blocks of an existing snapshot (-c)."""
         names.snapshot(dataset) if corrective else names.dataset(dataset)
         a = self.abilities()
         if corrective:
             if not a.corrective:
                 raise HostError(f"{self.where}: this zfs has no corrective receive (zfs receive -c, OpenZFS 2.2+)")
-            return self.link.argv(["zfs", "receive", "-c", dataset])
+            return ["zfs", "receive", "-c", dataset]
         opts = [*(["-s"] if a.resumable else []), *(["-u"] if not mount and a.receive_u else []),
                 *(["-F"] if force else [])]
         for prop in exclude if a.receive_x else ():
             opts += ["-x", prop]
         for prop, value in (props or {}).items() if a.receive_o else ():
             opts += ["-o", f"{prop}={value}"]
-        return self.link.argv(["zfs", "receive", *opts, dataset])
+        return ["zfs", "receive", *opts, dataset]
 
 
 def here_hosts(link: Link) -> list[ZfsHost]:

@@ -231,3 +231,22 @@ def test_restore_before_the_first_backup_says_there_is_none_yet(pools, backup_ho
         assert r.returncode == 1, (argv, r.stderr)
         assert f"no restore point: the backup host has no {dst.name}/copy yet (rebal replicate j makes the first)" \
             in r.stderr, r.stderr
+
+
+def test_a_restore_moves_its_stream_as_the_job_does(pools, backup_host, tmp_path):  # noqa: F811
+    """Issue 65: a dataset's restore is the replication's stream with the hosts swapped, so it is
+    compressed with zstd and buffered by mbuffer where the job says so (the dry run shows the pipe,
+    each end's part on its host), and the data comes back equal through that pipe."""
+    src, dst = pools
+    cfg = cfg_for(tmp_path, backup_host, name="z", source=f"{src.name}/data", target=f"{dst.name}/z",
+                  stream_compress="zstd", mbuffer=True, mbuffer_size="4M")
+    fill(src, 1)
+    point = rebal_json("replicate", "z", config=cfg)["snapshot"]
+    plan = rebal_json("restore", "z", "--to", f"{src.name}/back", "--dry-run", config=cfg)
+    line = " ".join(plan["planned"])
+    assert "zfs send" in line and "zstd -c" in line and "zstd -dc" in line and "mbuffer" in line, line
+    assert line.index("zfs send") < line.index("zstd -c") < line.index("zstd -dc") < line.index("zfs receive"), line
+    out = rebal_json("restore", "z", "--to", f"{src.name}/back", config=cfg)
+    assert out["bytes"] > 0
+    assert manifest(mountpoint(f"{src.name}/back"), exclude=KIDS) == snapshot_manifest(
+        f"{src.name}/data", point, exclude=KIDS)

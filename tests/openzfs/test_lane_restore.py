@@ -95,6 +95,32 @@ def test_a_raw_tree_comes_back_with_one_encryption_root(make_pool, backup_host, 
         assert manifest(mountpoint(f"{src.name}/back{rel}"), exclude=("kid",)) == want[rel], rel
 
 
+def test_a_raw_jobs_dataset_comes_back_encrypted_without_all(make_pool, backup_host, tmp_path):
+    """Issue 65: `restore JOB --to DS` (no --all) sent with no flags, so a raw job's keyless backup was
+    sent decrypted and zfs refused it ("cannot receive: failed to read from stream"). It is the
+    replication's stream with the hosts swapped now: raw, received encrypted; the files read back
+    once the key is loaded."""
+    src, dst = make_pool([[]], size="512M"), make_pool([[]], size="512M")
+    key = tmp_path / "k"
+    key.write_bytes(os.urandom(32))
+    sh("zfs", "create", "-o", "encryption=on", "-o", "keyformat=raw", "-o", f"keylocation=file://{key}",
+       f"{src.name}/sec")
+    write_random(os.path.join(mountpoint(f"{src.name}/sec"), "a"), 4, seed=1)
+    want = manifest(mountpoint(f"{src.name}/sec"))
+    cfg = cfg_for(tmp_path, backup_host, name="sec", source=f"{src.name}/sec", target=f"{dst.name}/sec", raw=True)
+    assert rebal_json("replicate", "sec", config=cfg)["outcome"] == "ok"
+    assert sh("zfs", "get", "-H", "-o", "value", "keystatus", f"{dst.name}/sec").stdout.strip() == "unavailable"
+    to = f"{src.name}/one"
+    plan = rebal_json("restore", "sec", "--at", "latest", "--to", to, "--dry-run", config=cfg)
+    assert " -w " in " ".join(plan["planned"]), plan
+    out = rebal_json("restore", "sec", "--at", "latest", "--to", to, config=cfg)
+    assert out["bytes"] > 0 and any("load-key" in n for n in out["notes"]), out
+    assert sh("zfs", "get", "-H", "-o", "value", "encryption", to).stdout.strip() != "off"
+    sh("zfs", "load-key", "-L", f"file://{key}", to)
+    sh("zfs", "mount", to)
+    assert manifest(mountpoint(to)) == want
+
+
 def test_a_tree_whose_datasets_have_different_newest_points_comes_back_whole(make_pool, backup_host, tmp_path):
     """Issue 64 on OpenZFS (where a dataset with nothing written gets no snapshot, so a tree's
     newest snapshots have different names): restore --all brought a child back at the tree's oldest
