@@ -5,6 +5,7 @@ is proven in the lane (tests/openzfs/test_lane_heal.py)."""
 import pytest
 from conftest import rebal, rebal_json
 from replscenarios import cfg_for, make_tree
+from zfsenv import sh
 
 pytestmark = pytest.mark.zfs
 
@@ -61,3 +62,43 @@ def test_zfs_fuse_says_in_one_line_that_it_cannot_heal(make_pool, backup_host, t
     assert r.returncode == 1, r
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "no corrective receive" in lines[0] and "rebal restore" in lines[0], r.stderr
+
+
+def test_each_jobs_backup_is_looked_for_on_its_own_host(make_pool, backup_host, tmp_path):
+    """Issue 65: heal reached every job's backup through the first job's connection, so a pool backed
+    up by a job over ssh and another to a local pool looked for the second's backup on the wrong host.
+    Planned on real pools (the corrective receive itself is the lane's): each damaged dataset's
+    backup is found on its own job's host, this one for the local job, over ssh for the other."""
+    from rebal.config import load
+    from rebal.replicate.heal import Heal
+    from rebal.replicate.job import connect
+    from rebal.zfs.damage import Damaged
+
+    src, dst = make_pool([[]], size="256M"), make_pool([[]], size="256M")
+    for d in ("a", "b"):
+        sh("zfs", "create", f"{src.name}/{d}")
+    cfg_path = cfg_for(tmp_path, backup_host, name="a", source=f"{src.name}/a", target=f"{dst.name}/a")
+    cfg_path.write_text(cfg_path.read_text() + f'[[replicate]]\nname = "b"\nsource = "{src.name}/b"\n'
+                        f'target = "{dst.name}/b"\n')
+    point = {j: rebal_json("replicate", j, config=cfg_path)["snapshot"] for j in ("a", "b")}
+    cfg = load(str(cfg_path))
+    jobs = [cfg.job("a"), cfg.job("b")]
+    assert not jobs[0].local_target and jobs[1].local_target
+    asked, opened = [], []
+
+    def link_of(j):
+        asked.append(j.name)
+        opened.append(connect(j))
+        return opened[-1]
+
+    try:
+        h = Heal(src.name, jobs, link_of, dry_run=True)
+        plan = h._plan([Damaged(f"{src.name}/{j}@{point[j]}:/f", dataset=f"{src.name}/{j}", snapshot=point[j])
+                        for j in ("a", "b")])
+    finally:
+        for w in opened:
+            w.__exit__(None, None, None)
+    where = {ds: (job.name, backup.local, bsnap) for (ds, _), (job, backup, bsnap) in plan.items()}
+    assert where == {f"{src.name}/a": ("a", False, f"{dst.name}/a@{point['a']}"),
+                     f"{src.name}/b": ("b", True, f"{dst.name}/b@{point['b']}")}, where
+    assert set(asked) == {"a", "b"}
