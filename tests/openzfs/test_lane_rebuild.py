@@ -53,6 +53,7 @@ def test_ashift_9_raidz1_rebuilt_as_ashift_12_mirrors(make_pool, backup_host, tm
     assert pool["spread"] < 5, pool  # restored onto the new layout: evenly filled
 
 
+@pytest.mark.lane_long  # the quick set has the same four steps with restore --all (test_lane_restore)
 def test_a_rebuild_of_a_tree_whose_datasets_have_different_newest_points(make_pool, backup_host, tmp_path):
     """Issue 64's four steps with `rebal rebuild` as step 3 on OpenZFS (a dataset with nothing written
     gets no snapshot): a child alone written and sent; the rebuild's tree has the child's file, and

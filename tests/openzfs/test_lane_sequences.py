@@ -19,6 +19,8 @@ def test_a_thousand_random_steps(make_pool, backup_host, tmp_path, request):
 
     steps = request.config.getoption("--sequence-steps") or int(os.environ.get("REBAL_SEQ_STEPS", "1000"))
     seed = request.config.getoption("--sequence-seed")
+    if seed is None and os.environ.get("REBAL_SEQ_SEED", "").isdigit():
+        seed = int(os.environ["REBAL_SEQ_SEED"])
     if seed is None:
         seed = random.SystemRandom().randrange(10**6)
     print(f"lane sequence: {steps} steps, seed {seed}")

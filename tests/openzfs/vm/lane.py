@@ -163,7 +163,10 @@ def run_guest_tests(args, work: Path) -> tuple[int, dict]:
         def pytest(select: str, *rest: str) -> str:
             # CI=true: a fixture that cannot find what it needs (sshd, rsync, a ZFS feature) fails
             # instead of skipping, as it does in CI's suite
-            head = ["cd /root/lane/src &&", "CI=true REBAL_LANE=openzfs", "python3 -m pytest -p no:cacheprovider",
+            # REBAL_SEQ_STEPS / REBAL_SEQ_SEED from here: a shorter (or repeated) sequence by hand
+            seq = [f"{k}={int(os.environ[k])}" for k in ("REBAL_SEQ_STEPS", "REBAL_SEQ_SEED")
+                   if os.environ.get(k, "").isdigit()]
+            head = ["cd /root/lane/src &&", "CI=true REBAL_LANE=openzfs", *seq, "python3 -m pytest -p no:cacheprovider",
                     "-m", shlex.quote(select)]
             return " ".join(head + (["-k", shlex.quote(args.k)] if args.k else []) + list(rest))
 
