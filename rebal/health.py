@@ -118,6 +118,11 @@ def replication_findings(last: list[dict], max_age_hours: float) -> list[Finding
     out = []
     for r in last:
         subject = f"job:{r['job']}"
+        f = r.get("last_failure")
+        if f:
+            why = " ".join(str(f["error"] or f["outcome"]).split())
+            out.append(Finding(WARNING, subject, f"the last run {f['outcome']} (run {f['run']}): "
+                               f"{why[:300]}{'...' if len(why) > 300 else ''} (rebal runs --job {r['job']})"))
         if r["last_success"] is None:
             out.append(Finding(WARNING, subject, "replication never succeeded"))
         elif r["age_seconds"] > max_age_hours * 3600:

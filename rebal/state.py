@@ -291,14 +291,22 @@ def last_successes(conn: sqlite3.Connection, cfg) -> list[dict]:
     now = time.time()
     for j in cfg.replicate:
         row = conn.execute(
-            "SELECT ended, details FROM runs WHERE kind = 'replicate' AND job = ? AND outcome IN ('ok', 'warning') "
+            "SELECT id, ended, details FROM runs WHERE kind = 'replicate' AND job = ? AND outcome IN ('ok', 'warning') "
             "ORDER BY id DESC LIMIT 1", (j.name,)).fetchone()
+        # a run that failed after it (or with none before): said until a run lands
+        failed = conn.execute(
+            "SELECT id, ended, outcome, error FROM runs WHERE kind = 'replicate' AND job = ? AND id > ? "
+            "AND outcome IN ('failed', 'interrupted') ORDER BY id DESC LIMIT 1",
+            (j.name, row["id"] if row is not None else 0)).fetchone()
+        last_failure = None if failed is None else {"run": failed["id"], "ended": failed["ended"],
+                                                     "outcome": failed["outcome"], "error": failed["error"] or ""}
         if row is None:
-            out.append({"job": j.name, "mode": j.mode, "last_success": None, "age_seconds": None, "snapshot": None})
+            out.append({"job": j.name, "mode": j.mode, "last_success": None, "age_seconds": None, "snapshot": None,
+                        "last_failure": last_failure})
             continue
         d = json.loads(row["details"] or "{}")
         out.append({"job": j.name, "mode": j.mode, "last_success": row["ended"], "age_seconds": round(now - row["ended"]),
-                    "snapshot": d.get("snapshot"), "bytes": d.get("bytes")})
+                    "snapshot": d.get("snapshot"), "bytes": d.get("bytes"), "last_failure": last_failure})
     return out
 
 

@@ -91,3 +91,31 @@ def test_a_failing_job_of_run_due_stands_alone(make_pool, tmp_path):
     runs = {x["kind"]: x for x in rebal_json("runs", config=cfg)["runs"]}
     assert runs["metrics"]["outcome"] == "failed" and "Read-only file system" in runs["metrics"]["error"]
     assert runs["fill"]["outcome"] == "ok" and runs["health"]["outcome"] == "ok", runs
+
+
+def test_health_names_a_replication_whose_last_run_failed(make_pool, backup_host, tmp_path):
+    """Issue 69 (2): a job whose last run failed showed in `rebal health` only as "never verified".
+    A failed last run is a WARNING naming the job, the run and its error, until a run lands."""
+    from replscenarios import cfg_for
+
+    src, dst = make_pool([[]], size="128M"), make_pool([[]], size="128M")
+    sh("zfs", "create", f"{src.name}/data")
+    cfg = cfg_for(tmp_path, backup_host, name="w", source=f"{src.name}/data", target=f"{dst.name}/no/parent")
+    r = subprocess.run([sys.executable, "-m", "rebal", "--config", str(cfg), "replicate", "w", "--json"],
+                       capture_output=True, text=True, timeout=300)
+    failed = json.loads(r.stdout)
+    assert r.returncode != 0 and failed["outcome"] == "failed", (r.returncode, r.stdout[-500:], r.stderr[-500:])
+
+    def health():
+        out = subprocess.run([sys.executable, "-m", "rebal", "--config", str(cfg), "health", "--json"],
+                             capture_output=True, text=True, timeout=300)
+        return out.returncode, [f for f in json.loads(out.stdout)["findings"] if f["subject"] == "job:w"]
+
+    code, found = health()
+    said = [f for f in found if "the last run failed" in f["message"]]
+    assert code >= 1 and said and said[0]["level"] == "WARNING", found
+    assert f"run {failed['run_id']}" in said[0]["message"] and "parent" in said[0]["message"], said
+    sh("zfs", "create", f"{dst.name}/no")
+    assert rebal_json("replicate", "w", config=cfg)["outcome"] == "ok"
+    code, found = health()
+    assert not [f for f in found if "the last run" in f["message"]], found
