@@ -51,6 +51,12 @@ class FileLock:
     def __exit__(self, *exc) -> None:
         os.close(self.fd)
 
+    def check_free(self) -> None:
+        """Raise LockedError now if another process holds it (taken and let go at once): a refusal
+        before the slow part and before anything is said of what that run is doing."""
+        with self:
+            pass
+
 
 _held = threading.local()  # the together- keys this thread holds (a nested Together takes them again)
 

@@ -108,7 +108,9 @@ def rebalance(
     if os.geteuid() != 0:
         raise prepare.RefusedError("rebal rebalance runs as root: it must keep every file's owner")
     conn = open_state(cfg)
-    prep = prepare.ready(opts, zpool, zfs, conn)
+    # a rebalance of this pool running already: refused before the scan, and before its files are
+    # taken for a crash's leftovers
+    prep = prepare.ready(opts, zpool, zfs, conn, free=lambda pool: engine.PoolLock(cfg.state_db, pool).check_free())
     reads = _read_measure(prep, zpool, zfs, read_bytes) if measure_read else None
     with Signals() as sig:
         if as_json:

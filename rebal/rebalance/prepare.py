@@ -9,6 +9,7 @@ import inspect
 import json
 import os
 import re
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -236,14 +237,17 @@ def _resume(conn, pool_name: str, targets: list[Target], opts: Options, reclaim_
     return resume_run, done
 
 
-def prepare(opts: Options, zpool, zfs, conn=None) -> Prepared:
-    """Measure, scan and plan. ``conn``: the state database (None: no resume, as a plan without one)."""
+def prepare(opts: Options, zpool, zfs, conn=None, *, free: Callable[[str], None] | None = None) -> Prepared:
+    """Measure, scan and plan. ``conn``: the state database (None: no resume, as a plan without one).
+    ``free(pool)``: raises where another rebalance of the pool runs, asked before the scan."""
     import time
 
     from .prepare_say import reclaim_estimate, scan_warnings
 
     q = _query(opts, zpool, zfs)
     pool, pool_name, targets = q.pool, q.pool_name, q.targets
+    if free is not None:
+        free(pool_name)
     if any(not e.done for e in q.expansions):
         raise RefusedError(f"a RAIDZ expansion of pool {pool_name} is still running: wait for it "
                            f"(zpool wait -t raidz_expand {pool_name}), then rewrite the old blocks")
@@ -404,12 +408,12 @@ def until_epoch(hhmm: str, now: datetime | None = None) -> float:
     return t.timestamp()
 
 
-def ready(opts: Options, zpool, zfs, conn=None, *, pins=None) -> Prepared:
+def ready(opts: Options, zpool, zfs, conn=None, *, pins=None, free: Callable[[str], None] | None = None) -> Prepared:
     """Prepared and checked, for every caller that goes on to run (the command, the schedule, each
     refresh pass): the targets writable, snapshot-pinned data refused unless allowed. ``pins``: given
     the prepared run, may wait for the replication jobs that pin its data and return a new
     preparation (the schedule: a run of those jobs may drop their snapshots)."""
-    return checked(prepare(opts, zpool, zfs, conn), opts, pins=pins)
+    return checked(prepare(opts, zpool, zfs, conn, free=free), opts, pins=pins)
 
 
 def checked(prep: Prepared, opts: Options, *, pins=None) -> Prepared:

@@ -109,10 +109,14 @@ def test_second_run_on_the_same_pool_is_refused(make_pool, tmp_path):
     pool, data = grown_pool(make_pool, tmp_path, size="128M",
                             tree=lambda root: mixed_tree(root, small=50, large=1, large_mib=(2, 3)))
     cfg = write_cfg(tmp_path)
+    # the running one's temp copy: the refused one must not call it a crash's leftover (issue 69 item 5)
+    (data / ".rebal-123-f.tmp").write_bytes(b"being written")
     with PoolLock(str(tmp_path / "state.db"), pool.name):
         r = rebal("rebalance", f"{pool.name}/data", config=cfg, check=False)
     assert r.returncode == 4
     assert f"another rebalance of pool {pool.name} is running (pid {os.getpid()})" in r.stderr
+    assert "crash" not in r.stderr and "warning" not in r.stderr, r.stderr
+    assert (data / ".rebal-123-f.tmp").read_bytes() == b"being written"
 
 
 def test_file_larger_than_the_free_space_is_skipped(make_pool, tmp_path):
