@@ -168,10 +168,10 @@ def _finish(r: Run, earlier: dict | None, avail_ds: str, t0: float) -> None:
     details = r.report.as_dict() | {"method": prep.method, "jobs": prep.jobs}
     if earlier is not None:  # the whole run: every part's files and bytes, and that it was continued
         details |= {"files": r.report.files + earlier["files"], "bytes": r.report.bytes + earlier["bytes"],
-                    "parts": earlier["parts"] + 1,
+                    "dirs": r.report.dirs + len(prep.done_dirs), "parts": earlier["parts"] + 1,
                     "continued": f"continued after the part before ended {earlier['ended']}"
                                  + (f": {earlier['why']}" if earlier["why"] else ""),
-                    "this_part": {"files": r.report.files, "bytes": r.report.bytes}}
+                    "this_part": {"files": r.report.files, "bytes": r.report.bytes, "dirs": r.report.dirs}}
     state.end_run(conn, run_id, r.report.outcome, error=r.report.reason if r.report.outcome == "failed" else None,
                   details=details)
 
@@ -227,6 +227,7 @@ def _loop(r: Run, dirs: list[DirEntry]) -> tuple[str, str]:
                 finished = not r.stop.is_set() and not rep.deferred and not rep.cut
                 journal.end_dir(r.conn, r.report.run_id, d.path, rep.files, rep.bytes, finished)
             r.report.dirs += finished
+            r.report.dirs_partial += not finished and d.path != b"(hardlink groups)"
             if finished:
                 r.report.done_dirs.append(d.path)
 

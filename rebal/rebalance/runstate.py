@@ -39,7 +39,8 @@ class Report:
     reason: str
     files: int = 0
     bytes: int = 0
-    dirs: int = 0
+    dirs: int = 0  # directories finished
+    dirs_partial: int = 0  # directories begun and left for the next run (the target reached in them, a stop)
     skipped: dict[str, int] = field(default_factory=dict)
     spread_before: float = 0.0
     spread_after: float = 0.0
@@ -65,6 +66,7 @@ class Report:
             "files": self.files,
             "bytes": self.bytes,
             "dirs": self.dirs,
+            "dirs_partial": self.dirs_partial,
             "skipped": self.skipped,
             "spread_before": round(self.spread_before, 2),
             "spread_after": round(self.spread_after, 2),

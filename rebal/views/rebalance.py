@@ -145,7 +145,9 @@ def _spread_line(prep) -> str:
 def report_text(rep) -> str:
     rate = rep.bytes / rep.seconds if rep.seconds else 0
     out = [f"{rep.outcome}: {rep.reason}",
-           f"rewrote {rep.files} files, {human(rep.bytes)} in {rep.dirs} directories in {rep.seconds:.1f} s "
+           f"rewrote {rep.files} files, {human(rep.bytes)} in {rep.dirs} directories"
+           + (f" (and {rep.dirs_partial} in part)" if getattr(rep, "dirs_partial", 0) else "")
+           + f" in {rep.seconds:.1f} s "
            f"({human(rate)}/s; {rep.scan_seconds + rep.seconds:.1f} s with the scan); spread {rep.spread_before:.1f} -> {rep.spread_after:.1f} points "
            f"(predicted {rep.predicted_after:.1f}); run {rep.run_id}"]
     if getattr(rep, "growth", 0):

@@ -380,3 +380,25 @@ def test_the_target_is_reached_inside_a_large_directory(make_pool, tmp_path):
     done2 = json.loads(r2.stdout.splitlines()[-1])
     assert done2["outcome"] == "ok" and done2["spread_after"] <= 14 and done2["files"] > 0, done2
     assert manifest(data) == before and temp_leftovers(data) == []
+
+
+def test_the_summary_counts_every_directory_it_printed(make_pool, tmp_path):
+    """Issue 69 (6): the demo printed 17 directory lines and a summary of 16 directories (the last one
+    begun, the target reached in it). The summary counts the finished ones and those done in part,
+    one for each line; the text says both."""
+    pool, data = grown_pool(make_pool, tmp_path, size="128M",
+                            tree=lambda root: mixed_tree(root, small=300, large=6, large_mib=(3, 5)))
+    cfg = write_cfg(tmp_path)
+    # a byte limit ends the run inside a directory: that one is done in part
+    r = rebal("rebalance", f"{pool.name}/data", "--target-spread", "1", "--max-bytes", "3M", "--json", config=cfg)
+    events = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+    lines = [e for e in events if e.get("event") == "dir"]
+    done = events[-1]
+    assert lines and done["dirs"] + done["dirs_partial"] == len(lines), (len(lines), done)
+    assert done["dirs_partial"] == 1, done
+    from rebal.views.rebalance import report_text
+    from types import SimpleNamespace
+
+    text = report_text(SimpleNamespace(**(done | {"growth": 0, "reclaim": None, "placement": None})))
+    assert f"in {done['dirs']} directories" in text
+    assert ("in part" in text) == bool(done["dirs_partial"]), text
