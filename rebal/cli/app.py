@@ -20,8 +20,10 @@ app = typer.Typer(
     add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},  # -h as every admin types it
 )
-config_app = typer.Typer(help="Check the configuration file.", no_args_is_help=True, rich_markup_mode=None)
+config_app = typer.Typer(help="Check the configuration file.", no_args_is_help=True, rich_markup_mode=None,
+                         context_settings={"help_option_names": ["-h", "--help"]})
 app.add_typer(config_app, name="config")
 
 log = logging.getLogger(__name__)

@@ -46,6 +46,7 @@ def cases(p: str, tmp: str) -> list[tuple[list[str], int, str]]:
         (["plan", f"{nopool}/data"], 5, "no such pool"),
         (["rebalance", f"{nopool}/data", "--dry-run"], 5, "no such pool"),
         (["scrub", nopool], 5, "no such pool"),
+        (["heal", nopool], 5, "no such pool"),  # issue 69: it said "no job backs it up", exit 2
         # no such dataset or path: bad input, 2
         (["plan", f"{p}/nods"], 2, "no such dataset"),
         (["rebalance", f"{p}/nods", "--dry-run"], 2, "no such dataset"),
@@ -76,3 +77,10 @@ def test_every_command_against_what_is_not_there(setup, tmp_path):
         if r.returncode != code or text not in r.stderr or len(lines) != 1:
             wrong.append(f"rebal {' '.join(argv)}: exit {r.returncode} (want {code}), stderr {r.stderr.strip()!r}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_h_is_help():
+    """Issue 69 (9): `-h` was an unknown option; it is --help, for rebal and each command."""
+    for argv in (["-h"], ["replicate", "-h"], ["config", "-h"]):
+        r = rebal(*argv, check=False)
+        assert r.returncode == 0 and r.stdout.startswith("Usage: rebal"), (argv, r.returncode, r.stderr)
