@@ -50,7 +50,7 @@ def restore(cfg: Config, job: str, *, to: str, at: str, path: str | None, force:
     """Restore a point of a job (whole dataset, every dataset of it with ``whole_tree``, or one
     path) and record the run (not for a dry run)."""
     from ..recorded import recorded
-    from .restore import RestoreReport, choose, points, restore_dataset, restore_path
+    from .restore import RestoreReport, choose, path_dest, points, restore_dataset, restore_path
     from .restore_tree import TreeReport, TreeRestoreFailed, restore_tree
 
     j = find_job(cfg, job)
@@ -58,6 +58,13 @@ def restore(cfg: Config, job: str, *, to: str, at: str, path: str | None, force:
         raise UsageError("--key-location is for --all of a raw job (its encrypted datasets come back raw)")
     if key_location is not None and not key_location.startswith(("file:///", "https://", "http://")):
         raise UsageError(f"--key-location {key_location!r}: give the key's keylocation, like file:///root/data.key")
+    # bad input and what is refused here are said at once, before the backup host is reached, and
+    # are no failed run
+    if whole_tree and (path or force):
+        raise UsageError("--all restores every dataset of the job; it takes neither --path nor "
+                         "--force (nothing is overwritten: restore --to a new name)")
+    if path:
+        path_dest(path, to, force)
     conn = None if dry_run else state.connect(cfg.state_db)
     last = [0.0]
 
@@ -75,9 +82,6 @@ def restore(cfg: Config, job: str, *, to: str, at: str, path: str | None, force:
                 point = choose(pts, at)
                 rep: TreeReport | RestoreReport
                 if whole_tree:
-                    if path or force:
-                        raise UsageError("--all restores every dataset of the job; it takes neither --path nor "
-                                         "--force (nothing is overwritten: restore --to a new name)")
                     rep = restore_tree(j, ssh, point, to, dry_run=dry_run, stop=stop, progress=on_bytes,
                                        key_location=key_location, latest=at == "latest")
                 elif path:

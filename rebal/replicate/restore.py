@@ -160,6 +160,18 @@ def restore_dataset(job: Replicate, ssh: Wire, point: RestorePoint, to: str, *, 
     return rep
 
 
+def path_dest(path: str, to: str, force: bool) -> tuple[str, str]:
+    """(the path inside the backup, where it lands): bad input and an existing destination refused
+    here, before anything reaches the backup host."""
+    rel = os.path.normpath(path.lstrip("/"))
+    if rel.startswith("..") or rel in (".", ""):
+        raise UsageError(f"--path {path!r}: give a path inside the backup, like home/alice/report.odt")
+    dest = os.path.join(to, os.path.basename(rel))
+    if os.path.lexists(dest) and not force:
+        raise RestoreRefused(f"{dest} exists: not overwritten (--force to overwrite, or restore --to elsewhere)")
+    return rel, dest
+
+
 def restore_path(job: Replicate, ssh: Wire, point: RestorePoint, path: str, to: str, *, force: bool = False,
                  dry_run: bool = False, stop: threading.Event | None = None) -> RestoreReport:
     """One file or directory from a restore point, by rsync over ssh, into the directory ``to``.
@@ -170,12 +182,7 @@ def restore_path(job: Replicate, ssh: Wire, point: RestorePoint, path: str, to: 
 
     backup: ZfsHost = job_hosts(job, ssh)[1]
     ssh = backup_link(job, ssh)
-    rel = os.path.normpath(path.lstrip("/"))
-    if rel.startswith("..") or rel in (".", ""):
-        raise UsageError(f"--path {path!r}: give a path inside the backup, like home/alice/report.odt")
-    dest = os.path.join(to, os.path.basename(rel))
-    if os.path.lexists(dest) and not force:
-        raise RestoreRefused(f"{dest} exists: not overwritten (--force to overwrite, or restore --to elsewhere)")
+    rel, dest = path_dest(path, to, force)
     rep = RestoreReport("path", point.name, dest)
     shown = f"{rel} (@{point.name})"
     if point.name == "current":

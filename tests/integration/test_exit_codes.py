@@ -3,6 +3,7 @@ exit codes: 2 bad input or a refusal, 5 no such pool. One line on stderr, never 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -84,3 +85,20 @@ def test_h_is_help():
     for argv in (["-h"], ["replicate", "-h"], ["config", "-h"]):
         r = rebal(*argv, check=False)
         assert r.returncode == 0 and r.stdout.startswith("Usage: rebal"), (argv, r.returncode, r.stderr)
+
+
+def test_a_restore_refused_here_is_said_before_the_backup_host_is_reached(tmp_path):
+    """Issue 69 (7): `restore --path X --to DIR` said DIR/X exists only after seconds spent on the backup
+    host, and bad input was recorded as a failed run. Both are said first now: the job's backup host
+    here is a closed port, so reaching it would fail otherwise (exit 3), and no run is recorded."""
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'state_db = "{tmp_path / "state.db"}"\n[[replicate]]\nname = "far"\nsource = "tank/x"\n'
+                   'target = "bk/x"\ntarget_host = "127.0.0.1"\ntarget_port = 1\n')
+    (tmp_path / "report.odt").write_text("mine")
+    r = rebal("restore", "far", "--path", "home/report.odt", "--to", str(tmp_path), config=cfg, check=False)
+    assert r.returncode == 2 and "report.odt exists: not overwritten" in r.stderr, (r.returncode, r.stderr)
+    r = rebal("restore", "far", "--all", "--path", "x", "--to", "tank/y", config=cfg, check=False)
+    assert r.returncode == 2 and "--all restores every dataset" in r.stderr, (r.returncode, r.stderr)
+    runs = json.loads(rebal("runs", "--json", config=cfg).stdout)["runs"]
+    assert runs == [], runs
+    assert (tmp_path / "report.odt").read_text() == "mine"
