@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import asdict
 from typing import Annotated, Optional
@@ -10,7 +11,7 @@ import typer
 
 from . import complete
 from .app import JsonOpt, app
-from .io import Signals, load_config, out_json, out_text, say_error, warn
+from .io import Signals, load_config, out_json, out_text, say_error, state_or_none, warn
 
 
 @app.command()
@@ -135,11 +136,22 @@ def keys(
     cfg = load_config()
     p = pair(find_job(cfg, job), pin=pin, do_install=install, login_identity=login_identity,
              authorized_keys=authorized_keys, rebal_path=rebal_path, gate_root=gate_root)
+    from ..errors import RebalError
+
     code = 0
     if check and p.host is not None and p.pinned:  # the whole way, as a run would go it
-        outcome, details = run_job(cfg, job, dry_run=True, on_wait=warn)
-        p.dry_run = "ok" if outcome != "failed" else f"failed: {details.get('error')}"
-        code = details.get("exit_code", 1) if outcome == "failed" else 0
+        try:
+            outcome, details = run_job(cfg, job, dry_run=True, on_wait=warn)
+            p.dry_run = "ok" if outcome != "failed" else f"failed: {details.get('error')}"
+            code = details.get("exit_code", 1) if outcome == "failed" else 0
+        except RebalError as e:  # (ssh refused the key): said after what was done, not instead of it
+            p.dry_run, code = f"failed: {e}", e.exit_code
+    if p.host is not None and os.path.exists(cfg.state_db):  # (keys itself never makes the database)
+        from .. import state
+
+        conn = state_or_none(cfg, "keys cannot tell whether the job has run before")
+        p.replicated = conn is not None and any(r["job"] == job and r["last_success"]
+                                                for r in state.last_successes(conn, cfg))
     if as_json:
         out_json(asdict(p))
     else:

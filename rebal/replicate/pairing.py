@@ -32,6 +32,8 @@ class Pairing:
     line: str = ""  # for authorized_keys on the other host
     where: str = ""  # whose authorized_keys: the backup host's (push) or the file server's (pull)
     installed: bool | None = None  # None: not asked
+    installed_to: str = ""  # user@host:file it was added to (or found in)
+    replicated: bool = False  # the job has landed a run before
     dry_run: str | None = None  # the dry run's outcome, when one ran
     notes: list[str] = field(default_factory=list)
 
@@ -200,4 +202,6 @@ def pair(j: Replicate, *, pin: str | None, do_install: bool, login_identity: str
             raise RebalError(f"{host}: its host key is not pinned yet: give --pin with the fingerprint you checked",
                              exit_code=6)
         out.installed = install(j, out.line, login_identity=login_identity, authorized_keys=authorized_keys)
+        user = j.source_user if j.direction == "pull" else j.target_user
+        out.installed_to = f"{user}@{host}:{authorized_keys}"
     return out

@@ -103,12 +103,19 @@ def pairing_text(p) -> str:
     out.append(f"3. for the authorized_keys of {p.where}:")
     out.append(f"     {p.line}")
     if p.installed is not None:
-        out.append("   added there now" if p.installed else "   already there")
+        out.append(f"   {'added to' if p.installed else 'already in'} {p.installed_to}")
     else:
         out.append(f"   (rebal keys {p.job} --install adds it over your own ssh login)")
     if p.dry_run is not None:
-        nxt = (f"add the line of step 3 there (or --install), then rebal keys {p.job} again"
-               if p.dry_run.startswith("failed") else f"rebal replicate {p.job} (the first run)")
+        if not p.dry_run.startswith("failed"):
+            nxt = (f"nothing: the job has run before (rebal replicate {p.job} runs it now)" if p.replicated
+                   else f"rebal replicate {p.job} (the first run)")
+        elif p.installed is not None and "refused" in p.dry_run:
+            nxt = (f"the line is in {p.installed_to}, yet the key is refused: check that sshd there reads that "
+                   "file (AuthorizedKeysFile in sshd_config) and lets the user in (PermitRootLogin "
+                   f"prohibit-password for root), then rebal keys {p.job} again")
+        else:
+            nxt = f"add the line of step 3 there (or --install), then rebal keys {p.job} again"
         out.append(f"4. a dry run of the job: {p.dry_run}")
         out.append(f"   next: {nxt}")
     out += [f"note: {n}" for n in p.notes]

@@ -75,3 +75,39 @@ def test_keys_from_nothing_to_a_dry_run_through_the_gate(make_pool, zfs_ready, t
         assert open("/proc/self/mounts").read().count(str(evil)) == mounts_before == 0
     finally:
         host.stop()
+
+
+def test_keys_says_what_it_did_when_the_key_is_still_refused(make_pool, zfs_ready, tmp_path):
+    """Issue 69 (8): `--pin` then a refused login printed only "login refused", not that the key was
+    pinned; `--install` into a file sshd does not read did not name the file; and a job that had run
+    before was told "next: rebal replicate JOB (the first run)"."""
+    src, dst = make_pool([[]], size="128M"), make_pool([[]], size="128M")
+    sh("zfs", "create", f"{src.name}/data")
+    sh("zfs", "create", f"{dst.name}/fs")
+    host = start_sshd(tmp_path / "bk")
+    try:
+        etc = tmp_path / "etc"
+        etc.mkdir()
+        cfg = tmp_path / "config.toml"
+        cfg.write_text(f'state_db = "{tmp_path / "state.db"}"\n[[replicate]]\nname = "nightly"\n'
+                       f'source = "{src.name}/data"\ntarget = "{dst.name}/fs/data"\ntarget_host = "{host.host}"\n'
+                       f'target_port = {host.port}\nidentity_file = "{etc / "id"}"\nknown_hosts = "{etc / "kh"}"\n')
+        real = subprocess.run(["ssh-keygen", "-lf", str(host.dir / "hostkey.pub")], capture_output=True,
+                              text=True).stdout.split()[1]
+        r = rebal("keys", "nightly", "--pin", real, config=cfg, check=False)
+        assert r.returncode == 6 and "pinned now" in r.stdout and "4. a dry run of the job: failed" in r.stdout, \
+            (r.returncode, r.stdout, r.stderr)
+        assert (etc / "kh").exists()
+        elsewhere = host.dir / "not_read_by_sshd"
+        r = rebal("keys", "nightly", "--install", "--login-identity", str(host.identity), "--authorized-keys",
+                  str(elsewhere), "--rebal-path", "/usr/local/bin/rebal", config=cfg, check=False)
+        assert r.returncode == 6 and f"added to root@{host.host}:{elsewhere}" in r.stdout, (r.stdout, r.stderr)
+        assert "AuthorizedKeysFile" in r.stdout, r.stdout
+        r = rebal("keys", "nightly", "--install", "--login-identity", str(host.identity), "--authorized-keys",
+                  str(host.dir / "authorized_keys"), "--rebal-path", "/usr/local/bin/rebal", config=cfg)
+        assert "(the first run)" in r.stdout, r.stdout
+        assert json.loads(rebal("replicate", "nightly", "--json", config=cfg).stdout)["outcome"] == "ok"
+        r = rebal("keys", "nightly", config=cfg)
+        assert "the first run" not in r.stdout and "the job has run before" in r.stdout, r.stdout
+    finally:
+        host.stop()
