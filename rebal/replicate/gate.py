@@ -66,7 +66,8 @@ class Policy:
 
     def info(self) -> dict:
         return {"rebal_gate": 1, "mode": self.mode, "root": self.root, "allow_rollback": self.allow_rollback,
-                "mountpoint": self.mountpoint, "filters": [f for f in ("zstd", "mbuffer") if shutil.which(f)]}
+                "mountpoint": self.mountpoint, "filters": [f for f in ("zstd", "mbuffer") if shutil.which(f)],
+                "verify": 1}  # rebal-gate-verify: a snapshot's inventory and hashes (gate_verify.py)
 
 
 def marker(text: str) -> dict | None:

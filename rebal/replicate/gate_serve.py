@@ -25,7 +25,8 @@ from ..process.command import run
 from ..process.pipeline import connect
 from ..zfs import argv as zargv
 from . import gate_rsync
-from .gate import INFO, Policy, Refused, check, rsync_destination, send_token
+from .gate import INFO, Policy, Refused, check, rsync_destination, send_token, split
+from .gate_verify import VERIFY, check_verify, serve_verify
 
 # properties a hostile stream could set on the backup host (mount it over /etc, setuid binaries)
 UNSAFE_PROPS = ("mountpoint", "canmount", "sharenfs", "sharesmb", "setuid", "exec", "devices", "overlay")
@@ -176,6 +177,10 @@ def serve(policy: Policy, line: str | None, log_path: str | None = None, who: st
     try:
         if line is None:
             raise Refused("no command: this key runs only rebal's replication commands (an interactive login is refused)")
+        if line.lstrip().startswith(VERIFY + " "):  # a snapshot's inventory and hashes, read here
+            name = check_verify(policy, split(line))
+            log.info("allowed from %s (%s %s): %s", who, policy.mode, policy.root, shown)
+            return serve_verify(name, sys.stdin.buffer, sys.stdout.buffer)
         stages = check(policy, line)
         token = send_token(stages[0]) if policy.mode == "send" else None
         if token is not None:

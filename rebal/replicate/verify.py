@@ -104,10 +104,38 @@ def choose_sample(inv: dict[str, int], n: int | None, seed: int) -> list[str]:
     return sorted(random.Random(seed).sample(names, n))
 
 
+def gated_compare(rep: VerifyReport, subject: str, view: str, there: ZfsHost, name: str, sample_n: int | None,
+                  source_here: bool) -> None:
+    """compare() where the other end is gated: its inventory and the sample's hashes come from the gate
+    (gate_verify.py) in one round trip; the sample is drawn from this end's inventory."""
+    from .gate_verify import VERIFY, parse_answer
+
+    mine = local_inventory(view)
+    sample = choose_sample(mine, sample_n, rep.seed)
+    res = there.run([VERIFY, name], check=False, timeout=None, input="\0".join(sample))
+    if res.returncode != 0:
+        rep.findings.append(Finding(WARNING, subject, f"contents not compared: the gate refused or failed: "
+                                    f"{res.stderr.strip()[-300:]}"))
+        return
+    theirs, got = parse_answer(res.stdout)
+    src_inv, dst_inv = (mine, theirs) if source_here else (theirs, mine)
+    here_h = {r: h for r, h in zip(sample, hashes(ZfsHost(Here()), view, sample))}
+    src_h, dst_h = (here_h, got) if source_here else (got, here_h)
+    judge(rep, subject, src_inv, dst_inv, sample, [src_h.get(r) for r in sample], [dst_h.get(r) for r in sample])
+    rep.notes.append("read through the gate on the other end: its files were hashed there (rebal-gate-verify)")
+
+
 def compare(rep: VerifyReport, subject: str, source: ZfsHost, src_root: str, backup: ZfsHost, dst_root: str,
             sample_n: int | None) -> None:
     """File count, sizes and a sample's hashes of the same point on both hosts."""
     src_inv, dst_inv = inventory(source, src_root), inventory(backup, dst_root)
+    sample = choose_sample(src_inv, sample_n, rep.seed)
+    judge(rep, subject, src_inv, dst_inv, sample, hashes(source, src_root, sample), hashes(backup, dst_root, sample))
+
+
+def judge(rep: VerifyReport, subject: str, src_inv: dict[str, int], dst_inv: dict[str, int], sample: list[str],
+          src_h: list[str | None], dst_h: list[str | None]) -> None:
+    """The findings of two inventories and a sample's hashes on both sides."""
     rep.files = (len(src_inv), len(dst_inv))
     rep.bytes = (sum(src_inv.values()), sum(dst_inv.values()))
     if rep.files[0] != rep.files[1] or rep.bytes[0] != rep.bytes[1]:
@@ -117,8 +145,8 @@ def compare(rep: VerifyReport, subject: str, source: ZfsHost, src_root: str, bac
                                     f"{rep.bytes[0]} bytes, backup {rep.files[1]} files {rep.bytes[1]} bytes"
                                     + (f"; missing on the backup: {', '.join(missing)}" if missing else "")
                                     + (f"; only on the backup: {', '.join(extra)}" if extra else "")))
-    rep.sample = choose_sample(src_inv, sample_n, rep.seed)
-    for rel, mine, th in zip(rep.sample, hashes(source, src_root, rep.sample), hashes(backup, dst_root, rep.sample)):
+    rep.sample = sample
+    for rel, mine, th in zip(sample, src_h, dst_h):
         if mine is None:
             rep.findings.append(Finding(CRITICAL, subject, f"{rel}: cannot be read on the source"))
         elif th is None:
@@ -132,15 +160,15 @@ def verify_zfs(job: Replicate, link: Wire, sample_n: int | None, seed: int, runn
     choose), each at the newest snapshot both sides have: the findings of all, the files and bytes
     summed, the sample named per dataset. ``link`` reaches the job's other end (the backup host of a
     push job, the file server of a pull job): the two hosts are the job's, whichever end this is.
-    Through a gated key (rebal gate) only the snapshots' guids are compared: the gate lets nothing
-    read the other end's files."""
+    Through a gated key (rebal gate) the other end's files are hashed there by the gate
+    (rebal-gate-verify): names, sizes and hashes come back, never the data."""
     from .remote import gate_info
     from .sides import job_hosts
 
     source, backup = job_hosts(job, link if not link.local else Here(runner))
     rep = VerifyReport(job.name, seed=seed)
-    gated = not link.local and gate_info(ZfsHost(link)) is not None
-    rep.gated = gated
+    gate = None if link.local else gate_info(ZfsHost(link))
+    rep.gated = gate is not None
     if job.recursive:
         from .select import select
 
@@ -150,7 +178,7 @@ def verify_zfs(job: Replicate, link: Wire, sample_n: int | None, seed: int, runn
     for ds in datasets:
         one = VerifyReport(job.name, seed=seed)
         tds = job.target + ds[len(job.source):]
-        _verify_dataset(one, job, source, backup, ds, tds, sample_n, many=len(datasets) > 1, contents=not gated)
+        _verify_dataset(one, job, source, backup, ds, tds, sample_n, many=len(datasets) > 1, gate=gate)
         rep.findings += one.findings
         rep.notes += one.notes
         rep.snapshot = rep.snapshot or one.snapshot
@@ -165,7 +193,7 @@ def verify_zfs(job: Replicate, link: Wire, sample_n: int | None, seed: int, runn
 
 
 def _verify_dataset(rep: VerifyReport, job: Replicate, source: ZfsHost, backup: ZfsHost, ds: str, tds: str,
-                    sample_n: int | None, many: bool, contents: bool = True) -> None:
+                    sample_n: int | None, many: bool, gate: dict | None = None) -> None:
     subject = f"job:{job.name}"
     said = f"{ds}: " if many else ""
     src = source.snapshots(ds, bookmarks=True)
@@ -189,11 +217,10 @@ def _verify_dataset(rep: VerifyReport, job: Replicate, source: ZfsHost, backup: 
         return
     base = max(common, key=lambda s: (s.txg, not s.bookmark))
     rep.snapshot = base.name
-    if not contents:
+    if gate is not None and not gate.get("verify"):
         rep.findings.append(Finding(WARNING, subject, (
-            f"{said}contents not compared: the job's key is gated on the other end (rebal gate), which lets nothing "
-            f"read files there; the backup's @{base.name} is the source's by guid. Run `zfs scrub` on the backup "
-            "host, or verify from a key that is not gated")))
+            f"{said}contents not compared: the gate on the other end is of a rebal without rebal-gate-verify, which "
+            f"lets nothing read files there; the backup's @{base.name} is the source's by guid. Update rebal there")))
         return
     if base.bookmark:
         # the source keeps the point as a bookmark only (retention_source keeps no snapshot): the
@@ -224,6 +251,11 @@ def _verify_dataset(rep: VerifyReport, job: Replicate, source: ZfsHost, backup: 
                                     f"host shows it, a snapshot of it keeps it; find who writes there (set "
                                     f"readonly=on). `rebal replicate {job.name} --force-rollback {tds}` destroys "
                                     "those writes"))
+    if gate is not None:  # the other end's files read there, by the gate: hashes come back, not data
+        here, there, name = (source, backup, f"{tds}@{base.name}") if source.local else (backup, source, f"{ds}@{base.name}")
+        with SnapView(here, ds if source.local else tds, base.name, f"verify-{job.name}", rep.notes) as view:
+            gated_compare(rep, subject, view, there, name, sample_n, source_here=source.local)
+        return
     with SnapView(source, ds, base.name, f"verify-{job.name}", rep.notes) as sv, \
             SnapView(backup, tds, base.name, f"verify-{job.name}", rep.notes) as tv:
         compare(rep, subject, source, sv, backup, tv, sample_n)

@@ -88,11 +88,16 @@ def test_push_through_the_gate_then_prune_on_the_backup_host(pools, gated, tmp_p
     r = rebal("replicate", "guarded", "--force-rollback", f"{dst.name}/copy/data", "--json", config=cfg, check=False)
     out = json.loads(r.stdout)
     assert out["outcome"] == "failed" and "--allow-rollback" in out["error"], out
-    # verify through the gate: guids compared for every dataset, contents not (the gate reads no files)
-    v = rebal("verify", "guarded", "--json", config=cfg, check=False)
+    # verify through the gate (issue 69): the gate hashes the backup's files there (rebal-gate-verify),
+    # every file compared by count, size and sha256; OK, and health says the backup was verified
+    v = rebal("verify", "guarded", "--sample", "all", "--json", config=cfg, check=False)
     rep = json.loads(v.stdout)
-    assert v.returncode == 1 and rep["level"] == "WARNING" and rep["snapshot"] == r3["snapshot"], (v.stderr, rep)
-    assert len(rep["findings"]) == 4 and all("key is gated" in f["message"] for f in rep["findings"]), rep
+    assert v.returncode == 0 and rep["level"] == "OK" and not rep["findings"], (v.stderr, rep)
+    assert rep["files"][0] == rep["files"][1] > 100 and len(rep["sample"]) == rep["files"][0], rep["files"]
+    assert any("rebal-gate-verify" in n for n in rep["notes"]), rep["notes"]
+    health = json.loads(rebal("health", "--json", config=cfg, check=False).stdout)
+    assert not [f for f in health["findings"] if "verif" in f["message"]], health["findings"]
+    assert "rebal-gate-verify" in log.read_text()
 
 
 HOSTILE = [
