@@ -27,7 +27,7 @@ from . import guard
 from . import source_snaps as S
 from .remote import gate_info
 from .policy import Buckets, is_ours, retain, snapshot_name, snapshot_time
-from .select import select
+from .select import BAD_NAME, select
 from .snapview import SnapView, cleanup_views
 from .transport import Here, Wire, classify_ssh
 
@@ -137,6 +137,8 @@ class RsyncReplicator:
         sel = select(job, self._run)
         datasets = sel.included
         self.report.excluded = [f"{c.dataset} ({c.why})" for c in sel.excluded]
+        self.report.warnings += [f"{c.dataset} is not backed up: {c.why}" for c in sel.excluded
+                                 if c.why.startswith(BAD_NAME)]
         if not datasets:
             raise RsyncError(f"no dataset under {job.source} is chosen by this job's rules")
         # every dataset's mount point, those left out too: a parent's copy must not delete their files

@@ -22,11 +22,13 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Protocol
 
+from .. import names
 from ..zfs import argv
 from ..zfs.cli import Runner
 
 PROPERTY = "rebal:backup"
 OFF = ("false", "off", "no", "none")
+BAD_NAME = "a name rebal cannot take"  # a dataset left out for its name: the run says so as a warning
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,10 @@ def decide(rows: list[tuple[str, str]], job: str, *, exclude: Sequence[str] = ()
     cut: dict[str, str] = {}  # dataset excluded by a pattern -> the pattern (its children follow it)
     for name, val in rows:
         parent = name.rsplit("/", 1)[0] if "/" in name else None
+        problem = names.dataset_problem(name)
+        if problem:  # (a space: ZFS takes it, rebal does not): left out and said, the job goes on
+            out.append(Choice(name, False, f"{BAD_NAME}: {problem}; rename it (zfs rename) to back it up"))
+            continue
         if (p := _match(name, include)):
             out.append(Choice(name, True, f"include pattern {p!r}"))
             continue

@@ -45,7 +45,7 @@ from .policy import (
 )
 from .remote import ReplicationError
 from .retention import keep_cursor
-from .select import select
+from .select import BAD_NAME, select
 from .transport import Here, Wire
 from .zfs_run import DatasetReport, Job, ZfsReport  # noqa: F401  (imported from here too)
 
@@ -125,6 +125,8 @@ class ZfsReplicator(Capabilities):
             datasets = chosen = self.selection.included
             self.target_tree, tokens = there.result()
         self.report.excluded = [f"{c.dataset} ({c.why})" for c in self.selection.excluded]
+        self.report.warnings += [f"{c.dataset} is not backed up: {c.why}" for c in self.selection.excluded
+                                 if c.why.startswith(BAD_NAME)]
         if not datasets:
             raise ReplicationError(f"no dataset under {self.job.source} is chosen by this job's rules: "
                                    + "; ".join(self.report.excluded[:5]))

@@ -78,3 +78,22 @@ def test_the_progress_of_parallel_streams_is_their_sum(make_pool, backup_host, t
     assert len(seen) > len(kids) and done == sorted(done), seen[:20]  # summed, never going back
     assert done[-1] == sum(d.bytes for d in rep.datasets) > 12 * 400_000, (done[-1], rep.datasets)
     assert all(t is None or t >= d for d, t in seen), [x for x in seen if x[1] is not None and x[1] < x[0]][:5]
+
+
+def test_a_dataset_named_with_a_space_is_left_out_and_said_not_the_whole_job(make_pool, backup_host, tmp_path):
+    """Issue 69 (3): ZFS takes `pool/docs/my files`; a recursive job picked it up, its dry run said
+    nothing, and the real run failed the whole job ("bad dataset name"). The dataset (and what is
+    below it) is left out, named as a warning in the dry run and the run alike, and the rest is sent."""
+    src, dst = make_pool([[]], size="128M"), make_pool([[]], size="128M")
+    for ds in ("docs", "docs/ok", "docs/my files", "docs/my files/kid"):
+        sh("zfs", "create", f"{src.name}/{ds}")
+    cfg = cfg_for(tmp_path, backup_host, name="d", source=f"{src.name}/docs", target=f"{dst.name}/docs",
+                  recursive=True)
+    dry = json.loads(rebal("replicate", "d", "--dry-run", "--json", config=cfg).stdout)
+    said = " ".join(dry.get("warnings", []))
+    assert f"{src.name}/docs/my files is not backed up" in said and "zfs rename" in said, dry
+    run = rebal_json("replicate", "d", config=cfg)
+    assert run["outcome"] == "warning", run
+    assert sorted(d["source"] for d in run["datasets"]) == [f"{src.name}/docs", f"{src.name}/docs/ok"], run
+    assert any(f"{src.name}/docs/my files/kid is not backed up" in w for w in run["warnings"]), run["warnings"]
+    assert sh("zfs", "list", "-H", "-o", "name", f"{dst.name}/docs/ok").returncode == 0
