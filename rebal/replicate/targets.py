@@ -32,11 +32,13 @@ def find_orphans(rep: Replicating, datasets: list[str]) -> dict[str, list[Snap]]
     return out
 
 
-def make_parents(rep: Replicating, datasets: list[str]) -> None:
+def make_parents(rep: Replicating, datasets: list[str], sent: set[str] | frozenset[str] = frozenset()) -> None:
     """A dataset chosen under one that is left out (or under a source left out itself) needs a
     parent on the target to be received into: made empty, once (a plain file system: the
-    children's mount points are made in it, so it is not read-only as its received parent is)."""
-    chosen = set(datasets)
+    children's mount points are made in it, so it is not read-only as its received parent is).
+    ``sent``: every dataset this run sends (a parent among them is received, not made: a dry run,
+    which receives nothing, says the same as the run)."""
+    chosen = set(datasets) | set(sent)
     for ds in datasets:
         chain = []
         p = ds

@@ -210,7 +210,7 @@ class ZfsReplicator(Capabilities):
             if self.stop.is_set():
                 break
             try:
-                T.make_parents(self, levels[depth])  # after their parents' level: on top of what was received
+                T.make_parents(self, levels[depth], set(datasets))  # after their parents' level: on top of what was received
             except RebalError as e:
                 self.report.datasets.extend(DatasetReport(d, self.target_of(d), "failed", error=str(e)) for d in levels[depth])
                 levels[depth] = []

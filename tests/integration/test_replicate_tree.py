@@ -97,3 +97,27 @@ def test_a_dataset_named_with_a_space_is_left_out_and_said_not_the_whole_job(mak
     assert sorted(d["source"] for d in run["datasets"]) == [f"{src.name}/docs", f"{src.name}/docs/ok"], run
     assert any(f"{src.name}/docs/my files/kid is not backed up" in w for w in run["warnings"]), run["warnings"]
     assert sh("zfs", "list", "-H", "-o", "name", f"{dst.name}/docs/ok").returncode == 0
+
+
+def test_the_dry_run_says_what_the_run_does_with_the_parents(make_pool, backup_host, tmp_path):
+    """Issue 69 (4): the dry run of a first run said the top dataset would be "made on the target as
+    an empty parent ... its own source is left out" while the run sent it in full. The dry run plans
+    from the same choice: a parent the run sends is received, not made; a left-out one is made."""
+    src, dst = make_pool([[]], size="128M"), make_pool([[]], size="128M")
+    for ds in ("top", "top/a", "top/a/b"):
+        sh("zfs", "create", f"{src.name}/{ds}")
+    cfg = cfg_for(tmp_path, backup_host, name="t", source=f"{src.name}/top", target=f"{dst.name}/top",
+                  recursive=True)
+    dry = json.loads(rebal("replicate", "t", "--dry-run", "--json", config=cfg).stdout)
+    assert not [n for n in dry["notes"] if "empty parent" in n], dry["notes"]
+    assert not [p for p in dry["planned"] if p.startswith("zfs create")], dry["planned"]
+    run = rebal_json("replicate", "t", config=cfg)
+    assert {d["source"]: d["kind"] for d in run["datasets"]} == {f"{src.name}/top{r}": "full" for r in ("", "/a", "/a/b")}
+    # a job that leaves its own source out: the parent is made, in the dry run and the run alike
+    (tmp_path / "two").mkdir()
+    cfg2 = cfg_for(tmp_path / "two", backup_host, name="u", source=f"{src.name}/top", target=f"{dst.name}/u",
+                   recursive=True, exclude=[f"{src.name}/top"], include=[f"{src.name}/top/a"])
+    dry = json.loads(rebal("replicate", "u", "--dry-run", "--json", config=cfg2).stdout)
+    made = [n for n in dry["notes"] if "empty parent" in n]
+    run = rebal_json("replicate", "u", config=cfg2)
+    assert made and made == [n for n in run["notes"] if "empty parent" in n], (made, run["notes"])
