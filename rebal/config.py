@@ -305,9 +305,9 @@ def here_problems(cfg: Config) -> list[str]:
     if cfg.schedule.metrics and not os.path.isdir(os.path.dirname(cfg.metrics_file) or "."):
         out.append(f"metrics_file: {os.path.dirname(cfg.metrics_file)} does not exist, so the scheduled metrics "
                    "job fails every time (create it, install prometheus-node-exporter, or name another file)")
-    for j in cfg.replicate:
+    for i, j in enumerate(cfg.replicate):  # named as the schema's problems are: replicate[INDEX].key
         for key in ("identity_file", "known_hosts"):
             path = getattr(j, key)
             if path and not os.path.exists(path):
-                out.append(f"replicate[{j.name}].{key}: {path} does not exist")
+                out.append(f"replicate[{i}].{key}: {path} does not exist (job {j.name})")
     return out

@@ -234,7 +234,8 @@ def test_config_check_fails_what_would_fail_every_scheduled_run(tmp_path):
     r = rebal("config", "check", str(p), check=False)
     assert r.returncode == 2, r.stdout
     assert f"metrics_file: {tmp_path}/no/such/dir does not exist" in r.stderr, r.stderr
-    assert f"replicate[j].identity_file: {tmp_path}/no-key does not exist" in r.stderr, r.stderr
+    # named as the schema names its problems (issue 69 item 9: it said replicate[j] here, replicate[0] there)
+    assert f"replicate[0].identity_file: {tmp_path}/no-key does not exist (job j)" in r.stderr, r.stderr
     (tmp_path / "no" / "such" / "dir").mkdir(parents=True)
     (tmp_path / "no-key").write_text("k")
     assert "OK" in rebal("config", "check", str(p)).stdout
