@@ -10,7 +10,7 @@ from .app import JsonOpt, app, config_app
 from .io import OPTS, load_config, out_json, out_text
 
 
-@config_app.command("check")
+@config_app.command("check", short_help="Validate a config file: one line per problem, naming its key.")
 def config_check(
     file: Annotated[Optional[str], typer.Argument(help="File to check [default: the --config file].")] = None,
     as_json: JsonOpt = False,
