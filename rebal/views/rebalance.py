@@ -85,7 +85,8 @@ def plan_text(prep, max_dirs: int = 30) -> str:
         if len(plan.dirs) > max_dirs:
             rows.append(("", "", "", f"... and {len(plan.dirs) - max_dirs} more (--json lists all)"))
         out += table(rows, right={0, 1, 2})
-    out += _costs_lines(prep.costs)
+    idle = not plan.dirs  # nothing to rewrite: what a rewrite would cost (snapshots, growth) is no concern
+    out += [] if idle else _costs_lines(prep.costs)
     skips = prep.scan.skips
     if skips.counts:
         out.append("")
@@ -93,7 +94,7 @@ def plan_text(prep, max_dirs: int = 30) -> str:
         for k, n in skips.counts.items():
             b = skips.bytes.get(k, 0)
             out.append(f"  {n} {k}" + (f", {human(b)}" if b else "") + f"  (e.g. {skips.examples[k][0]})")
-    out += [f"warning: {w}" for w in prep.warnings]
+    out += [f"warning: {w}" for w in prep.warnings if not (idle and "snapshot" in w)]
     out += [f"note: {n}" for n in prep.notes]
     out.append(f"note: scanned {prep.scan.files} eligible files in {len(prep.scan.dirs)} directories in "
                f"{prep.scan_seconds:.1f} s")

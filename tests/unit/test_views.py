@@ -84,6 +84,19 @@ def test_plan_json_and_text_agree():
     assert "1 hardlinked, 4.00K" in text
 
 
+def test_a_plan_with_nothing_to_do_warns_of_no_rewrite_cost():
+    """Issue 69 (9): a spread already under the target printed "nothing to do", then a snapshot
+    warning about hundreds of MiB to rewrite."""
+    from dataclasses import replace
+
+    prep = _prep()
+    prep = replace(prep, plan=replace(prep.plan, dirs=[]),
+                   warnings=["620M of the data to rewrite is held by 2 snapshot(s) (newest x): rewriting it grows "
+                             "the pool by that much instead of moving it", "another warning"])
+    text = RV.plan_text(prep)
+    assert "620M" not in text and "warning: another warning" in text, text
+
+
 def test_report_and_runs_text():
     rep = Report(5, "ok", "spread 3.0 is under the target 10", files=12, bytes=3 << 20, dirs=2,
                  skipped={"in-use": 1}, spread_before=20, spread_after=3, predicted_after=4, seconds=2.7,
