@@ -122,5 +122,5 @@ once in your shell, then for example
 or put --config $REBAL_CONFIG before each command's name (rebal --config ... status).
 bash scripts/demo.sh --clean removes all of it: the pools $POOL and $BACKUP, the demo's sshd on
 127.0.0.1:$PORT and $DIR (its sparse files, config, key and state database). It leaves what
-scripts/setup.sh installed (the README says what that is).
+scripts/setup.sh installed (docs/development.md says all that stays).
 DONE

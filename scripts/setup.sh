@@ -35,8 +35,12 @@ if [ "${#missing[@]}" -gt 0 ]; then
   [ "$rc" -eq 0 ] || exit "$rc"
   for q in "${QUIET[@]}"; do
     pkg=${q%%:*} unit=${q##*:}
-    if [[ " ${missing[*]} " == *" $pkg "* ]] && [ -d /run/systemd/system ]; then
-      systemctl disable --now "$unit" >/dev/null 2>&1 || true
+    if [[ " ${missing[*]} " == *" $pkg "* ]]; then
+      if [ -d /run/systemd/system ]; then
+        systemctl disable --now "$unit" >/dev/null 2>&1 || true
+      else  # no systemd running (a container): policy-rc.d kept it from starting; not enabled either
+        systemctl disable "$unit" >/dev/null 2>&1 || update-rc.d "$unit" disable >/dev/null 2>&1 || true
+      fi
       echo "setup: $unit installed for its programs only: not running, not enabled"
     fi
   done
