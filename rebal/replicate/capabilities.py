@@ -89,6 +89,15 @@ class Capabilities:
             self.cache.forget(self.usage_key)
             self.report.notes.append("the other end's zfs refused an option: its abilities are asked again next run")
 
+    def gated_since(self, err: str) -> bool:
+        """A refusal of a gate the kept usage text did not show (the key was gated after it was
+        asked): forget it, so the next run (and its dry run alike) sees the gate. True if so."""
+        if "rebal gate: refused" not in err or self.gate is not None:
+            return False
+        if self.cache is not None and self.usage_key:
+            self.cache.forget(self.usage_key)
+        return True
+
     def detect_gate(self, info: dict | None) -> None:
         """Is the other end's key gated (rebal gate)? Then do only what the gate allows, and say what
         is left out; refuse up front what it would refuse midway."""

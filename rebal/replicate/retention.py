@@ -133,6 +133,12 @@ def prune(rep: Replicating, datasets: list[str]) -> None:
             left = rep.target.destroy_each(t, gone)
         except (CommandFailed, RebalError) as e:  # a bad name, or the backup host gone mid-way
             left = {name: str(e) for name in gone}
+        if any(rep.gated_since(why) for why in left.values()):  # gated after its usage text was kept
+            report.notes.append(f"the backup host's key is gated now (rebal gate): retention of its snapshots is "
+                                f"done there (rebal prune {rep.job.target} --job {job}); the next run knows it")
+            kept_t.update(left)
+            done.update(gone)
+            break
         for name, why in left.items():
             report.notes.append(f"could not prune {t}@{name} on the backup host: {why}")
             kept_t.add(name)

@@ -235,3 +235,29 @@ def test_gate_command_errors_are_clear(tmp_path):
     r = subprocess.run([sys.executable, "-m", "rebal", "gate", "--receive-into", "bk/x", "--check", "--command",
                         "zfs receive -s -u bk/x/y"], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("allowed: zfs receive -s -u bk/x/y"), r.stdout
+
+
+def test_a_key_gated_after_its_first_runs_is_seen_by_the_next_run_and_its_dry_run(pools, gated, tmp_path):
+    """Issue 69 (4): the other end's usage text is kept a day; a key gated after it was kept made
+    every real run try to prune through the gate ("could not prune ... zfs destroy is not allowed
+    through this key") while the dry run, which asks afresh, said retention is done on the backup
+    host. The first refusal forgets the kept text and says so once; the next run knows the gate."""
+    src, dst = pools
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'state_db = "{tmp_path / "state.db"}"\n' + gated.config_block(
+        name="later", source=f"{src.name}/data", target=f"{dst.name}/copy/data", retention_target=ZERO))
+    sh("zfs", "create", f"{dst.name}/copy")
+    fill(src, 1)
+    assert rebal_json("replicate", "later", config=cfg)["outcome"] == "ok"  # a plain key: the usage text kept
+    gate_key(gated, f"--receive-into {dst.name}/copy", tmp_path / "gate.log")
+    fill(src, 2)
+    r2 = rebal_json("replicate", "later", config=cfg)
+    assert r2["outcome"] == "ok", r2
+    assert not [n for n in r2["notes"] if n.startswith("could not prune")], r2["notes"]
+    assert any("gated now" in n for n in r2["notes"]), r2["notes"]
+    dry = json.loads(rebal("replicate", "later", "--dry-run", "--json", config=cfg).stdout)
+    fill(src, 3)
+    r3 = rebal_json("replicate", "later", config=cfg)
+    said = [n for n in r3["notes"] if "rebal prune" in n]
+    assert said and said == [n for n in dry["notes"] if "rebal prune" in n], (said, dry["notes"])
+    assert not [n for n in r3["notes"] if "could not prune" in n or "gated now" in n], r3["notes"]
