@@ -172,10 +172,18 @@ def digest(findings: list[H.Finding]) -> str:
     return "|".join(sorted({re.sub(r"\d+(\.\d+)?", "#", f.line()) for f in findings if f.level > H.OK}))
 
 
-def health_job(cfg: Config, conn, zpool, now: float | None = None) -> tuple[int, list[H.Finding], dict | None]:
+def health_job(cfg: Config, conn, zpool, now: float | None = None,
+               checked: list | None = None) -> tuple[int, list[H.Finding], dict | None]:
+    """``checked`` (a list) gets what was checked, found wrong or not: a line per pool and job."""
     from .notify import channels, maybe_notify
 
-    findings, _pools, _repl = check_health(cfg, conn, zpool, now)
+    findings, pools, repl = check_health(cfg, conn, zpool, now)
+    if checked is not None:
+        checked += [{"pool": p.name, "health": p.health, "cap": round(p.cap, 1), "spread": round(p.spread, 1),
+                     "vdevs": len(p.data_vdevs)} for p in pools]
+        checked += [{"job": r["job"], "mode": r["mode"], "last_success": r["last_success"],
+                     "age_hours": None if r["age_seconds"] is None else round(r["age_seconds"] / 3600, 1)}
+                    for r in repl]
     level = H.overall(findings)
     sent = None
     if channels(cfg.notify):

@@ -20,13 +20,22 @@ def health(as_json: JsonOpt = False) -> None:
     from ..zfs.cli import Zpool
 
     cfg = load_config()
-    level, findings, sent = jobs.health_job(cfg, open_state(cfg), Zpool())
+    checked: list = []
+    level, findings, sent = jobs.health_job(cfg, open_state(cfg), Zpool(), checked=checked)
     if as_json:
-        out_json({"level": H.LEVEL_NAMES[level], "findings": [f.as_dict() for f in findings], "notified": sent})
-    elif findings:
-        out_text("".join(f.line() + "\n" for f in findings))
-    else:
-        out_text("OK: all watched pools healthy\n")
+        out_json({"level": H.LEVEL_NAMES[level], "findings": [f.as_dict() for f in findings], "notified": sent,
+                  "checked": checked})
+        raise typer.Exit(level)
+    out = [f.line() for f in findings] or ["OK: every check passed"]
+    out.append("checked:")  # what was looked at, so an OK says what it covers
+    for c in checked:
+        if "pool" in c:
+            out.append(f"  pool {c['pool']}: {c['health']}, CAP {c['cap']:.1f}%, spread {c['spread']:.1f} points over "
+                       f"{c['vdevs']} data vdev(s); devices, errors, scrub age, ashift")
+        else:
+            age = "never succeeded" if c["age_hours"] is None else f"last success {c['age_hours']:.1f} h ago"
+            out.append(f"  replication job {c['job']} ({c['mode']}): {age}; snapshot ages, verify, last run")
+    out_text("\n".join(out) + "\n")
     raise typer.Exit(level)
 
 

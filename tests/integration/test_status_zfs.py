@@ -176,3 +176,16 @@ def test_status_answers_good_and_bad_command_lines_plainly(make_pool, tmp_path):
         assert r.stderr.startswith("rebal: error:") and said in r.stderr and "Traceback" not in r.stderr, (argv, r.stderr)
     samples = rebal_json("history", pool.name, config=cfg)["samples"]
     assert len(samples) == len(good)  # every successful status recorded its sample, the refused none
+
+
+def test_health_says_what_it_checked(make_pool, tmp_path):
+    """Issue 69 (9): an OK health printed one line, not what the README says it checks. It lists each
+    pool and job it looked at, with the figures, found wrong or not (and `checked` in --json)."""
+    pool = make_pool([[], []])
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'state_db = "{tmp_path / "state.db"}"\npools = ["{pool.name}"]\n')
+    r = rebal("health", config=cfg, check=False)
+    assert f"pool {pool.name}: ONLINE, CAP" in r.stdout and "over 2 data vdev(s)" in r.stdout, r.stdout
+    assert r.returncode != 0 or r.stdout.startswith("OK: every check passed"), r.stdout
+    j = json.loads(rebal("health", "--json", config=cfg, check=False).stdout)
+    assert [c["pool"] for c in j["checked"]] == [pool.name] and j["checked"][0]["vdevs"] == 2, j
