@@ -8,10 +8,19 @@ import os
 import sys
 
 
-def console(stderr: bool = False):
+def console(stderr: bool = False, whole_lines: bool = True):
+    """A terminal's width where it is one; into a file or a pipe, with ``whole_lines``, each line
+    whole (rich would wrap them at 80 columns), unless COLUMNS says otherwise. (A progress bar's
+    console keeps rich's own width: a bar stretches to it.)"""
+    import os
+    import sys
+
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False)
+    tty = (sys.stderr if stderr else sys.stdout).isatty()
+    if tty or not whole_lines or os.environ.get("COLUMNS"):
+        return Console(stderr=stderr, highlight=False)
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
 
 
 class JsonEvents:
@@ -185,7 +194,7 @@ class ByteBar:
         if self.enabled:
             from rich.progress import Progress, TextColumn
 
-            self.bar = Progress(TextColumn(f"[bold]{self.label}"), *_byte_columns(), console=console(stderr=True),
+            self.bar = Progress(TextColumn(f"[bold]{self.label}"), *_byte_columns(), console=console(stderr=True, whole_lines=False),
                                 transient=True)
             self.bar.__enter__()
             self.task = self.bar.add_task(self.label, total=None)

@@ -43,3 +43,17 @@ def test_without_a_terminal_replication_says_how_far_it_got_in_lines(capsys):
     assert any("150M of 600M" in ln for ln in lines), lines
     with ByteBar("replicate nightly", enabled=False) as bar:
         assert not bar.wanted
+
+
+def test_lines_into_a_file_are_not_wrapped_at_80_columns():
+    """Issue 69 (9): rebalance's output into a file wrapped at 80 columns (rich's width without a
+    terminal). Into a pipe each line stays whole."""
+    import os
+    import subprocess
+    import sys
+
+    line = "dir /tank/data/" + "x" * 150 + " done"
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    r = subprocess.run([sys.executable, "-c", "from rebal.cli.progress import console; "
+                        f"console().print({line!r}, markup=False)"], capture_output=True, text=True, env=env)
+    assert r.stdout == line + "\n", r.stdout
