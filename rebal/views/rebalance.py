@@ -175,9 +175,9 @@ def runs_text(runs: list[dict]) -> str:
     for r in runs:
         d = r["details"]
         spread = f"{d['spread_before']:.1f}->{d['spread_after']:.1f}" if "spread_before" in d else ""
-        outcome = r["outcome"] + (f" ({r['error']})" if r.get("error") and r["outcome"] != "ok" else "")
+        outcome = r["outcome"] + (f" ({_short(r['error'])})" if r.get("error") and r["outcome"] != "ok" else "")
         if d.get("parts", 1) > 1:
-            outcome += f" (in {d['parts']} parts: {d.get('continued', 'continued')})"
+            outcome += f" (in {d['parts']} parts: {_short(d.get('continued', 'continued'))})"
         rows.append((str(r["id"]), r["kind"], r["job"] or r["pool"] or "", r["started"][5:16].replace("T", " "),
                      _figure(d.get("files"), str), _figure(d.get("bytes"), human), spread, outcome))
     out = table(rows, right={0, 4, 5})
@@ -185,6 +185,13 @@ def runs_text(runs: list[dict]) -> str:
         if r["details"].get("read"):
             out += [f"run {r['id']}: {line}" for line in reads_text(r["details"]["read"]).splitlines()]
     return lines(out)
+
+
+def _short(text: str, width: int = 60) -> str:
+    """A run's error in a row of `rebal runs`: its first line, cut to ``width`` (the whole of it is
+    in `rebal runs --json`)."""
+    one = " ".join(str(text).split())
+    return one if len(one) <= width else one[:width - 3].rstrip() + "..."
 
 
 def reads_text(read: dict) -> str:

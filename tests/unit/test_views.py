@@ -109,6 +109,9 @@ def test_report_and_runs_text():
              "outcome": "failed", "error": "read-only file system", "details": rep.as_dict()}]
     rt = RV.runs_text(runs)
     assert "failed (read-only file system)" in rt and "20.0->3.0" in rt
+    # a long error does not make a row of 230 columns (issue 69 item 9): cut, whole in --json
+    long = [dict(runs[0], error="the target rbt/x/no/parent of job w does not exist on the backup host: " * 3)]
+    assert max(len(line) for line in RV.runs_text(long).splitlines()) < 140
     assert RV.runs_text([]) == "no runs recorded yet\n"
 
 
