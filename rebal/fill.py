@@ -64,19 +64,21 @@ def bar(cap: float, width: int = 20) -> str:
     return s.ljust(width, "·")
 
 
-def sparkline(values: list[float], width: int = 48, lo: float = 0.0, hi: float = 100.0) -> str:
-    """CAP values as one line of block characters, averaged into at most ``width`` cells."""
+def sparkline(values: list[float | None], width: int = 48, lo: float = 0.0, hi: float = 100.0) -> str:
+    """CAP values as one line of block characters, averaged into at most ``width`` cells; None (a
+    sample from before the vdev was added) is a blank, so series of one pool line up in time."""
     if not values:
         return ""
     if len(values) > width:
         step = len(values) / width
-        values = [
-            sum(chunk) / len(chunk)
-            for i in range(width)
-            if (chunk := values[int(i * step) : max(int((i + 1) * step), int(i * step) + 1)])
-        ]
+        cells: list[float | None] = []
+        for i in range(width):
+            chunk = [v for v in values[int(i * step): max(int((i + 1) * step), int(i * step) + 1)] if v is not None]
+            cells.append(sum(chunk) / len(chunk) if chunk else None)
+        values = cells
     span = (hi - lo) or 1.0
-    return "".join(SPARK[min(len(SPARK) - 1, max(0, int((v - lo) / span * len(SPARK))))] for v in values)
+    return "".join(" " if v is None else SPARK[min(len(SPARK) - 1, max(0, int((v - lo) / span * len(SPARK))))]
+                   for v in values)
 
 
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
@@ -115,10 +117,18 @@ def history_json(pool: str, rows: list[SampleRow]) -> dict:
     }
 
 
-def history_series(rows: list[SampleRow]) -> dict[str, list[float]]:
-    """vdev name -> CAP per sample (vdevs added later start where they appear)."""
-    series: dict[str, list[float]] = {}
+def history_series(rows: list[SampleRow]) -> dict[str, list[float | None]]:
+    """vdev name -> CAP per sample, one entry for every sample (None where the vdev was not there
+    yet, or no longer), so that every vdev's series runs on the same time axis."""
+    names: dict[str, None] = {}
     for r in rows:
-        for name, (size, alloc) in r.vdevs.items():
-            series.setdefault(name, []).append(100.0 * alloc / size if size else 0.0)
+        names.update(dict.fromkeys(r.vdevs))
+    series: dict[str, list[float | None]] = {n: [] for n in names}
+    for r in rows:
+        for name in names:
+            if name in r.vdevs:
+                size, alloc = r.vdevs[name]
+                series[name].append(100.0 * alloc / size if size else 0.0)
+            else:
+                series[name].append(None)
     return series

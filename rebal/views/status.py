@@ -50,7 +50,8 @@ def history_text(pool: str, rows) -> str:
     out = [f"{pool}: {len(rows)} samples, {iso(rows[0].ts)} .. {iso(rows[-1].ts)}"]
     chart = [("VDEV", "CAP over time (0-100%)", "NOW")]
     for name, caps in series.items():
-        chart.append((short[name], fill.sparkline(caps), f"{caps[-1]:.1f}%"))
+        now = caps[-1]
+        chart.append((short[name], fill.sparkline(caps), "-" if now is None else f"{now:.1f}%"))
     out += table(chart, right={2})
     out.append("")
     head = ("TIME (UTC)", "SPREAD") + tuple(short[n] for n in series)

@@ -41,7 +41,10 @@ def test_parse_since():
 
 def test_history_series_handles_vdevs_added_later():
     rows = [SampleRow(1, 0, {"a": (100, 50)}), SampleRow(2, 50, {"a": (100, 50), "b": (100, 0)})]
-    assert fill.history_series(rows) == {"a": [50.0, 50.0], "b": [0.0]}
+    # a vdev added later starts where it appears on the same time axis (issue 69 item 9: not aligned)
+    assert fill.history_series(rows) == {"a": [50.0, 50.0], "b": [None, 0.0]}
+    assert fill.sparkline([None, None, 100.0], 10) == "  █"
+    assert fill.sparkline([None] * 50 + [100.0] * 50, 10) == "     █████"
     j = fill.history_json("t", rows)
     assert j["samples"][1]["vdevs"]["b"]["cap"] == 0.0 and j["samples"][0]["ts"] == "1970-01-01T00:00:01Z"
 
