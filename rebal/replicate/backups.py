@@ -65,6 +65,10 @@ def restore(cfg: Config, job: str, *, to: str, at: str, path: str | None, force:
                          "--force (nothing is overwritten: restore --to a new name)")
     if path:
         path_dest(path, to, force)
+    else:
+        from .. import names
+
+        names.dataset(to)  # a dataset (or a tree) restores into a dataset name
     conn = None if dry_run else state.connect(cfg.state_db)
     last = [0.0]
 

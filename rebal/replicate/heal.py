@@ -227,16 +227,21 @@ def heal(cfg: Config, pool: str, *, job: str | None = None, dry_run: bool = Fals
     from ..recorded import Outcome, recorded
 
     names.pool(pool)
+    from ..errors import NoSuchPool
+    from ..zfs import argv
+    from .transport import Here
+
+    # the pool is on this host for a push job (the usual case): not there is no such pool (README:
+    # exit 5), said before anything is recorded
+    here = ZfsHost(Here()).run(argv.pool_names(pool), check=False).returncode == 0
     try:
         jobs = jobs_of(cfg, pool, job)
     except UsageError:
-        from ..errors import NoSuchPool
-        from ..zfs import argv
-        from .transport import Here
-
-        if ZfsHost(Here()).run(argv.pool_names(pool), check=False).returncode != 0:
-            raise NoSuchPool(f"no such pool: {pool}") from None  # (README: exit 5)
+        if not here:
+            raise NoSuchPool(f"no such pool: {pool}") from None
         raise
+    if not here and all(j.direction == "push" for j in jobs):
+        raise NoSuchPool(f"no such pool: {pool}")
     conn = None if dry_run else state.connect(cfg.state_db)
     with recorded(conn, "heal", job=",".join(j.name for j in jobs), pool=pool, dry_run=dry_run) as run:
         with ExitStack() as opened:

@@ -101,6 +101,13 @@ def test_a_restore_refused_here_is_said_before_the_backup_host_is_reached(tmp_pa
     assert r.returncode == 2 and "report.odt exists: not overwritten" in r.stderr, (r.returncode, r.stderr)
     r = rebal("restore", "far", "--all", "--path", "x", "--to", "tank/y", config=cfg, check=False)
     assert r.returncode == 2 and "--all restores every dataset" in r.stderr, (r.returncode, r.stderr)
+    r = rebal("restore", "far", "--to", "bad name", config=cfg, check=False)
+    assert r.returncode == 2 and "bad dataset name" in r.stderr, (r.returncode, r.stderr)
+    r = rebal("heal", "rebalnosuchpool", config=cfg, check=False)
+    assert r.returncode == 5 and "no such pool" in r.stderr, (r.returncode, r.stderr)
+    cfg.write_text(cfg.read_text().replace('source = "tank/x"', 'source = "rebalnosuchpool/x"'))
+    r = rebal("heal", "rebalnosuchpool", "--job", "far", config=cfg, check=False)
+    assert r.returncode == 5 and "no such pool" in r.stderr, (r.returncode, r.stderr)
     runs = json.loads(rebal("runs", "--json", config=cfg).stdout)["runs"]
-    assert runs == [], runs
+    assert runs == [], runs  # bad input is no failed run (issue 69 item 9)
     assert (tmp_path / "report.odt").read_text() == "mine"
