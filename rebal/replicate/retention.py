@@ -105,7 +105,9 @@ def prune(rep: Replicating, datasets: list[str]) -> None:
     snaps = {d: [s for s in v if not s.bookmark] for d, v in tree.items()}
     drops = drops_per_dataset(snaps, job, rep.job.retention_source, protect=protect_src, bases=bases,
                               settled=set(sent_ok), newest=False)
-    drops = _guarded(rep, "source", drops, tree, {ds: rep.target_tree.get(rep.target_of(ds)) or [] for ds in drops})
+    # (a dataset whose backup this run did not list, or that has none, keeps its snapshots this time)
+    drops = _guarded(rep, "source", drops, tree, {ds: rep.target_tree[rep.target_of(ds)] for ds in drops
+                                                  if rep.target_of(ds) in rep.target_tree})
     having: dict[str, list[str]] = {}
     for d in sorted(drops):
         for n in drops[d]:
@@ -148,11 +150,13 @@ def prune(rep: Replicating, datasets: list[str]) -> None:
 
 def _guarded(rep: Replicating, side: str, drops: dict[str, list[str]], here: dict[str, list[Snap]],
              there: dict[str, list[Snap]]) -> dict[str, list[str]]:
-    """``drops`` as the guard (guard.py) allows them, each dataset's snapshots seen on both sides; what
-    it refuses stays, said once per dataset."""
+    """``drops`` as the guard (guard.py) allows them, each dataset's snapshots seen on both sides (one
+    whose other side is not in ``there`` keeps them all); what it refuses stays, said once per dataset."""
     out: dict[str, list[str]] = {}
     for ds, names in drops.items():
-        v = guard.allowed(ds, side, here.get(ds, []), names, other=there.get(ds, []))
+        if ds not in there:  # the other side of it was not seen: nothing goes
+            continue
+        v = guard.allowed(ds, side, here.get(ds, []), names, other=there[ds])
         if v.allowed:
             out[ds] = v.allowed
         if v.refused:
