@@ -37,7 +37,7 @@ class VerifyReport:
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     only_bookmark: str | None = None  # the common point, kept on the source as a bookmark only
-    gated: bool = False  # the other end's key is gated: guids compared, contents not
+    gated: bool = False  # the other end's gate reads no files (an older rebal there): guids compared, contents not
 
     @property
     def level(self) -> int:
@@ -168,7 +168,7 @@ def verify_zfs(job: Replicate, link: Wire, sample_n: int | None, seed: int, runn
     source, backup = job_hosts(job, link if not link.local else Here(runner))
     rep = VerifyReport(job.name, seed=seed)
     gate = None if link.local else gate_info(ZfsHost(link))
-    rep.gated = gate is not None
+    rep.gated = gate is not None and not gate.get("verify")  # contents cannot be compared through it
     if job.recursive:
         from .select import select
 
