@@ -171,12 +171,12 @@ def _verify_at_a_fresh_snapshot(cfg: Config, j: Replicate, ssh: Wire, n: int | N
                 from . import guard
 
                 source, backup = job_hosts(j, ssh)  # a pull job's source is the other end
-                tree = source.tree(j.source, recursive=j.recursive)  # only where it was taken (a job may leave some out)
-                there = backup.tree(j.target, recursive=j.recursive)
-                for ds in sorted(d for d, v in (tree.snaps if tree else {}).items()
-                                 if any(s.name == snap and not s.bookmark for s in v)):
-                    other = (there.snaps if there else {}).get(j.target + ds[len(j.source):], [])
-                    v = guard.allowed(ds, "source", tree.snaps[ds] if tree else [], [snap], other=other)
+                # with its bookmarks: the cursor that lets the snapshot go (the guard looks for it)
+                tree = source.listing(j.source, j.recursive)  # only where it was taken (a job may leave some out)
+                there = backup.listing(j.target, j.recursive, bookmarks=False)
+                for ds in sorted(d for d, v in tree.items() if any(s.name == snap and not s.bookmark for s in v)):
+                    other = there.get(j.target + ds[len(j.source):], [])
+                    v = guard.allowed(ds, "source", tree[ds], [snap], other=other)
                     if v.allowed:
                         source.destroy_snapshot(ds, snap)
                     else:
