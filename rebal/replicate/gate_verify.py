@@ -1,4 +1,4 @@
-"""What a gated key may ask to prove a backup (issue 69): `rebal-gate-verify DATASET@SNAPSHOT`, the
+"""What a gated key may ask to prove a backup: `rebal-gate-verify DATASET@SNAPSHOT`, the
 snapshot under the gate's root, answers with the snapshot's inventory (every regular file's path and
 size) and the sha256 of the files named on its standard input. Names, sizes and hashes leave the host,
 never a file's contents; nothing is written but the read-only view a snapshot may need (a clone where

@@ -1,4 +1,4 @@
-"""The one guard every snapshot rebal destroys goes through, on either side (issue 64).
+"""The one guard every snapshot rebal destroys goes through, on either side.
 
 Retention on the source and on the backup, the backup host's own `rebal prune`, the rsync mode's
 retention, the snapshot verify made for itself and the snapshots taken by mistake on children a job

@@ -1,4 +1,4 @@
-"""One zfs stream from one host's ZFS into another's, the way back (issue 65): a dataset's restore,
+"""One zfs stream from one host's ZFS into another's, the way back: a dataset's restore,
 a tree's restore (restore --all, rebuild) and a heal's corrective receive are each a `Transfer` with
 the replication's hosts swapped. It owns what the replication does to a stream, so that a restore
 does the same: the send's flags from the job (raw, compressed, large blocks, embedded; `-i` from a

@@ -16,18 +16,26 @@ from zfsenv import sh
 pytestmark = [pytest.mark.zfs, pytest.mark.lane]
 
 
+def job_config(tmp_path, src, dst, host):
+    """/etc/rebal of the test (empty: rebal keys makes the key) and a config with the job `nightly`
+    of src/data into dst/fs/data on ``host``."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'state_db = "{tmp_path / "state.db"}"\n[[replicate]]\nname = "nightly"\n'
+                   f'source = "{src.name}/data"\ntarget = "{dst.name}/fs/data"\ntarget_host = "{host.host}"\n'
+                   f'target_port = {host.port}\nidentity_file = "{etc / "id"}"\nknown_hosts = "{etc / "kh"}"\n')
+    return etc, cfg
+
+
+
 def test_keys_from_nothing_to_a_dry_run_through_the_gate(make_pool, zfs_ready, tmp_path):
     src, dst = make_pool([[]], size="128M"), make_pool([[]], size="128M")
     sh("zfs", "create", f"{src.name}/data")
     sh("zfs", "create", f"{dst.name}/fs")  # the empty dataset the gate receives under
     host = start_sshd(tmp_path / "bk")  # its authorized_keys holds the admin's own key (clientkey)
     try:
-        etc = tmp_path / "etc"
-        etc.mkdir()
-        cfg = tmp_path / "config.toml"
-        cfg.write_text(f'state_db = "{tmp_path / "state.db"}"\n[[replicate]]\nname = "nightly"\n'
-                       f'source = "{src.name}/data"\ntarget = "{dst.name}/fs/data"\ntarget_host = "{host.host}"\n'
-                       f'target_port = {host.port}\nidentity_file = "{etc / "id"}"\nknown_hosts = "{etc / "kh"}"\n')
+        etc, cfg = job_config(tmp_path, src, dst, host)
         first = rebal("keys", "nightly", config=cfg)
         assert "NOT pinned" in first.stdout and "made now" in first.stdout, first.stdout
         assert (etc / "id").exists() and os.stat(etc / "id").st_mode & 0o077 == 0
@@ -86,12 +94,7 @@ def test_keys_says_what_it_did_when_the_key_is_still_refused(make_pool, zfs_read
     sh("zfs", "create", f"{dst.name}/fs")
     host = start_sshd(tmp_path / "bk")
     try:
-        etc = tmp_path / "etc"
-        etc.mkdir()
-        cfg = tmp_path / "config.toml"
-        cfg.write_text(f'state_db = "{tmp_path / "state.db"}"\n[[replicate]]\nname = "nightly"\n'
-                       f'source = "{src.name}/data"\ntarget = "{dst.name}/fs/data"\ntarget_host = "{host.host}"\n'
-                       f'target_port = {host.port}\nidentity_file = "{etc / "id"}"\nknown_hosts = "{etc / "kh"}"\n')
+        etc, cfg = job_config(tmp_path, src, dst, host)
         real = subprocess.run(["ssh-keygen", "-lf", str(host.dir / "hostkey.pub")], capture_output=True,
                               text=True).stdout.split()[1]
         r = rebal("keys", "nightly", "--pin", real, config=cfg, check=False)
