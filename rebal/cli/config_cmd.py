@@ -24,10 +24,12 @@ def config_check(
     path, named = (file, True) if file else config.config_path(OPTS.config)
     if not named and not os.path.exists(path):  # as every other command reads it: all defaults
         cfg = config.Config()
+        zfs_lines, zfs_json = _zfs_here()
         if as_json:
-            out_json({"file": None, "ok": True, "problems": [], "jobs": [], "state_db": cfg.state_db})
+            out_json({"file": None, "ok": True, "problems": [], "jobs": [], "state_db": cfg.state_db, "zfs": zfs_json})
         else:
-            out_text(f"no config file at {path}: every key has its default (state database {cfg.state_db})\n")
+            out_text(f"no config file at {path}: every key has its default (state database {cfg.state_db})\n"
+                     + "".join(line + "\n" for line in zfs_lines))
         return
     try:
         cfg = config.load(path, check_cron=True)
@@ -36,13 +38,35 @@ def config_check(
             out_json({"file": path, "ok": False, "problems": e.problems})
         raise
     here = config.here_problems(cfg)
+    zfs_lines, zfs_json = _zfs_here()
     if as_json:
         out_json({"file": path, "ok": not here, "problems": here, "jobs": [j.name for j in cfg.replicate],
-                  "state_db": cfg.state_db})
+                  "state_db": cfg.state_db, "zfs": zfs_json})
     if here:
         raise ConfigError(path, here)
     if not as_json:
-        out_text(f"{path}: OK ({len(cfg.replicate)} replication job(s), state database {cfg.state_db})\n")
+        out_text(f"{path}: OK ({len(cfg.replicate)} replication job(s), state database {cfg.state_db})\n"
+                 + "".join(line + "\n" for line in zfs_lines))
+
+
+def _zfs_here() -> tuple[list[str], dict]:
+    """What this host's zfs has of what rebal uses, and what rebal does without the rest."""
+    import shutil
+
+    from ..replicate.transport import Here
+    from ..zfs import features as feat
+    from ..zfs.cli import Zfs
+    from ..zfs.host import ZfsHost
+
+    if shutil.which("zfs") is None:
+        return ([f"zfs on this host: not installed (rebal needs OpenZFS {'.'.join(map(str, feat.MINIMUM))}+: "
+                 "zfsutils-linux)"], {"installed": False})
+    host = ZfsHost(Here())
+    version = host.version()
+    found = feat.features(version, host.abilities(), Zfs().rewrite_support())
+    return feat.summary(version, found), {
+        "installed": True, "version": ".".join(map(str, version)) or None,
+        "missing": [{"feature": f.name, "since": f.since, "without": f.without} for f in found if not f.have]}
 
 
 @app.command()
