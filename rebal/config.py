@@ -78,6 +78,7 @@ class Rebalance(Model):
     exclude: list[str] = spec(factory=list)
     min_age_days: float = spec(0, ge=0)
     max_rate: str | None = spec(None, check=size_problem)  # bytes per second, e.g. "200M"
+    steer: bool = True  # steer ZFS's allocator to the emptier vdevs while rewriting (where it can)
 
 
 @dataclass(kw_only=True)

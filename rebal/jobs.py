@@ -117,14 +117,25 @@ def snapshot_ages(cfg: Config, conn, runner=None) -> list[dict]:
     return out
 
 
+def _steer_left(conn) -> str | None:
+    from .rebalance.steer import NAME, left_behind
+    from .zfs.tunable import Parameter
+
+    return left_behind(conn, Parameter(NAME))
+
+
 def rebalance_findings(conn, runner=None) -> list[H.Finding]:
     """The last rebalance of each pool: one that failed is a warning until a later run succeeds; one
-    that rewrote data snapshots still hold is waiting for them (said, not a problem) until they go."""
+    that rewrote data snapshots still hold is waiting for them (said, not a problem) until they go.
+    First, the allocator's threshold a killed steered run left set is put back."""
     import json
 
     from .process.command import run
 
     out = []
+    said = _steer_left(conn)
+    if said:  # a steered run killed outright: its threshold put back (or why not)
+        out.append(H.Finding(H.WARNING if "could not" in said else H.OK, "rebalance", said))
     for rid, pool, outcome, error, details in state.last_finished(conn, "rebalance"):
         if outcome == "failed":
             out.append(H.Finding(H.WARNING, pool or "rebalance",

@@ -26,6 +26,7 @@ MaxSizeOpt = Annotated[Optional[str], typer.Option("--max-size", metavar="SIZE",
 MaxBytesOpt = Annotated[Optional[str], typer.Option("--max-bytes", metavar="SIZE", help="Rewrite at most this much (e.g. 500G).")]
 MethodOpt = Annotated[Optional[str], typer.Option("--method", metavar="auto|copy|rewrite", help="auto, copy or rewrite [default: config].")]
 HardlinksOpt = Annotated[bool, typer.Option("--hardlinks", help="Re-create hardlink groups that lie wholly in the targets [default: config].")]
+NoSteerOpt = Annotated[bool, typer.Option("--no-steer", help="Let ZFS place the rewritten data as it would (no zfs_mg_noalloc_threshold during the run) [default: config's steer].")]
 PlacementOpt = Annotated[str, typer.Option("--placement", metavar="auto|measured|model", help="Where old data lies: measured (zdb reads the block pointers), model (a guess from the fill), or auto (measured where zdb can).")]
 
 def _options(ctx: typer.Context, cfg, **extra):
@@ -50,6 +51,7 @@ def plan(
     method: MethodOpt = None,
     hardlinks: HardlinksOpt = False,
     placement: PlacementOpt = "auto",
+    no_steer: NoSteerOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Dry run: what a rebalance would rewrite, and the predicted CAP per vdev after. Changes nothing."""
@@ -85,6 +87,7 @@ def rebalance(
     hardlinks: HardlinksOpt = False,
     rewrite_all: Annotated[bool, typer.Option("--all", help="Rewrite every eligible file, whatever the spread (e.g. after a RAIDZ expansion).")] = False,
     placement: PlacementOpt = "auto",
+    no_steer: NoSteerOpt = False,
     measure_read: Annotated[bool, typer.Option("--measure-read", help="Read a sample of the targets before and after (as `rebal where --read`) and record which vdevs served it, and how fast.")] = False,
     read_bytes: Annotated[str, typer.Option("--read-bytes", metavar="SIZE", help="With --measure-read: read about this much each time.")] = "1G",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan and change nothing.")] = False,
@@ -141,11 +144,15 @@ def rebalance(
     else:
         out_text(report_text(report))
         if reads is not None:
-            from ..views.rebalance import reads_text
-
-            out_text(reads_text(done["read"]))
+            out_text(_reads_text(done["read"]))
     if report.outcome == "interrupted" and sig.exit_code():
         raise typer.Exit(sig.exit_code())
+
+
+def _reads_text(read: dict) -> str:
+    from ..views.rebalance import reads_text
+
+    return reads_text(read)
 
 
 def _read_measure(prep, zpool, zfs, read_bytes: str):

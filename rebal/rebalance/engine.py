@@ -19,7 +19,8 @@ from itertools import takewhile
 from .. import state
 from ..errors import RebalError
 from ..locks import FileLock
-from . import journal
+from ..zfs.tunable import Parameter
+from . import journal, steer
 from .files import DEFERRED
 from .inplace_pass import batches
 from .planner import (
@@ -50,6 +51,7 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
                                                       stop=stop, on_wait=events.note):
         recovered = _recover(conn, prep, events)
         run_id, earlier = _open_run(conn, prep, events)
+        held: steer.Held | None = None
         r = Run(prep, opts, zpool, zfs, conn, events, stop)
         r.report = Report(run_id, "failed", "", spread_before=prep.pool.spread, predicted_after=prep.plan.spread_after,
                           scan_seconds=prep.scan_seconds)
@@ -71,6 +73,7 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
         if threading.current_thread() is threading.main_thread():
             old_sigio = signal.signal(signal.SIGIO, signal.SIG_IGN)  # lease breaks must not kill us
         try:
+            held = _steer(conn, prep, run_id, events)
             ranked = prep.plan.ranked if prep.plan.measured else order_dirs(prep.scan.dirs)  # measured: fullest first
             dirs = [d for d in ranked if d.path not in prep.done_dirs]
             events.start(prep, sum(d.files for d in dirs), sum(d.bytes for d in dirs))
@@ -87,12 +90,31 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
             r.report.outcome, r.report.reason = "failed", f"{type(e).__name__}: {e}"
             raise
         finally:
+            if held is not None and (problem := held.give_back()):
+                events.note(problem)
             if timer:
                 timer.cancel()
             if old_sigio is not None:
                 signal.signal(signal.SIGIO, old_sigio)
             _finish(r, earlier, avail_ds, t0)
         return r.report
+
+
+def _steer(conn, prep: Prepared, run_id: int, events: Events) -> steer.Held | None:
+    """The allocator steered for the run where the plan says so (held: given back when it ends);
+    a value a dead run left behind put back first."""
+    param = Parameter(steer.NAME)
+    said = steer.left_behind(conn, param)
+    if said:
+        events.note(said)
+    if prep.steer is None or prep.steer.threshold is None:
+        return None
+    held = steer.Held(conn, param)
+    why = held.take(prep.steer.threshold, run_id, prep.pool.name)
+    if why:
+        events.note(why)
+        return None
+    return held
 
 
 def _recover(conn, prep: Prepared, events: Events):

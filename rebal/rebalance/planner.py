@@ -30,8 +30,22 @@ def spread(vdevs: list[VdevFill]) -> float:
     return max(caps) - min(caps) if len(caps) >= 2 else 0.0
 
 
-def simulate(vdevs: list[VdevFill], rewrite: int, pinned_fraction: float = 0.0, steps: int = STEPS) -> list[VdevFill]:
-    """Per-vdev fill after rewriting ``rewrite`` bytes of old data."""
+def shares(alloc: list[float], size: list[float], threshold: int | None = None) -> tuple[list[float], float]:
+    """(the weight of each vdev in a new write, the pool's free bytes). ZFS weights a write by free
+    space; steered (``threshold``: zfs_mg_noalloc_threshold, DESIGN.md fact 23) it leaves out every
+    vdev whose free percent (whole, rounded down, as ZFS counts it) is at or below the threshold
+    while another vdev is above it."""
+    free = [max(s - a, 0.0) for s, a in zip(size, alloc)]
+    if threshold is not None:
+        above = [f if s and int(f * 100 // (s + 1)) > threshold else 0.0 for f, s in zip(free, size)]
+        if sum(above) > 0:
+            return above, sum(free)
+    return free, sum(free)
+
+
+def simulate(vdevs: list[VdevFill], rewrite: int, pinned_fraction: float = 0.0, steps: int = STEPS,
+             threshold: int | None = None) -> list[VdevFill]:
+    """Per-vdev fill after rewriting ``rewrite`` bytes of old data (``threshold``: steered)."""
     if rewrite <= 0 or not vdevs:
         return list(vdevs)
     total_alloc = sum(v.alloc for v in vdevs) or 1
@@ -40,19 +54,19 @@ def simulate(vdevs: list[VdevFill], rewrite: int, pinned_fraction: float = 0.0, 
     size = [float(v.size) for v in vdevs]
     step = rewrite / steps
     for _ in range(steps):
-        free = [max(s - a, 0.0) for s, a in zip(size, alloc)]
-        total_free = sum(free)
+        weight, total_free = shares(alloc, size, threshold)
         if total_free <= step:
             break  # the pool is full: the model stops where ZFS would fail
+        total_w = sum(weight)
         for i in range(len(alloc)):
-            alloc[i] += step * free[i] / total_free  # the new copy
+            alloc[i] += step * weight[i] / total_w  # the new copy
         for i in range(len(alloc)):
             alloc[i] = max(0.0, alloc[i] - step * (1.0 - pinned_fraction) * source[i])  # the old copy
     return [VdevFill(v.name, v.size, round(a)) for v, a in zip(vdevs, alloc)]
 
 
 def bytes_to_target(
-    vdevs: list[VdevFill], target: float, available: int, pinned_fraction: float = 0.0
+    vdevs: list[VdevFill], target: float, available: int, pinned_fraction: float = 0.0, threshold: int | None = None
 ) -> int | None:
     """Fewest bytes of old data to rewrite for the spread to fall under ``target`` (None: not
     reachable by rewriting ``available`` bytes).
@@ -70,15 +84,15 @@ def bytes_to_target(
     n = 100
 
     def under(i: int) -> bool:
-        return spread(simulate(vdevs, available * i // n, pinned_fraction)) <= target
+        return spread(simulate(vdevs, available * i // n, pinned_fraction, threshold=threshold)) <= target
 
-    first = _near_first(under, _first_under(vdevs, target, available, pinned_fraction, n), n)
+    first = _near_first(under, _first_under(vdevs, target, available, pinned_fraction, n, threshold), n)
     if first is None:
         return None
     lo, hi = available * (first - 1) // n, available * first // n  # the spread falls through the target here
     while hi - lo > max(available // 10000, 1 << 20):
         mid = (lo + hi) // 2
-        if spread(simulate(vdevs, mid, pinned_fraction)) <= target:
+        if spread(simulate(vdevs, mid, pinned_fraction, threshold=threshold)) <= target:
             hi = mid
         else:
             lo = mid
@@ -101,7 +115,8 @@ def _near_first(under, guess: int, n: int, reach: int = 4) -> int | None:
     return next((k for k in range(1, n + 1) if under(k)), None)
 
 
-def _first_under(vdevs: list[VdevFill], target: float, available: int, pinned_fraction: float, n: int) -> int:
+def _first_under(vdevs: list[VdevFill], target: float, available: int, pinned_fraction: float, n: int,
+                 threshold: int | None = None) -> int:
     """The first of the n points at which one simulation, run once along the whole way, is under the
     target (n + 1: none): where bytes_to_target starts its walk, rather than simulating from nothing
     at each point."""
@@ -115,12 +130,12 @@ def _first_under(vdevs: list[VdevFill], target: float, available: int, pinned_fr
     step = available / (n * per)
     for i in range(1, n + 1):
         for _ in range(per):
-            free = [max(sz - a, 0.0) for sz, a in zip(size, alloc)]
-            total_free = sum(free)
+            weight, total_free = shares(alloc, size, threshold)
             if total_free <= step:
                 return i
+            total_w = sum(weight)
             for j in range(len(alloc)):
-                alloc[j] = max(0.0, alloc[j] + step * free[j] / total_free - step * (1.0 - pinned_fraction) * source[j])
+                alloc[j] = max(0.0, alloc[j] + step * weight[j] / total_w - step * (1.0 - pinned_fraction) * source[j])
         if spread([VdevFill(v.name, v.size, round(a)) for v, a in zip(vdevs, alloc)]) <= target:
             return i
     return n + 1
@@ -155,6 +170,7 @@ class Plan:
     ranked: list[DirEntry] = field(default_factory=list)  # measured: every directory, in the order to rewrite
     measured: bool = False  # the order and prediction come from measured placement
     everything: bool = False  # --all: every directory is chosen and predicted, whatever the target
+    threshold: int | None = None  # steered: the zfs_mg_noalloc_threshold the prediction is for
 
     @property
     def spread_before(self) -> float:
@@ -167,6 +183,12 @@ class Plan:
     @property
     def bytes(self) -> int:
         return sum(d.bytes for d in self.dirs)
+
+    @property
+    def moved(self) -> int:
+        """Bytes that leave the vdevs that lose data: what has to move, of what is rewritten."""
+        after = {v.name: v.alloc for v in self.after}
+        return sum(max(0, v.alloc - after.get(v.name, v.alloc)) for v in self.before)
 
     @property
     def files(self) -> int:
@@ -218,7 +240,7 @@ def rank_measured(vdevs: list[VdevFill], dirs: list[DirEntry]) -> list[DirEntry]
 
 
 def _rewrite_dir(alloc: list[float], size: list[float], source: list[float], d: DirEntry, pinned_fraction: float,
-                 step: float) -> bool:
+                 step: float, threshold: int | None = None) -> bool:
     """Rewrite one directory in the model: the new copy by free space, the old freed where it lies."""
     if d.placement is not None and sum(d.placement):
         tot = sum(d.placement)
@@ -229,12 +251,12 @@ def _rewrite_dir(alloc: list[float], size: list[float], source: list[float], d: 
     while left > 0:
         n = min(step, left)
         left -= n
-        free = [max(s - a, 0.0) for s, a in zip(size, alloc)]
-        total_free = sum(free)
+        weight, total_free = shares(alloc, size, threshold)
         if total_free <= n:
             return False
+        total_w = sum(weight)
         for i in range(len(alloc)):
-            alloc[i] += n * free[i] / total_free
+            alloc[i] += n * weight[i] / total_w
             alloc[i] = max(0.0, alloc[i] - n * (1.0 - pinned_fraction) * where[i])
     return True
 
@@ -244,7 +266,7 @@ class DirModel:
     starting over. A run asks the model after every directory; simulating every directory done so
     far each time would make a run over many small directories quadratic in their number."""
 
-    def __init__(self, vdevs: list[VdevFill], pinned_fraction: float = 0.0) -> None:
+    def __init__(self, vdevs: list[VdevFill], pinned_fraction: float = 0.0, threshold: int | None = None) -> None:
         self.vdevs = vdevs
         self.alloc = [float(v.alloc) for v in vdevs]
         self.size = [float(v.size) for v in vdevs]
@@ -252,11 +274,13 @@ class DirModel:
         self.source = [a / total_alloc for a in self.alloc]
         self.step = max(1.0, sum(self.size) / (2 * STEPS))
         self.pinned_fraction = pinned_fraction
+        self.threshold = threshold
         self.full = False  # a directory found no room: the model stops there (as the plan does)
 
     def add(self, d: DirEntry) -> bool:
         """Rewrite ``d`` in the model; False (and nothing more is added) once the pool is full."""
-        if not self.full and not _rewrite_dir(self.alloc, self.size, self.source, d, self.pinned_fraction, self.step):
+        if not self.full and not _rewrite_dir(self.alloc, self.size, self.source, d, self.pinned_fraction, self.step,
+                                               self.threshold):
             self.full = True
         return not self.full
 
@@ -280,7 +304,7 @@ def simulate_dirs(vdevs: list[VdevFill], dirs: list[DirEntry], pinned_fraction: 
 
 
 def plan_measured(vdevs: list[VdevFill], dirs: list[DirEntry], target: float, *, max_bytes: int | None = None,
-                  pinned_fraction: float = 0.0, everything: bool = False) -> Plan:
+                  pinned_fraction: float = 0.0, everything: bool = False, threshold: int | None = None) -> Plan:
     """The plan where placement was measured: directories in the order of the data they hold on the
     over-full vdevs, each simulated with its own placement, until the spread is under the target
     (``everything``: every directory, the point where the target is reached still noted)."""
@@ -297,7 +321,7 @@ def plan_measured(vdevs: list[VdevFill], dirs: list[DirEntry], target: float, *,
         d = ranked[len(chosen)]
         if max_bytes is not None and moved + d.moves > max_bytes and chosen:
             break
-        if not _rewrite_dir(alloc, size, source, d, pinned_fraction, step):
+        if not _rewrite_dir(alloc, size, source, d, pinned_fraction, step, threshold):
             break
         chosen.append(d)
         moved += d.moves
@@ -305,7 +329,8 @@ def plan_measured(vdevs: list[VdevFill], dirs: list[DirEntry], target: float, *,
             needed = moved
     return Plan(before=list(vdevs), after=[VdevFill(v.name, v.size, round(a)) for v, a in zip(vdevs, alloc)],
                 dirs=chosen, candidate_bytes=sum(d.bytes for d in ranked), needed_bytes=needed, target=target,
-                pinned_fraction=pinned_fraction, ranked=ranked, measured=True, everything=everything)
+                pinned_fraction=pinned_fraction, ranked=ranked, measured=True, everything=everything,
+                threshold=threshold)
 
 
 def make_plan(
@@ -316,18 +341,19 @@ def make_plan(
     max_bytes: int | None = None,
     pinned_fraction: float = 0.0,
     everything: bool = False,
+    threshold: int | None = None,
 ) -> Plan:
     """The directories to rewrite, fullest-first, until the model says the spread is under ``target``
     (within ``max_bytes``); ``everything`` (--all): every directory, and the prediction is of them
     all (a run of --all rewrites them all: a prediction of the target's bytes only was not what it did)."""
     if any(d.placement is not None for d in dirs):
         return plan_measured(vdevs, dirs, target, max_bytes=max_bytes, pinned_fraction=pinned_fraction,
-                             everything=everything)
+                             everything=everything, threshold=threshold)
     ordered = order_dirs(dirs)
     candidate = sum(d.bytes for d in ordered)
     movable = sum(d.moves for d in ordered)
     budget = movable if max_bytes is None else min(movable, max_bytes)
-    needed = bytes_to_target(vdevs, target, budget, pinned_fraction)
+    needed = bytes_to_target(vdevs, target, budget, pinned_fraction, threshold)
     chosen: list[DirEntry] = []
     moved = 0
     limit = needed if needed is not None and not everything else budget
@@ -340,11 +366,12 @@ def make_plan(
         moved += d.moves
     return Plan(
         before=list(vdevs),
-        after=simulate(vdevs, moved, pinned_fraction),
+        after=simulate(vdevs, moved, pinned_fraction, threshold=threshold),
         dirs=chosen,
         candidate_bytes=candidate,
         needed_bytes=needed,
         target=target,
         pinned_fraction=pinned_fraction,
         everything=everything,
+        threshold=threshold,
     )

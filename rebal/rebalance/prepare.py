@@ -20,6 +20,7 @@ from ..zfs.model import Pool
 from ..zfs.queries import EXPANSION_FEATURE, SNAPSHOT_PROPS, features
 from . import journal, rewrite
 from .planner import Plan, VdevFill, make_plan
+from .steer import Choice, steer_plan
 from .scan import AHEAD, Filters, ScanResult, scan
 
 
@@ -48,6 +49,7 @@ class Options:
     measure_seconds: float = 30.0  # time limit of the measurement
     listing: bool = False  # a run follows (not a plan): the scan keeps the first directories' files for it
     purpose: str = "balance"  # or "refresh": rewrite the files the filters name, on any pool, no spread goal
+    steer: bool = True  # steer the allocator to the emptier vdevs during the run (steer.py), where ZFS can
 
 
 @dataclass
@@ -79,6 +81,8 @@ class Prepared:
     costs: dict | None = None  # snapcost.assess: snapshots that pin data, replication growth, pool growth
     scan_seconds: float = 0.0  # how long the walk of the targets took
     purpose: str = "balance"
+    steer: Choice | None = None  # steering the allocator: the threshold (None: not steered) and why
+    unsteered: Plan | None = None  # steered: the plan as it would be without (what steering saves)
 
     @property
     def key(self) -> str:
@@ -281,8 +285,14 @@ def prepare(opts: Options, zpool, zfs, conn=None, *, free: Callable[[str], None]
     # spread then (while they stay, the new copies only add to every vdev)
     waits = bool(opts.allow_snapshots and sc.pinned_bytes)
     remaining = _measured(opts, remaining, targets, pool, zpool, filters, notes)
-    plan = make_plan(fills(pool), remaining, opts.target_spread, max_bytes=opts.max_bytes,
-                     pinned_fraction=0.0 if waits else pinned_fraction, everything=opts.rewrite_all or reclaim_only)
+    def planned(threshold: int | None = None) -> Plan:
+        return make_plan(fills(pool), remaining, opts.target_spread, max_bytes=opts.max_bytes, threshold=threshold,
+                         pinned_fraction=0.0 if waits else pinned_fraction, everything=opts.rewrite_all or reclaim_only)
+
+    plan, steered, unsteered = planned(), None, None
+    if opts.steer and opts.purpose == "balance" and not (opts.rewrite_all or reclaim_only) and plan.dirs:
+        steered, plan, unsteered = steer_plan(pool, plan, planned, lambda: zpool.pools([]))
+        notes.append(steered.reason)
     if waits:
         from .planner import simulate, spread
 
@@ -303,7 +313,7 @@ def prepare(opts: Options, zpool, zfs, conn=None, *, free: Callable[[str], None]
     jobs = opts.jobs or default_jobs(len(pool.data_vdevs))
     prep = Prepared(pool, targets, sc, plan, method, physical, jobs, snaps, warnings, notes, resume_run, done,
                     reclaim=reclaim, reclaim_only=reclaim_only, filters=filters, available=avail, reserve=int(reserve),
-                    scan_seconds=scan_seconds, purpose=opts.purpose)
+                    scan_seconds=scan_seconds, purpose=opts.purpose, steer=steered, unsteered=unsteered)
     from .snapcost import assess
 
     prep.costs = assess(prep, opts.replication_jobs, budget=opts.max_growth)
@@ -353,7 +363,8 @@ def options_from(cfg, targets: list[str], *, target_spread: float | None = None,
                  method: str | None = None, jobs: int | None = None, exclude: list[str] | None = None,
                  min_age: float | None = None, min_size: str | None = None, max_size: str | None = None,
                  allow_snapshots: bool = False, max_growth: str | None = None, hardlinks: bool = False,
-                 rewrite_all: bool = False, placement: str = "auto", listing: bool = False) -> Options:
+                 rewrite_all: bool = False, placement: str = "auto", listing: bool = False,
+                 no_steer: bool = False) -> Options:
     """The options of a rebalance or a plan: the config's [rebalance] table, with what the command
     line overrides (its option names, its text as typed; None or False: the config decides). The one
     place where either becomes Options, checked, each error naming the option to mend."""
@@ -383,7 +394,7 @@ def options_from(cfg, targets: list[str], *, target_spread: float | None = None,
         allow_snapshots=allow_snapshots or rb.allow_snapshots, max_growth=parse_size(growth) if growth else None,
         rewrite_all=rewrite_all, hardlinks=hardlinks or rb.hardlinks, reserve_percent=rb.reserve_percent,
         filters=filters, replication_jobs=list(cfg.replicate), placement=_one_of("--placement", placement, PLACEMENTS),
-        listing=listing)
+        listing=listing, steer=rb.steer and not no_steer)
 
 
 # the command-line options options_from takes (by name): a command passes what it was given of these

@@ -47,7 +47,33 @@ def plan_json(prep) -> dict:
         "snapshots": (prep.costs or {}).get("snapshots", []),
         "replication": (prep.costs or {}).get("replication", []),
         "growth": (prep.costs or {}).get("growth"),
+        "bytes_moved": plan.moved,
+        "steer": _steer_json(prep),
     }
+
+
+def _steer_json(prep) -> dict | None:
+    """Steering: the threshold (None: not steered) and why; steered, the unsteered plan beside it."""
+    if getattr(prep, "steer", None) is None:
+        return None
+    un = prep.unsteered
+    return {"threshold": prep.steer.threshold, "said": prep.steer.reason, "lowered_for": prep.steer.lowered_for,
+            "unsteered": None if un is None else {"bytes_planned": un.bytes, "bytes_needed": un.needed_bytes,
+                                                   "bytes_moved": un.moved, "spread_predicted": round(un.spread_after, 2)}}
+
+
+def _steer_lines(prep) -> list[str]:
+    """What is rewritten for what moves, and, steered, what the same goal takes unsteered."""
+    plan, un = prep.plan, getattr(prep, "unsteered", None)
+    if not plan.dirs or prep.reclaim_only:
+        return []
+    out = [f"rewrites {human(plan.bytes)} in {len(plan.dirs)} directories for about {human(plan.moved)} to leave "
+           f"the fuller vdevs ({plan.bytes / max(plan.moved, 1):.2f}x)"]
+    if un is not None:
+        out.append(f"unsteered it would rewrite {human(un.bytes)} in {len(un.dirs)} directories "
+                   f"({un.bytes / max(un.moved, 1):.2f}x, spread {un.spread_after:.1f}): steering saves "
+                   f"{human(max(un.bytes - plan.bytes, 0))}")
+    return out
 
 
 def plan_text(prep, max_dirs: int = 30) -> str:
@@ -69,6 +95,7 @@ def plan_text(prep, max_dirs: int = 30) -> str:
         out.append(f"a rewrite of it returns about {human(rc['reclaim_bytes'])} of free space; goal: {rc['goal']}")
     if not prep.reclaim_only:  # one expanded vdev has no spread to predict: the reclaim says it all
         out.append(_spread_line(prep))
+        out += _steer_lines(prep)
     if plan.dirs:
         out.append("")
         out.append(f"directories to rewrite, in order ({len(plan.dirs)}; the rebalance measures the pool after "

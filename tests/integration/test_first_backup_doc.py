@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -59,8 +60,9 @@ class Reader:
         self.tmp, self.host = tmp_path, host
         self.etc = tmp_path / "etc-rebal"
         self.etc.mkdir()
-        rebal_bin = Path(sys.executable).parent / "rebal"
-        assert rebal_bin.exists(), rebal_bin
+        rebal_bin = Path(sys.executable).parent / "rebal"  # the checkout's venv, else the one on PATH (the lane)
+        rebal_bin = rebal_bin if rebal_bin.exists() else Path(shutil.which("rebal") or "rebal")
+        assert rebal_bin.is_absolute() and rebal_bin.exists(), rebal_bin
         self.names = [  # longest first, so no name is cut by a shorter one
             ("/etc/ssh/ssh_host_ed25519_key.pub", str(host.dir / "hostkey.pub")),
             ("/root/.ssh/authorized_keys", str(host.dir / "authorized_keys")),
