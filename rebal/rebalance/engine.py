@@ -74,6 +74,7 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
             old_sigio = signal.signal(signal.SIGIO, signal.SIG_IGN)  # lease breaks must not kill us
         try:
             held = _steer(conn, prep, run_id, events)
+            r.report.steered = None if held is None else held.record["set"]
             ranked = prep.plan.ranked if prep.plan.measured else order_dirs(prep.scan.dirs)  # measured: fullest first
             dirs = [d for d in ranked if d.path not in prep.done_dirs]
             events.start(prep, sum(d.files for d in dirs), sum(d.bytes for d in dirs))

@@ -54,6 +54,7 @@ class Report:
     spread_when_freed: float | None = None  # predicted, once they go
     placement: dict | None = None  # measured: where the rewritten directories' data was, and is now
     done_dirs: list[bytes] = field(default_factory=list)
+    steered: int | None = None  # the zfs_mg_noalloc_threshold the run held (None: not steered)
 
     def as_dict(self) -> dict:
         return ({"reclaim": self.reclaim} if self.reclaim else {}) | (
@@ -73,6 +74,7 @@ class Report:
             "predicted_after": round(self.predicted_after, 2),
             "seconds": round(self.seconds, 2),
             "scan_seconds": round(self.scan_seconds, 2),
+            "steered": self.steered,
         }
 
 

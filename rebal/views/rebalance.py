@@ -178,6 +178,8 @@ def report_text(rep) -> str:
            + f" in {rep.seconds:.1f} s "
            f"({human(rate)}/s; {rep.scan_seconds + rep.seconds:.1f} s with the scan); spread {rep.spread_before:.1f} -> {rep.spread_after:.1f} points "
            f"(predicted {rep.predicted_after:.1f}); run {rep.run_id}"]
+    if getattr(rep, "steered", None) is not None:
+        out.append(f"steered: zfs_mg_noalloc_threshold was {rep.steered} during the run, and is put back")
     if getattr(rep, "growth", 0):
         out.append(f"the pool grew by about {human(rep.growth)}: rewritten data that snapshots still hold; it returns "
                    f"and the balance shows when they go ({', '.join(rep.waiting_on[-3:])})")
