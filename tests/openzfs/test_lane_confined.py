@@ -201,9 +201,12 @@ def test_every_job_kind_works_confined(site, backup_host):
         confined(rebal + ["health", "--json"], ok=(0, 1))
         confined(rebal + ["scrub", src.name])
 
-        rb = json.loads(confined(rebal + ["rebalance", f"{src.name}/data", "--method", "copy", "--all", "--json"],
-                                 ).stdout.splitlines()[-1])
+        threshold = Path("/sys/module/zfs/parameters/zfs_mg_noalloc_threshold")
+        admin = threshold.read_text()
+        rb = json.loads(confined(rebal + ["rebalance", f"{src.name}/data", "--method", "copy", "--json"],
+                                 ).stdout.splitlines()[-1])  # to the config's spread of 2, steered
         assert rb["outcome"] == "ok" and rb["files"] > 0, rb
+        assert rb["steered"] is not None and threshold.read_text() == admin, (rb, admin)
         assert left.exists(), "the leftover copy another process holds open was removed"
         holder.communicate(b"\n")
         rb2 = json.loads(confined(rebal + ["rebalance", f"{src.name}/data", "--method", "rewrite", "--all",
