@@ -121,3 +121,44 @@ def test_a_killed_steered_run_leaves_the_value_and_the_next_command_puts_it_back
                              config=cfg).stdout.splitlines()[-1])
     assert again["outcome"] == "ok", again
     assert manifest(data) == before and int(PARAM.read_text()) == ADMIN
+
+
+def test_another_pools_writes_during_a_steered_run_go_where_they_would(make_pool, tmp_path, admin_value):
+    """The threshold is host-wide: a second pool whose vdevs sit on both sides of it would have its
+    writes steered too. The plan lowers it under that pool's vdevs; that pool's writes made while the
+    run holds the threshold land on both its vdevs by free space (about 29% on its fuller one, where
+    the unlowered threshold would have put none there)."""
+    cfg = write_cfg(tmp_path)
+    pool, data = grown(make_pool)
+    home = make_pool([[]], size="512M")
+    sh("zfs", "create", "-o", "compression=off", f"{home.name}/h")
+    write_random(home.mountpoint / "h" / "old", 300, seed=99)  # about 59% of its first vdev: 41% free
+    zpool_sync(home.name)
+    home.add(str(home.disk("512M")))
+    zpool_sync(home.name)
+    plan = rebal_json("plan", f"{pool.name}/data", "--target-spread", "2", config=cfg)
+    assert plan["steer"]["lowered_for"] == [home.name] and plan["steer"]["threshold"] is not None, plan["steer"]
+    argv = [sys.executable, "-m", "rebal", "--config", str(cfg), "rebalance", f"{pool.name}/data", "--target-spread",
+            "2", "--max-rate", "4M", "--json"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if json.loads(line)["event"] in ("progress", "dir"):
+                break
+        held = int(PARAM.read_text())
+        vd0 = zpool_list_hp(home.name)
+        write_random(home.mountpoint / "h" / "new", 64, seed=100)
+        zpool_sync(home.name)
+        assert int(PARAM.read_text()) == held != ADMIN, "the writes were made while the run held its threshold"
+        vd1 = zpool_list_hp(home.name)
+    finally:
+        out, err = proc.communicate(timeout=1800)
+    assert proc.returncode == 0, err
+    grew = {n: vd1[n]["alloc"] - vd0[n]["alloc"] for n in vd1 if vd1[n]["section"] == ""}
+    fuller = max(vd0, key=lambda n: vd0[n]["alloc"] if vd0[n]["section"] == "" else -1)
+    share = grew[fuller] / max(sum(grew.values()), 1)
+    with open("/var/tmp/lane-figures.jsonl", "a") as f:
+        f.write(json.dumps({"test": "steer-other-pool", "threshold": held, "fuller_share": round(share, 3),
+                            "grew": grew}) + "\n")
+    assert 0.15 <= share <= 0.45, (share, grew)  # by free space (29%), not steered away (0%)
+    assert int(PARAM.read_text()) == ADMIN
