@@ -75,6 +75,7 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
         try:
             held = _steer(conn, prep, run_id, events)
             r.report.steered = None if held is None else held.record["set"]
+            r.report.predicted_after = prep.plan.spread_after  # the unsteered plan's where steering was refused
             ranked = prep.plan.ranked if prep.plan.measured else order_dirs(prep.scan.dirs)  # measured: fullest first
             dirs = [d for d in ranked if d.path not in prep.done_dirs]
             events.start(prep, sum(d.files for d in dirs), sum(d.bytes for d in dirs))
@@ -114,6 +115,8 @@ def _steer(conn, prep: Prepared, run_id: int, events: Events) -> steer.Held | No
     why = held.take(prep.steer.threshold, run_id, prep.pool.name)
     if why:
         events.note(why)
+        if prep.unsteered is not None:  # the run's model is the allocator as it is, then
+            prep.plan = prep.unsteered
         return None
     return held
 

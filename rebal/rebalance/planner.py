@@ -294,9 +294,10 @@ class DirModel:
         return [VdevFill(v.name, v.size, round(a)) for v, a in zip(self.vdevs, self.alloc)]
 
 
-def simulate_dirs(vdevs: list[VdevFill], dirs: list[DirEntry], pinned_fraction: float = 0.0) -> list[VdevFill]:
+def simulate_dirs(vdevs: list[VdevFill], dirs: list[DirEntry], pinned_fraction: float = 0.0,
+                  threshold: int | None = None) -> list[VdevFill]:
     """Per-vdev fill after rewriting these directories, each with its measured placement."""
-    model = DirModel(vdevs, pinned_fraction)
+    model = DirModel(vdevs, pinned_fraction, threshold)
     for d in dirs:
         if not model.add(d):
             break

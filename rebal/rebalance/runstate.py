@@ -197,13 +197,15 @@ class Run:
             return False
         if self.growth:  # old copies stay until their snapshots go: the model says when the goal holds then
             self.measure(settle=False)
-            self.report.spread_when_freed = spread(simulate(fills(self.prep.pool), self.moved))
+            self.report.spread_when_freed = spread(simulate(fills(self.prep.pool), self.moved,
+                                                            threshold=self.prep.plan.threshold))
             return self.report.spread_when_freed <= self.stop_line()
         plan = self.prep.plan
         if plan.measured:  # where the rewritten directories' data was, measured
             predicted = self._measured_spread()
         else:
-            predicted = spread(simulate(fills(self.prep.pool), self.moved, plan.pinned_fraction)) + self._offset()
+            predicted = spread(simulate(fills(self.prep.pool), self.moved, plan.pinned_fraction,
+                                        threshold=plan.threshold)) + self._offset()
         # stop a little under the target: figures rounded to 3 digits (old ZFS) and the last frees
         # landing must not put the spread back over it right after the run
         line = self.stop_line()
@@ -228,7 +230,7 @@ class Run:
         line = self.stop_line()
 
         def under(moves: int) -> bool:
-            return spread(simulate_dirs(base, [replace(d, alloc=moves)], plan.pinned_fraction)) <= line
+            return spread(simulate_dirs(base, [replace(d, alloc=moves)], plan.pinned_fraction, plan.threshold)) <= line
 
         if not under(d.moves):
             return  # the whole directory does not reach it: no share to stop at
@@ -267,7 +269,8 @@ class Run:
         if plan.measured:
             predicted = self._measured_spread(dirs)
         else:
-            predicted = spread(simulate(fills(self.prep.pool), self.moved + more, plan.pinned_fraction)) + self._offset()
+            predicted = spread(simulate(fills(self.prep.pool), self.moved + more, plan.pinned_fraction,
+                                        threshold=plan.threshold)) + self._offset()
         return predicted <= target + 1.0
 
     def _measured_spread(self, extra: tuple = ()) -> float:
@@ -276,7 +279,7 @@ class Run:
         a run of n directories costs n simulations, not n*n/2."""
         plan = self.prep.plan
         if self._model is None:
-            self._model = DirModel(fills(self.prep.pool), plan.pinned_fraction)
+            self._model = DirModel(fills(self.prep.pool), plan.pinned_fraction, plan.threshold)
             self._ranked = {d.path: d for d in plan.ranked}
         done = self.report.done_dirs
         for p in done[self._folded_n:]:
@@ -298,7 +301,8 @@ class Run:
         if self.settled_at is None:
             return 0.0
         at, measured = self.settled_at
-        return measured - spread(simulate(fills(self.prep.pool), at, self.prep.plan.pinned_fraction))
+        return measured - spread(simulate(fills(self.prep.pool), at, self.prep.plan.pinned_fraction,
+                                         threshold=self.prep.plan.threshold))
 
     def bytes_to_go(self, measured_too: bool = False) -> int | None:
         """Bytes still to rewrite for the spread to reach the stop line (a little under the target),
@@ -312,7 +316,8 @@ class Run:
         # measurement, not per batch (6 ms a call here, ten times that under TCG, 64 small files a batch)
         if self._need_for is None or self._need_for[0] != self.settled_at:
             line = self.stop_line() - self._offset()
-            need = None if line <= 0 else bytes_to_target(fills(self.prep.pool), line, self.movable, plan.pinned_fraction)
+            need = None if line <= 0 else bytes_to_target(fills(self.prep.pool), line, self.movable, plan.pinned_fraction,
+                                                             plan.threshold)
             self._need_for = (self.settled_at, need)
         need = self._need_for[1]
         return None if need is None else max(0, need - self.moved)

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 NAME = "zfs_mg_noalloc_threshold"
 KEY = "steer"  # the kv row of a steered run: the admin's value, the one set, the boot, the run
-ALLOCATING = ("normal", "special", "dedup", "log")  # classes ZFS allocates in by metaslab group
+ALLOCATING = ("normal", "special", "dedup")  # the classes whose groups the threshold steers (not log)
 
 
 @dataclass

@@ -119,7 +119,8 @@ def install(g: Guest, work: Path, deb: Path | None = None) -> None:
     .deb beside them for the day-in-the-life test (which installs it with apt instead, and puts the
     pip install back after: /root/lane/pip-src), and the host's promtool where it has one."""
     g.ssh("rm -rf /root/lane && mkdir -p /root/lane/src")
-    for part in ("rebal", "tests", "systemd", "bench", "scripts", "pyproject.toml", "README.md", "config.example.toml"):
+    for part in ("rebal", "tests", "systemd", "bench", "scripts", "docs", "pyproject.toml", "README.md",
+                 "config.example.toml"):
         g.put(ROOT / part, "/root/lane/src")
     if deb is not None:
         g.put(deb, "/root/lane")
