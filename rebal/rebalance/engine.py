@@ -75,6 +75,8 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
         try:
             held = _steer(conn, prep, run_id, events)
             r.report.steered = None if held is None else held.record["set"]
+            if held is not None:
+                _steering_ends(r, held, prep, events)
             r.report.predicted_after = prep.plan.spread_after  # the unsteered plan's where steering was refused
             ranked = prep.plan.ranked if prep.plan.measured else order_dirs(prep.scan.dirs)  # measured: fullest first
             dirs = [d for d in ranked if d.path not in prep.done_dirs]
@@ -119,6 +121,25 @@ def _steer(conn, prep: Prepared, run_id: int, events: Events) -> steer.Held | No
             prep.plan = prep.unsteered
         return None
     return held
+
+
+def _steering_ends(r: Run, held: steer.Held, prep: Prepared, events: Events) -> None:
+    """While steered the run looks again each time it has rewritten half of what the vdevs taking the
+    writes can still take (ZFS sees the threshold only when a transaction group ends: a directory
+    rewritten at once could carry them past the mean, and what is rewritten after that lands on
+    the fuller vdevs and cannot bring it back); once they are at it, the admin's value goes back
+    and the rest of the run is placed as ZFS would."""
+    threshold = held.record["set"]
+    names = steer.receiving(prep.pool, threshold)
+    r.steering = lambda: steer.room(threshold, names, r.last_pool or prep.pool)
+
+    def told(pool) -> None:
+        if held.record is not None and steer.steered_enough(threshold, names, pool):
+            r.steering = None
+            problem = held.give_back()
+            events.note(problem or f"steering done at spread {pool.spread:.1f} (the emptier vdevs are at it): "
+                                   f"{steer.NAME} is the admin's again; the rest is placed as ZFS would")
+    r.on_measured = told
 
 
 def _recover(conn, prep: Prepared, events: Events):

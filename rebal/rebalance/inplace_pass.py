@@ -464,6 +464,9 @@ def _caps(r) -> tuple[float, float, bool]:
             alloc = 1.0  # near the target: one directory, then measure
         else:
             alloc = max(1.0, r.measure_every - (r.moved - r.moved_at_measure))
+    window = r.steer_window()
+    if window is not None:  # steered: the vdevs it fills are looked at again before they can pass it
+        alloc = max(1.0, min(alloc, float(window)))
     if r.opts.max_bytes is not None:
         size = min(size, max(1.0, r.opts.max_bytes - r.report.bytes))
     if r.opts.max_rate:

@@ -9,7 +9,7 @@ but not freed. The rewrite is simulated in small steps because the weights chang
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 STEPS = 200
 
@@ -19,6 +19,7 @@ class VdevFill:
     name: str
     size: int
     alloc: int
+    space: int = 0  # what ZFS allocates from (zpool's ALLOC + FREE: its metaslabs); 0: ``size``
 
     @property
     def cap(self) -> float:
@@ -30,14 +31,26 @@ def spread(vdevs: list[VdevFill]) -> float:
     return max(caps) - min(caps) if len(caps) >= 2 else 0.0
 
 
-def shares(alloc: list[float], size: list[float], threshold: int | None = None) -> tuple[list[float], float]:
+def limits(vdevs: list[VdevFill], threshold: int | None) -> list[float] | None:
+    """Steered (``threshold``: zfs_mg_noalloc_threshold, DESIGN.md fact 23): the allocation above
+    which each vdev takes no new data while another vdev is under its own. ZFS leaves a vdev out
+    whose free space in whole percent of what it allocates from, rounded down, is at or below the
+    threshold: (space - alloc) * 100 // (space + 1) <= threshold."""
+    if threshold is None:
+        return None
+    out = []
+    for v in vdevs:
+        space = v.space or v.size
+        out.append(space - (threshold + 1) * (space + 1) / 100)
+    return out
+
+
+def shares(alloc: list[float], size: list[float], steer: list[float] | None = None) -> tuple[list[float], float]:
     """(the weight of each vdev in a new write, the pool's free bytes). ZFS weights a write by free
-    space; steered (``threshold``: zfs_mg_noalloc_threshold, DESIGN.md fact 23) it leaves out every
-    vdev whose free percent (whole, rounded down, as ZFS counts it) is at or below the threshold
-    while another vdev is above it."""
+    space; steered, only the vdevs at or under their limit (``limits``) take it while any is."""
     free = [max(s - a, 0.0) for s, a in zip(size, alloc)]
-    if threshold is not None:
-        above = [f if s and int(f * 100 // (s + 1)) > threshold else 0.0 for f, s in zip(free, size)]
+    if steer is not None:
+        above = [f if a <= lim else 0.0 for f, a, lim in zip(free, alloc, steer)]
         if sum(above) > 0:
             return above, sum(free)
     return free, sum(free)
@@ -53,8 +66,9 @@ def simulate(vdevs: list[VdevFill], rewrite: int, pinned_fraction: float = 0.0, 
     alloc = [float(v.alloc) for v in vdevs]
     size = [float(v.size) for v in vdevs]
     step = rewrite / steps
+    steer = limits(vdevs, threshold)
     for _ in range(steps):
-        weight, total_free = shares(alloc, size, threshold)
+        weight, total_free = shares(alloc, size, steer)
         if total_free <= step:
             break  # the pool is full: the model stops where ZFS would fail
         total_w = sum(weight)
@@ -62,7 +76,7 @@ def simulate(vdevs: list[VdevFill], rewrite: int, pinned_fraction: float = 0.0, 
             alloc[i] += step * weight[i] / total_w  # the new copy
         for i in range(len(alloc)):
             alloc[i] = max(0.0, alloc[i] - step * (1.0 - pinned_fraction) * source[i])  # the old copy
-    return [VdevFill(v.name, v.size, round(a)) for v, a in zip(vdevs, alloc)]
+    return [replace(v, alloc=round(a)) for v, a in zip(vdevs, alloc)]
 
 
 def bytes_to_target(
@@ -128,15 +142,16 @@ def _first_under(vdevs: list[VdevFill], target: float, available: int, pinned_fr
     size = [float(v.size) for v in vdevs]
     per = 20  # steps between points
     step = available / (n * per)
+    steer = limits(vdevs, threshold)
     for i in range(1, n + 1):
         for _ in range(per):
-            weight, total_free = shares(alloc, size, threshold)
+            weight, total_free = shares(alloc, size, steer)
             if total_free <= step:
                 return i
             total_w = sum(weight)
             for j in range(len(alloc)):
                 alloc[j] = max(0.0, alloc[j] + step * weight[j] / total_w - step * (1.0 - pinned_fraction) * source[j])
-        if spread([VdevFill(v.name, v.size, round(a)) for v, a in zip(vdevs, alloc)]) <= target:
+        if spread([replace(v, alloc=round(a)) for v, a in zip(vdevs, alloc)]) <= target:
             return i
     return n + 1
 
@@ -240,7 +255,7 @@ def rank_measured(vdevs: list[VdevFill], dirs: list[DirEntry]) -> list[DirEntry]
 
 
 def _rewrite_dir(alloc: list[float], size: list[float], source: list[float], d: DirEntry, pinned_fraction: float,
-                 step: float, threshold: int | None = None) -> bool:
+                 step: float, steer: list[float] | None = None) -> bool:
     """Rewrite one directory in the model: the new copy by free space, the old freed where it lies."""
     if d.placement is not None and sum(d.placement):
         tot = sum(d.placement)
@@ -251,7 +266,7 @@ def _rewrite_dir(alloc: list[float], size: list[float], source: list[float], d: 
     while left > 0:
         n = min(step, left)
         left -= n
-        weight, total_free = shares(alloc, size, threshold)
+        weight, total_free = shares(alloc, size, steer)
         if total_free <= n:
             return False
         total_w = sum(weight)
@@ -274,13 +289,13 @@ class DirModel:
         self.source = [a / total_alloc for a in self.alloc]
         self.step = max(1.0, sum(self.size) / (2 * STEPS))
         self.pinned_fraction = pinned_fraction
-        self.threshold = threshold
+        self.steer = limits(vdevs, threshold)
         self.full = False  # a directory found no room: the model stops there (as the plan does)
 
     def add(self, d: DirEntry) -> bool:
         """Rewrite ``d`` in the model; False (and nothing more is added) once the pool is full."""
         if not self.full and not _rewrite_dir(self.alloc, self.size, self.source, d, self.pinned_fraction, self.step,
-                                               self.threshold):
+                                               self.steer):
             self.full = True
         return not self.full
 
@@ -291,7 +306,7 @@ class DirModel:
         return other
 
     def fills(self) -> list[VdevFill]:
-        return [VdevFill(v.name, v.size, round(a)) for v, a in zip(self.vdevs, self.alloc)]
+        return [replace(v, alloc=round(a)) for v, a in zip(self.vdevs, self.alloc)]
 
 
 def simulate_dirs(vdevs: list[VdevFill], dirs: list[DirEntry], pinned_fraction: float = 0.0,
@@ -315,6 +330,7 @@ def plan_measured(vdevs: list[VdevFill], dirs: list[DirEntry], target: float, *,
     total_alloc = sum(alloc) or 1.0
     source = [a / total_alloc for a in alloc]
     step = max(1.0, sum(size) / (2 * STEPS))
+    steer = limits(vdevs, threshold)
     chosen: list[DirEntry] = []
     moved = 0
     needed: int | None = 0 if spread(vdevs) <= target else None
@@ -322,13 +338,13 @@ def plan_measured(vdevs: list[VdevFill], dirs: list[DirEntry], target: float, *,
         d = ranked[len(chosen)]
         if max_bytes is not None and moved + d.moves > max_bytes and chosen:
             break
-        if not _rewrite_dir(alloc, size, source, d, pinned_fraction, step, threshold):
+        if not _rewrite_dir(alloc, size, source, d, pinned_fraction, step, steer):
             break
         chosen.append(d)
         moved += d.moves
-        if needed is None and spread([VdevFill(v.name, v.size, round(a)) for v, a in zip(vdevs, alloc)]) <= target:
+        if needed is None and spread([replace(v, alloc=round(a)) for v, a in zip(vdevs, alloc)]) <= target:
             needed = moved
-    return Plan(before=list(vdevs), after=[VdevFill(v.name, v.size, round(a)) for v, a in zip(vdevs, alloc)],
+    return Plan(before=list(vdevs), after=[replace(v, alloc=round(a)) for v, a in zip(vdevs, alloc)],
                 dirs=chosen, candidate_bytes=sum(d.bytes for d in ranked), needed_bytes=needed, target=target,
                 pinned_fraction=pinned_fraction, ranked=ranked, measured=True, everything=everything,
                 threshold=threshold)

@@ -99,7 +99,7 @@ def run_key(pool: str, roots: list[bytes], purpose: str = "balance") -> str:
 
 
 def fills(pool: Pool) -> list[VdevFill]:
-    return [VdevFill(v.name, v.size, v.alloc) for v in pool.data_vdevs]
+    return [VdevFill(v.name, v.size, v.alloc, v.alloc + v.free if v.exact else 0) for v in pool.data_vdevs]
 
 
 def resolve_targets(zfs, specs: list[str]) -> list[Target]:

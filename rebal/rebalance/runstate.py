@@ -4,6 +4,8 @@ budgets (`Run`), a directory's and the run's reports, and the events the CLI ren
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import logging
 import time
 from dataclasses import dataclass, field, replace
@@ -127,6 +129,9 @@ class Run:
         self.pending_done: list[tuple[bytes, int, int, bool]] = []  # rewrite: done markers not yet written
         self._need_for: tuple[tuple[int, float] | None, int | None] | None = None  # (settled_at, need): bytes_to_go's cache
         self.last_pool: Pool | None = None  # the pool as last measured in the run
+        self.on_measured: Callable[[Pool], None] | None = None  # told each measurement (steering's end)
+        self.steering: Callable[[], int] | None = None  # steered: what the vdevs it fills can still take
+        self.best = prep.pool.spread  # the lowest settled spread of the run
         self.dir_start = 0  # the copy pass: bytes moved when the directory being copied began
         self.dir_need: int | None = None  # and what of it the measured placement says reaches the target
         self._model: DirModel | None = None  # measured placement: the done directories folded in so far
@@ -169,12 +174,29 @@ class Run:
             pool = self.zpool.settled(self.pool_name)
             self.last_settle = time.monotonic()
             self.settled_at = (self.moved, pool.spread)
+            self._past_best(pool.spread)
         else:
             [pool] = self.zpool.pools([self.pool_name])
+            if pool.spread > self.best + max(1.0, self.opts.target_spread / 2) and not self.all:
+                return self.measure(settle=True)  # a rise is looked at settled before the run stops on it
         self.spread_now = pool.spread
         self.last_pool = pool
+        if self.on_measured is not None:
+            self.on_measured(pool)
         self.events.measured(pool.spread)
         return pool.spread
+
+    def _past_best(self, spread: float) -> None:
+        """The spread rose well over the best it reached in this run: the emptier vdevs went past
+        the mean (a directory too large for the pool's size near the end), and everything left to
+        rewrite lies on the vdevs that are now the emptier ones: going on could only make it worse.
+        The run stops there (measured: a 512 MiB-vdev pool that went on rewrote everything and
+        ended at 38 points from 3)."""
+        self.best = min(self.best, spread)
+        if not self.all and not self.growth and spread > self.best + max(1.0, self.opts.target_spread / 2):
+            self.stop_reason = (f"the spread rose from {self.best:.1f} to {spread:.1f}: what is left lies on the "
+                                "vdevs that are now the emptier ones, and rewriting it would make it worse")
+            self.stop.set()
 
     def stop_line(self) -> float:
         """A little under the target: figures rounded to 3 digits (old ZFS) and the last frees landing
@@ -192,6 +214,8 @@ class Run:
             return False  # every file goes, whatever the spread: measured at the end
         if self.moved == self.moved_at_measure:
             return False  # nothing rewritten since the pool was last measured (the rest of a window's directories)
+        if self.steer_window() == 0:  # steered, its window written: settled, so ZFS sees the fill too
+            return self.measure(settle=True) <= self.stop_line()
         if (self.moved - self.moved_at_measure < self.measure_every and not self.growth
                 and time.monotonic() - self.last_measure < SETTLE_EVERY and not self.near(target)):
             return False
@@ -240,13 +264,23 @@ class Run:
             lo, hi = (lo, mid) if under(mid) else (mid, hi)
         self.dir_need = hi
 
+    def steer_window(self) -> int | None:
+        """Steered: bytes to rewrite before looking again (half of what the vdevs taking the writes
+        can still take, less what was rewritten since the last look); None: not steered."""
+        if self.steering is None:
+            return None
+        return max(0, self.steering() // 2 - (self.moved - self.moved_at_measure))
+
     def need_here(self) -> int | None:
         """Bytes still to move inside the directory being copied before the stop line: by the
         directory's own measured placement until the pool was measured inside it, then by the model
         shifted to that measurement (``bytes_to_go``); None where neither can say."""
+        window = self.steer_window()
         if self.prep.plan.measured and (self.settled_at is None or self.settled_at[0] <= self.dir_start):
-            return None if self.dir_need is None else max(0, self.dir_need - (self.moved - self.dir_start))
-        return self.bytes_to_go(measured_too=True)
+            need = None if self.dir_need is None else max(0, self.dir_need - (self.moved - self.dir_start))
+        else:
+            need = self.bytes_to_go(measured_too=True)
+        return window if need is None else need if window is None else min(need, window)
 
     def reached_in_dir(self) -> bool:
         """Inside a directory (the copy pass, after each batch): is the stop line reached? A file is
@@ -255,7 +289,8 @@ class Run:
         shifted to the last settled measurement (no `zpool` call), then confirmed by a settled
         measurement, at most once per eighth of the bytes between two measurements."""
         need = self.need_here()  # None: --all, snapshots holding old copies, out of reach
-        if need is None or need > 0 or self.moved - self.moved_at_measure < self.measure_every // 8:
+        if need is None or need > 0 or (self.moved - self.moved_at_measure < self.measure_every // 8
+                                        and self.steer_window() is None):
             return False
         try:
             return self.measure(settle=True) <= self.stop_line()

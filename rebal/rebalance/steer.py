@@ -41,9 +41,14 @@ class Choice:
     lowered_for: list[str] = field(default_factory=list)  # other pools the threshold was lowered for
 
 
-def free_percent(size: int, alloc: int) -> int:
-    """A vdev's free space in whole percent, as ZFS counts it for the threshold."""
-    return int(max(size - alloc, 0) * 100 // (size + 1)) if size else 0
+def free_percent(space: int, alloc: int) -> int:
+    """A vdev's free space in whole percent of what it allocates from (zpool's ALLOC + FREE, not
+    its SIZE: the pool's reserved metaslab is not in it), as ZFS counts it for the threshold."""
+    return int(max(space - alloc, 0) * 100 // (space + 1)) if space else 0
+
+
+def _space(v) -> int:
+    return v.alloc + v.free if v.exact and v.free else v.size
 
 
 def _groups(pool: Pool) -> list[list[int]]:
@@ -51,16 +56,18 @@ def _groups(pool: Pool) -> list[list[int]]:
     by: dict[str, list[int]] = {}
     for v in pool.vdevs:
         if v.vclass in ALLOCATING and v.size:
-            by.setdefault(v.vclass, []).append(free_percent(v.size, v.alloc))
+            by.setdefault(v.vclass, []).append(free_percent(_space(v), v.alloc))
     return [f for f in by.values() if len(f) >= 2]
 
 
-def choose(pool: Pool, final_cap: float, others: list[Pool]) -> Choice:
-    """The threshold for a rebalance of ``pool`` whose vdevs are to end near ``final_cap`` percent:
-    just under the free percent they will all have then, so the fuller vdevs take nothing until
-    they are there and the emptier ones nothing past it; lowered below every vdev of another pool
-    it would steer as well."""
-    t = min(99, math.floor(100.0 - final_cap) - 1)
+def choose(pool: Pool, final_cap: float, others: list[Pool], target: float = 2.0) -> Choice:
+    """The threshold for a rebalance of ``pool`` whose vdevs are to end near ``final_cap`` percent
+    (of what they allocate from): the emptier vdevs take every new block until they are a margin
+    (half the target, at least a point) under it, then none (never past it: data rewritten after
+    an emptier vdev went past the mean lands on the fuller ones and cannot bring it back); the
+    fuller ones take nothing meanwhile. Lowered below every vdev of another pool it would steer
+    as well."""
+    t = min(99, math.ceil(100.0 - final_cap + max(1.0, target / 2)))
     lowered: list[str] = []
     changed = True
     while changed and t >= 0:  # lowering it for one pool can bring it into another's range
@@ -70,7 +77,7 @@ def choose(pool: Pool, final_cap: float, others: list[Pool]) -> Choice:
                 if min(frees) <= t < max(frees):
                     t, changed = min(frees) - 1, True
                     lowered.append(other.name)
-    ours = [free_percent(v.size, v.alloc) for v in pool.data_vdevs if v.size]
+    ours = [free_percent(_space(v), v.alloc) for v in pool.data_vdevs if v.size]
     names = ", ".join(sorted(set(lowered)))
     if t < 0 or len(ours) < 2 or not (min(ours) <= t < max(ours)):
         why = (f"not steered: pool(s) {names} would be steered too (their vdevs are apart at every threshold "
@@ -82,6 +89,32 @@ def choose(pool: Pool, final_cap: float, others: list[Pool]) -> Choice:
     return Choice(t, said, sorted(set(lowered)))
 
 
+def receiving(pool: Pool, threshold: int) -> set[str]:
+    """The data vdevs a steered run writes to: those above the threshold."""
+    return {v.name for v in pool.data_vdevs if v.size and free_percent(_space(v), v.alloc) > threshold}
+
+
+def room(threshold: int, names: set[str], pool: Pool) -> int:
+    """Bytes the vdevs taking the steered writes can still take before they reach the threshold."""
+    out = 0
+    for v in pool.data_vdevs:
+        if v.name in names:
+            space = _space(v)
+            out += max(0, int(space - (threshold + 1) * (space + 1) / 100) - v.alloc)
+    return out
+
+
+def steered_enough(threshold: int, names: set[str], now: Pool) -> bool:
+    """The vdevs that took the steered writes are at the threshold, or within a few metaslabs'
+    worth of it (half a percent of their space, 8 MiB at least): the steering has done its part,
+    and the rest of the run goes as ZFS would place it. Kept on, the vdevs would take turns by the
+    threshold: the fuller ones allocatable again first, the data rewritten from them would land
+    back on them."""
+    total = sum(_space(v) for v in now.data_vdevs if v.name in names)
+    return (room(threshold, names, now) < max(8 << 20, total // 200)
+            or any(v.name in names and free_percent(_space(v), v.alloc) <= threshold for v in now.data_vdevs))
+
+
 def steer_plan(pool: Pool, plan: Plan, replan: Callable[[int], Plan], others: Callable[[], list[Pool]],
                param: Parameter | None = None) -> tuple[Choice, Plan, Plan | None]:
     """(the choice, the plan the run follows, the unsteered plan where it is steered): the threshold
@@ -90,8 +123,9 @@ def steer_plan(pool: Pool, plan: Plan, replan: Callable[[int], Plan], others: Ca
     if not param.exists():
         return Choice(None, f"not steered: this ZFS has no {NAME} (zfs-fuse, or not OpenZFS's kernel module): "
                             "the rewrites land where ZFS puts them"), plan, None
-    size = sum(v.size for v in plan.after) or 1
-    choice = choose(pool, 100.0 * sum(v.alloc for v in plan.after) / size, [p for p in others() if p.name != pool.name])
+    space = sum(v.space or v.size for v in plan.after) or 1
+    choice = choose(pool, 100.0 * sum(v.alloc for v in plan.after) / space, [p for p in others() if p.name != pool.name],
+                    plan.target)
     if choice.threshold is None:
         return choice, plan, None
     return choice, replan(choice.threshold), plan

@@ -203,8 +203,8 @@ def test_every_job_kind_works_confined(site, backup_host):
 
         threshold = Path("/sys/module/zfs/parameters/zfs_mg_noalloc_threshold")
         admin = threshold.read_text()
-        rb = json.loads(confined(rebal + ["rebalance", f"{src.name}/data", "--method", "copy", "--json"],
-                                 ).stdout.splitlines()[-1])  # to the config's spread of 2, steered
+        rb = json.loads(confined(rebal + ["rebalance", f"{src.name}/data", "--method", "copy", "--target-spread",
+                                          "10", "--json"]).stdout.splitlines()[-1])  # steered
         assert rb["outcome"] == "ok" and rb["files"] > 0, rb
         assert rb["steered"] is not None and threshold.read_text() == admin, (rb, admin)
         assert left.exists(), "the leftover copy another process holds open was removed"

@@ -32,16 +32,17 @@ def admin_value():
     PARAM.write_text(saved + "\n")
 
 
-def grown(make_pool, size: str = "512M", dirs: int = 24, mib: int = 15):
-    """Two vdevs filled to about 71% with incompressible data in ``dirs`` directories, then a third
-    added (the pool of the measurement, at half its size)."""
+def grown(make_pool, size: str = "1G", dirs: int = 48, files: int = 6, mib: int = 4):
+    """Two vdevs filled to about 60% with incompressible data in ``dirs`` directories, then a third
+    added. Directories small against the vdevs (24 MiB of 1 GiB): a run can land between two
+    measurements within the target."""
     pool = make_pool([[], []], size=size)
     sh("zfs", "create", f"{pool.name}/data")
     data = pool.mountpoint / "data"
     for d in range(dirs):
         (data / f"d{d:02d}").mkdir(parents=True)
-        for f in range(2):
-            write_random(data / f"d{d:02d}" / f"f{f}", mib, seed=d * 2 + f)
+        for f in range(files):
+            write_random(data / f"d{d:02d}" / f"f{f}", mib, seed=d * 100 + f)
     zpool_sync(pool.name)
     pool.add(str(pool.disk(size)))
     zpool_sync(pool.name)
@@ -63,13 +64,11 @@ def rebalance_and_measure(pool, data, cfg, *extra: str) -> dict:
     done = json.loads(r.stdout.splitlines()[-1])
     zpool_sync(pool.name)
     moved = start - old_alloc(pool.name, old)
-    assert done["outcome"] == "ok", done
     assert done["steered"] == (plan["steer"] or {}).get("threshold"), (done, plan["steer"])
     assert manifest(data) == before
     assert int(PARAM.read_text()) == ADMIN, "the admin's value is back after the run"
     spread = rebal_json("status", pool.name, config=cfg)["pools"][0]["spread"]
-    return {"plan": plan, "done": done, "moved": moved, "ratio": done["bytes"] / max(moved, 1), "spread": spread,
-            "notes": done.get("notes", [])}
+    return {"plan": plan, "done": done, "moved": moved, "ratio": done["bytes"] / max(moved, 1), "spread": spread}
 
 
 def test_steered_rewrites_about_what_has_to_move_and_unsteered_twice_it(make_pool, tmp_path, admin_value):
@@ -88,9 +87,12 @@ def test_steered_rewrites_about_what_has_to_move_and_unsteered_twice_it(make_poo
     sp = steered["plan"]
     assert sp["steer"]["threshold"] is not None and sp["steer"]["unsteered"]["bytes_planned"] > sp["bytes_planned"], sp
     assert free["plan"]["steer"] is None, "--no-steer: nothing said of steering, nothing set"
-    assert steered["spread"] <= 2 and free["spread"] <= 2, (steered["spread"], free["spread"])
+    assert steered["done"]["outcome"] == "ok" and steered["spread"] <= 2, steered
     assert steered["ratio"] <= 1.15, steered
-    assert free["ratio"] >= 1.5, free  # what steering saves is there to save
+    # unsteered, ZFS puts about half of each rewrite back on the old vdevs: twice the bytes per byte
+    # moved (the run may not land under 2 points: a directory near the mean can carry the new vdev
+    # past it; the run then stops where the spread was lowest instead of making it worse)
+    assert free["ratio"] >= 1.5 and free["done"]["outcome"] in ("ok", "stopped"), free
     # the plan says what the run does: within 10% of the bytes and a point of the spread
     assert abs(steered["done"]["bytes"] - sp["bytes_planned"]) <= 0.10 * sp["bytes_planned"], (steered["done"], sp)
     assert abs(steered["spread"] - sp["spread_predicted"]) <= 1.0, (steered["spread"], sp["spread_predicted"])
@@ -98,7 +100,7 @@ def test_steered_rewrites_about_what_has_to_move_and_unsteered_twice_it(make_poo
 
 def test_a_killed_steered_run_leaves_the_value_and_the_next_command_puts_it_back(make_pool, tmp_path, admin_value):
     cfg = write_cfg(tmp_path)
-    pool, data = grown(make_pool, dirs=12)
+    pool, data = grown(make_pool, dirs=24)
     before = manifest(data)
     argv = [sys.executable, "-m", "rebal", "--config", str(cfg), "rebalance", f"{pool.name}/data", "--target-spread",
             "2", "--json"]
@@ -126,13 +128,13 @@ def test_a_killed_steered_run_leaves_the_value_and_the_next_command_puts_it_back
 def test_another_pools_writes_during_a_steered_run_go_where_they_would(make_pool, tmp_path, admin_value):
     """The threshold is host-wide: a second pool whose vdevs sit on both sides of it would have its
     writes steered too. The plan lowers it under that pool's vdevs; that pool's writes made while the
-    run holds the threshold land on both its vdevs by free space (about 29% on its fuller one, where
+    run holds the threshold land on both its vdevs by free space (about a third on its fuller one, where
     the unlowered threshold would have put none there)."""
     cfg = write_cfg(tmp_path)
     pool, data = grown(make_pool)
     home = make_pool([[]], size="512M")
     sh("zfs", "create", "-o", "compression=off", f"{home.name}/h")
-    write_random(home.mountpoint / "h" / "old", 300, seed=99)  # about 59% of its first vdev: 41% free
+    write_random(home.mountpoint / "h" / "old", 230, seed=99)  # about 48% of what its first vdev allocates from
     zpool_sync(home.name)
     home.add(str(home.disk("512M")))
     zpool_sync(home.name)
@@ -160,5 +162,5 @@ def test_another_pools_writes_during_a_steered_run_go_where_they_would(make_pool
     with open("/var/tmp/lane-figures.jsonl", "a") as f:
         f.write(json.dumps({"test": "steer-other-pool", "threshold": held, "fuller_share": round(share, 3),
                             "grew": grew}) + "\n")
-    assert 0.15 <= share <= 0.45, (share, grew)  # by free space (29%), not steered away (0%)
+    assert 0.15 <= share <= 0.45, (share, grew)  # by free space (a third), not steered away (0%)
     assert int(PARAM.read_text()) == ADMIN
