@@ -76,6 +76,8 @@ def test_steered_rewrites_about_what_has_to_move_and_unsteered_twice_it(make_poo
     pool, data = grown(make_pool)
     steered = rebalance_and_measure(pool, data, cfg)
     pool.destroy()
+    for d in pool.disks:  # the guest's root holds one such pool's blocks, not two
+        d.unlink()
     pool, data = grown(make_pool)
     free = rebalance_and_measure(pool, data, cfg, "--no-steer")
     with open("/var/tmp/lane-figures.jsonl", "a") as f:
