@@ -52,6 +52,8 @@ def check(cfg: Config, pool: str, job: str, *, leave_out: tuple[str, ...] = (), 
     rec = Record(pool, j.name, left_out=list(leave_out))
     with connect(j) as link:
         here, _ = job_hosts(j, link)
+        if not writers_stopped and not _says_written(here, j.source):  # before a replication or a record
+            raise RebuildRefused(NO_WRITTEN)
         coverage(rec, j, here)
         save(conn, rec, "covered", f"{len(rec.datasets)} dataset(s) in job {j.name}"
              + (f", left out: {', '.join(rec.left_out)}" if rec.left_out else ""))
@@ -59,6 +61,19 @@ def check(cfg: Config, pool: str, job: str, *, leave_out: tuple[str, ...] = (), 
         record_pool(rec, j, here, ashift)
     save(conn, rec, "checked", "the pool's layout and properties recorded; the admin destroys and recreates it")
     return rec
+
+
+NO_WRITTEN = ("this ZFS cannot say whether anything is written after the restore point (no written@ property): "
+              "stop every writer, then pass --writers-stopped")
+
+
+def _says_written(here, dataset: str) -> bool:
+    """Whether this ZFS has the `written` property (zfs-fuse has none): asked before any work."""
+    try:
+        here.values(dataset, ["written"], recursive=False)
+    except RebalError:
+        return False
+    return True
 
 
 def status(cfg: Config, pool: str) -> Record:

@@ -67,7 +67,7 @@ def final_point(cfg: Config, rec: Record, j: Replicate, link: Wire, here: ZfsHos
         written = {d: {} for d in rec.datasets}
     busy = {d: v.get(f"written@{snap}", "") for d, v in written.items() if d in rec.datasets}
     if any(not v.isdigit() for v in busy.values()):
-        if not writers_stopped:
+        if not writers_stopped:  # (asked before the work too: rebuild.check)
             raise RebuildRefused(f"this ZFS cannot say whether anything was written after @{snap} (no written@ "
                                  "property): stop every writer, then pass --writers-stopped")
         rec.notes.append("the writers were said stopped (--writers-stopped): this ZFS cannot check it")

@@ -28,7 +28,8 @@ def rebuild_text(rec: Record) -> str:
         when = datetime.fromtimestamp(s["at"], timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
         out.append(f"  {when}  {s['step']:10}  {s['note']}")
     if rec.step == "checked":
-        out.append(f"the pool as it was (ashift {rec.ashift}):")
+        shift = f"ashift {rec.ashift}" if rec.ashift not in ("", "0") else "its ashift chosen by ZFS from the disks"
+        out.append(f"the pool as it was ({shift}):")
         out += ["  " + ln for ln in rec.layout.splitlines() if ln.startswith("\t")]
     out.append(NEXT.get(rec.step, "").format(pool=rec.pool, job=rec.job, point=rec.point))
     if rec.step == "checked":
