@@ -265,7 +265,8 @@ def run_bench(args, g: Guest) -> int:
                "tree": (f"bench/replicate_tree.py --sizes {shlex.quote(args.tree_sizes)} "
                         f"--depths {shlex.quote(args.tree_depths)} --tools {shlex.quote(args.tree_tools)}", 14400),
                "snapshots": (f"bench/snapshots_zfs.py --counts {shlex.quote(args.snap_counts)} "
-                             f"--tools {shlex.quote(args.snap_tools)} --wipe-disks /dev/vdb,/dev/vdc", 14400)}
+                             f"--tools {shlex.quote(args.snap_tools)} --wipe-disks /dev/vdb,/dev/vdc", 14400),
+               "steer": ("bench/steer.py --runs 3", 7200)}
     for name, (command, limit) in benches.items():
         for i in range(args.bench_runs if name in args.benches else 0):
             t1 = time.monotonic()
@@ -314,7 +315,7 @@ def main() -> int:
     ap.add_argument("--tree-depths", default="1,2", help="levels of the replication tree bench's trees")
     ap.add_argument("--tree-tools", default="rebal,bzfs,syncoid,zfs_autobackup",
                     help="the tree bench's tools (syncoid and zfs_autobackup take hours at N=300 under TCG)")
-    ap.add_argument("--benches", default="rewrite,tree", help="which benches: rewrite (bench/openzfs_rewrite.py), "
+    ap.add_argument("--benches", default="rewrite,tree", help="which benches: steer (bench/steer.py), rewrite (bench/openzfs_rewrite.py), "
                     "tree (bench/replicate_tree.py), snapshots (bench/snapshots_zfs.py)")
     ap.add_argument("--snap-counts", default="1000,10000", help="snapshot counts of the many-snapshots bench")
     ap.add_argument("--disk-size", default="2G", help="size of the guest's eight data disks (sparse files on the "
