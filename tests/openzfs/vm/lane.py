@@ -315,8 +315,8 @@ def main() -> int:
     ap.add_argument("--tree-depths", default="1,2", help="levels of the replication tree bench's trees")
     ap.add_argument("--tree-tools", default="rebal,bzfs,syncoid,zfs_autobackup",
                     help="the tree bench's tools (syncoid and zfs_autobackup take hours at N=300 under TCG)")
-    ap.add_argument("--benches", default="rewrite,tree", help="which benches: steer (bench/steer.py), rewrite (bench/openzfs_rewrite.py), "
-                    "tree (bench/replicate_tree.py), snapshots (bench/snapshots_zfs.py)")
+    ap.add_argument("--benches", default="rewrite,tree", help="which benches: steer (bench/steer.py), rewrite "
+                    "(bench/openzfs_rewrite.py), tree (bench/replicate_tree.py), snapshots (bench/snapshots_zfs.py)")
     ap.add_argument("--snap-counts", default="1000,10000", help="snapshot counts of the many-snapshots bench")
     ap.add_argument("--disk-size", default="2G", help="size of the guest's eight data disks (sparse files on the "
                     "host; the tests need 2G, the many-snapshots bench at 10,000 some 32G)")
