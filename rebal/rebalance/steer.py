@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 NAME = "zfs_mg_noalloc_threshold"
 KEY = "steer"  # the kv row of a steered run: the admin's value, the one set, the boot, the run
+OTHERS_MARGIN = 5  # points another pool's vdevs stay above the threshold (they fill while the run goes on)
 ALLOCATING = ("normal", "special", "dedup")  # the classes whose groups the threshold steers (not log)
 
 
@@ -74,8 +75,10 @@ def choose(pool: Pool, final_cap: float, others: list[Pool], target: float = 2.0
         changed = False
         for other in others:
             for frees in _groups(other):
-                if min(frees) <= t < max(frees):
-                    t, changed = min(frees) - 1, True
+                # its fullest vdev a margin above the threshold: the pool's own writes during the run
+                # must not bring it down to it (measured: 1 point was not enough)
+                if min(frees) <= t + OTHERS_MARGIN and t < max(frees):
+                    t, changed = min(frees) - OTHERS_MARGIN - 1, True
                     lowered.append(other.name)
     ours = [free_percent(_space(v), v.alloc) for v in pool.data_vdevs if v.size]
     names = ", ".join(sorted(set(lowered)))

@@ -72,14 +72,14 @@ def test_steered_writes_go_only_to_the_vdevs_above_the_threshold_until_none_is()
 
 
 def test_another_pool_it_would_steer_lowers_it_below_that_pools_vdevs():
-    other = pool("home", (G, 0.70), (G, 0.20))  # free 30 and 80: a threshold of 51 would steer it
+    other = pool("home", (G, 0.60), (G, 0.20))  # free 40 and 80: a threshold of 54 would steer it
     c = steer.choose(GROWN, 47.3, [other])
-    assert c.lowered_for == ["home"] and c.threshold == 29, c  # home's vdevs have 30% and 80% free: none <= 29
+    assert c.lowered_for == ["home"] and c.threshold == 34, c  # home's fuller vdev stays 5 points above it
     assert "stay as they are" in c.reason
 
 
 def test_not_steered_where_no_threshold_spares_the_other_pool():
-    other = pool("home", (G, 0.80), (G, 0.20))  # free 20 and 80: below 20 leaves tank's 29% vdevs in
+    other = pool("home", (G, 0.75), (G, 0.20))  # free 25 and 80: 5 under 25 leaves tank's 28% vdevs in
     c = steer.choose(GROWN, 47.3, [other])
     assert c.threshold is None and "home" in c.reason and c.lowered_for == ["home"]
 
