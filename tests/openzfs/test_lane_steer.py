@@ -71,6 +71,7 @@ def rebalance_and_measure(pool, data, cfg, *extra: str) -> dict:
     return {"plan": plan, "done": done, "moved": moved, "ratio": done["bytes"] / max(moved, 1), "spread": spread}
 
 
+@pytest.mark.lane_long  # 8 minutes under TCG (two 1.2 GB pools): the full lane; CI's quick set keeps the kill
 def test_steered_rewrites_about_what_has_to_move_and_unsteered_twice_it(make_pool, tmp_path, admin_value):
     cfg = write_cfg(tmp_path)
     pool, data = grown(make_pool)
@@ -127,6 +128,7 @@ def test_a_killed_steered_run_leaves_the_value_and_the_next_command_puts_it_back
     assert manifest(data) == before and int(PARAM.read_text()) == ADMIN
 
 
+@pytest.mark.lane_long  # 5 minutes under TCG: the full lane
 def test_another_pools_writes_during_a_steered_run_go_where_they_would(make_pool, tmp_path, admin_value):
     """The threshold is host-wide: a second pool whose vdevs sit on both sides of it would have its
     writes steered too. The plan lowers it 5 points under that pool's fullest vdev (1 was not enough:
