@@ -94,8 +94,8 @@ def test_steered_rewrites_about_what_has_to_move_and_unsteered_twice_it(make_poo
     assert steered["ratio"] <= 1.15, steered
     # unsteered, ZFS puts about half of each rewrite back on the old vdevs: twice the bytes per byte
     # moved (the run may not land under 2 points: a directory near the mean can carry the new vdev
-    # past it; the run then stops where the spread was lowest instead of making it worse)
-    assert free["ratio"] >= 1.5 and free["done"]["outcome"] in ("ok", "stopped"), free
+    # past it, and then goes on: the rise guard holds for steered runs only, for now)
+    assert free["ratio"] >= 1.5 and free["done"]["outcome"] in ("ok", "stopped", "incomplete"), free
     # the plan says what the run does: within 10% of the bytes and a point of the spread
     assert abs(steered["done"]["bytes"] - sp["bytes_planned"]) <= 0.10 * sp["bytes_planned"], (steered["done"], sp)
     assert abs(steered["spread"] - sp["spread_predicted"]) <= 1.0, (steered["spread"], sp["spread_predicted"])
