@@ -67,7 +67,7 @@ NO_WRITTEN = ("this ZFS cannot say whether anything is written after the restore
               "stop every writer, then pass --writers-stopped")
 
 
-def _says_written(here, dataset: str) -> bool:
+def _says_written(here: ZfsHost, dataset: str) -> bool:
     """Whether this ZFS has the `written` property (zfs-fuse has none): asked before any work."""
     try:
         here.values(dataset, ["written"], recursive=False)
