@@ -139,11 +139,48 @@ def leave_out(m: Measured, filters) -> Measured:
     return m
 
 
+def run_passes(cfg, paths: list[str], zpool, zfs, conn, todo: dict[str, list[tuple]], given: dict, *, purpose: str,
+               whys: dict[str, str], events=None, stop=None, dry_run: bool = False) -> list[dict]:
+    """Rewrite exactly the files of ``todo`` (method -> (path, st_dev, st_ino)) through the rebalance's
+    machinery (journal, limits, snapshot budget, resume): one run per method, ``--max-bytes`` shared;
+    a dry run plans each pass only. What each pass did, in order."""
+    from .rebalance import engine
+    from .rebalance.prepare import checked, options_from, prepare
+
+    passes: list[dict] = []
+    budget = parse_size(given["max_bytes"]) if given.get("max_bytes") else None
+    for method, files in todo.items():
+        if not files or (stop is not None and stop.is_set()):
+            continue
+        if budget is not None and budget <= 0:
+            passes.append({"method": method, "files": len(files), "outcome": "incomplete",
+                           "reason": "--max-bytes reached before this pass", "rewritten_files": 0,
+                           "rewritten_bytes": 0, "why": "left for the next run", "run_id": None})
+            continue
+        this = given | {"method": "copy" if method == "copy" else given.get("method")}
+        if budget is not None:
+            this["max_bytes"] = str(budget)  # (the run's limit, shared by both passes)
+        opts = options_from(cfg, paths, **this, rewrite_all=True, listing=not dry_run)
+        opts = replace(opts, purpose=purpose, filters=replace(opts.filters, only=frozenset((d, i) for _p, d, i in files)))
+        prep = prepare(opts, zpool, zfs, conn)
+        one = {"method": prep.method, "files": len(files), "why": whys[method], "planned_files": prep.plan.files,
+               "planned_bytes": prep.plan.bytes}
+        if dry_run:
+            passes.append(one | {"notes": prep.notes, "warnings": prep.warnings})
+            continue
+        prep = checked(prep, opts)
+        rep = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, events, stop)
+        passes.append(one | {"run_id": rep.run_id, "outcome": rep.outcome, "reason": rep.reason,
+                             "rewritten_files": rep.files, "rewritten_bytes": rep.bytes, "skipped": dict(rep.skipped or {})})
+        if budget is not None:
+            budget -= rep.bytes
+    return passes
+
+
 def refresh(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, events=None, stop=None,
             dry_run: bool = False, progress=None) -> dict:
     """Measure every file, rewrite the old ones (rewrite pass, then copy pass), measure again."""
-    from .rebalance import engine
-    from .rebalance.prepare import checked, options_from, prepare
+    from .rebalance.prepare import options_from
 
     filters = options_from(cfg, paths, **given).filters  # (the run's excludes: out of the count as of the run)
     before_m = leave_out(measure(paths, zpool, zfs, sample=None, progress=progress), filters)
@@ -161,33 +198,9 @@ def refresh(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, events=None
                          else "nothing was written under old properties")
         return out
     used_before = usage(datasets)
-    budget = parse_size(given["max_bytes"]) if given.get("max_bytes") else None
-    for method, files in todo.items():
-        if not files or (stop is not None and stop.is_set()):
-            continue
-        if budget is not None and budget <= 0:
-            out["passes"].append({"method": method, "files": len(files), "outcome": "incomplete",
-                                  "reason": "--max-bytes reached before this pass", "rewritten_files": 0,
-                                  "rewritten_bytes": 0, "why": "left for the next run", "run_id": None})
-            continue
-        this = given | {"method": "copy" if method == "copy" else given.get("method")}
-        if budget is not None:
-            this["max_bytes"] = str(budget)  # (the run's limit, shared by both passes)
-        opts = options_from(cfg, paths, **this, rewrite_all=True, listing=not dry_run)
-        opts = replace(opts, purpose="refresh", filters=replace(opts.filters, only=frozenset((d, i) for _p, d, i in files)))
-        prep = prepare(opts, zpool, zfs, conn)
-        one = {"method": prep.method, "files": len(files), "why": "block size" if method == "copy" else
-               "compression, checksum, copies, dedup or an old raidz ratio", "planned_files": prep.plan.files, "planned_bytes": prep.plan.bytes}
-        if dry_run:
-            out["passes"].append(one | {"notes": prep.notes, "warnings": prep.warnings})
-            continue
-        prep = checked(prep, opts)
-        rep = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, events, stop)
-        out["passes"].append(one | {"run_id": rep.run_id, "outcome": rep.outcome, "reason": rep.reason,
-                                    "rewritten_files": rep.files, "rewritten_bytes": rep.bytes,
-                                    "skipped": dict(rep.skipped or {})})
-        if budget is not None:
-            budget -= rep.bytes
+    whys = {"copy": "block size", "rewrite": "compression, checksum, copies, dedup or an old raidz ratio"}
+    out["passes"] = run_passes(cfg, paths, zpool, zfs, conn, todo, given, purpose="refresh", whys=whys,
+                               events=events, stop=stop, dry_run=dry_run)
     if stop is not None and stop.is_set():  # not measured again: asked to stop
         out["outcome"], out["reason"] = "interrupted", "stopped by a signal; the next refresh continues"
         return out

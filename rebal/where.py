@@ -112,13 +112,15 @@ def _zdb_name(ds: str, runner) -> str:
     return _ROOT_FORM[ds]
 
 
-def read_objects(ds: str, inos: list[int], runner=run, full: bool = False) -> tuple[dict, list[int]]:
+def read_objects(ds: str, inos: list[int], runner=run, full: bool = False, parse=None) -> tuple[dict, list[int]]:
     """Block placement of these objects of ``ds`` (one zdb for the lot). An object that went away (a
     file deleted since it was listed) makes zdb stop: it is dropped and the rest read again.
-    ``full``: every block pointer in full instead (zfs/blocks.py: compression, checksum, copies, birth)."""
+    ``full``: every block pointer in full instead (zfs/blocks.py: compression, checksum, copies, birth);
+    ``parse``: the full form read by this parser instead."""
     gone: list[int] = []
     todo = list(inos)
-    argv, parse = (["-ddddd", "-bbbbbb"], blocks.parse_objects) if full else (["-ddddd"], placement.parse_objects)
+    argv, parse = ((["-ddddd", "-bbbbbb"], parse) if parse is not None else (["-ddddd", "-bbbbbb"], blocks.parse_objects)
+                   if full else (["-ddddd"], placement.parse_objects))
     for _ in range(20):
         if not todo:
             return {}, gone

@@ -27,6 +27,7 @@ MaxBytesOpt = Annotated[Optional[str], typer.Option("--max-bytes", metavar="SIZE
 MethodOpt = Annotated[Optional[str], typer.Option("--method", metavar="auto|copy|rewrite", help="auto, copy or rewrite [default: config].")]
 HardlinksOpt = Annotated[bool, typer.Option("--hardlinks", help="Re-create hardlink groups that lie wholly in the targets [default: config].")]
 NoSteerOpt = Annotated[bool, typer.Option("--no-steer", help="Let ZFS place the rewritten data as it would (no zfs_mg_noalloc_threshold during the run) [default: config's steer].")]
+ToOpt = Annotated[Optional[str], typer.Option("--to", metavar="special", help="special: rewrite the files whose metadata and small blocks a special vdev would now take (measured from the block pointers), instead of balancing.")]
 PlacementOpt = Annotated[str, typer.Option("--placement", metavar="auto|measured|model", help="Where old data lies: measured (zdb reads the block pointers), model (a guess from the fill), or auto (measured where zdb can).")]
 
 def _options(ctx: typer.Context, cfg, **extra):
@@ -52,6 +53,7 @@ def plan(
     hardlinks: HardlinksOpt = False,
     placement: PlacementOpt = "auto",
     no_steer: NoSteerOpt = False,
+    to: ToOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Dry run: what a rebalance would rewrite, and the predicted CAP per vdev after. Changes nothing."""
@@ -59,6 +61,16 @@ def plan(
     from ..views.rebalance import plan_json, plan_text
     from ..zfs.cli import Zfs, Zpool
 
+    if _to(to):
+        from .. import special
+        from ..views.special import plan_text as special_text
+
+        s = special.plan(targets, Zpool(), Zfs())
+        if as_json:
+            out_json(s)
+        else:
+            out_text(special_text(s))
+        return
     cfg = load_config()
     prep = prepare(_options(ctx, cfg), Zpool(), Zfs(), state_or_none(cfg))
     if as_json:
@@ -88,6 +100,7 @@ def rebalance(
     rewrite_all: Annotated[bool, typer.Option("--all", help="Rewrite every eligible file, whatever the spread (e.g. after a RAIDZ expansion).")] = False,
     placement: PlacementOpt = "auto",
     no_steer: NoSteerOpt = False,
+    to: ToOpt = None,
     measure_read: Annotated[bool, typer.Option("--measure-read", help="Read a sample of the targets before and after (as `rebal where --read`) and record which vdevs served it, and how fast.")] = False,
     read_bytes: Annotated[str, typer.Option("--read-bytes", metavar="SIZE", help="With --measure-read: read about this much each time.")] = "1G",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan and change nothing.")] = False,
@@ -99,6 +112,11 @@ def rebalance(
     from ..zfs.cli import Zfs, Zpool
 
     cfg = load_config()
+    if _to(to):
+        given = {k: ctx.params[k] for k in ("max_bytes", "until", "max_rate", "verify", "method", "jobs", "exclude",
+                                            "allow_snapshots", "max_growth")}
+        _to_special(cfg, targets, given, rewrite_all, dry_run, as_json)
+        return
     opts = _options(ctx, cfg, listing=not dry_run)
     zpool, zfs = Zpool(), Zfs()
     if dry_run:
@@ -147,6 +165,42 @@ def rebalance(
             out_text(_reads_text(done["read"]))
     if report.outcome == "interrupted" and sig.exit_code():
         raise typer.Exit(sig.exit_code())
+
+
+def _to(to: str | None) -> bool:
+    if to is None:
+        return False
+    if to != "special":
+        raise UsageError(f"--to {to}: the one class a rebalance moves data to is special")
+    return True
+
+
+def _to_special(cfg, targets: list[str], given: dict, everything: bool, dry_run: bool, as_json: bool) -> None:
+    """rebal rebalance --to special: the files whose metadata and small blocks lie on the normal vdevs."""
+    from .. import special
+    from ..rebalance.prepare import RefusedError
+    from ..views.special import report_text
+    from ..zfs.cli import Zfs, Zpool
+
+    if os.geteuid() != 0 and not dry_run:
+        raise RefusedError("rebal rebalance runs as root: it must keep every file's owner")
+    conn = open_state(cfg)
+    from .progress import JsonEvents, LineEvents
+
+    with Signals() as sig:
+        events = JsonEvents() if as_json else LineEvents()
+        with events:
+            rep = special.rebalance(cfg, targets, Zpool(), Zfs(), conn, given=given, everything=everything,
+                                    events=events, stop=sig.stop, dry_run=dry_run,
+                                    progress=getattr(events, "measuring", None))
+    if as_json:
+        print(json.dumps({"event": "done"} | rep), flush=True)
+    else:
+        out_text(report_text(rep))
+    if rep["outcome"] == "interrupted" and sig.exit_code():
+        raise typer.Exit(sig.exit_code())
+    if rep["outcome"] == "failed":
+        raise typer.Exit(1)
 
 
 def _reads_text(read: dict) -> str:

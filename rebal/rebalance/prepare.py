@@ -290,7 +290,9 @@ def prepare(opts: Options, zpool, zfs, conn=None, *, free: Callable[[str], None]
                          pinned_fraction=0.0 if waits else pinned_fraction, everything=opts.rewrite_all or reclaim_only)
 
     plan, steered, unsteered = planned(), None, None
-    if opts.steer and opts.purpose == "balance" and not (opts.rewrite_all or reclaim_only) and plan.dirs:
+    # --all steered as well: everything is rewritten, but what the first stretch writes lands on the
+    # emptier vdevs, so it ends balanced instead of near where it began
+    if opts.steer and opts.purpose == "balance" and not reclaim_only and plan.dirs:
         steered, plan, unsteered = steer_plan(pool, plan, planned, lambda: zpool.pools([]))
         notes.append(steered.reason)
     if waits:

@@ -21,10 +21,10 @@ _CHILD = re.compile(r"^(\s*)children\[(\d+)\]:\s*$")
 _KV = re.compile(r"^\s*(\w+):\s*'?(.*?)'?\s*$")
 
 
-def data_blocks(text: str) -> Iterator[tuple[int, str, int | None, str | None]]:
-    """The objects of `zdb -ddddd DS OBJ...` (with -bbbbbb or not) and their data blocks: (object id,
-    its dblk as zdb prints it, None, None) once per object, then (id, dblk, offset, the rest of the
-    line) for each L0 line (indirect blocks are metadata, not the file's data)."""
+def object_blocks(text: str) -> Iterator[tuple[int, str, int | None, int, str | None]]:
+    """The objects of `zdb -ddddd DS OBJ...` (with -bbbbbb or not) and every block pointer of each:
+    (object id, its dblk as zdb prints it, None, -1, None) once per object, then (id, dblk, offset,
+    level, the rest of the line) for each block line (L0: data; L1 and up: indirect, metadata)."""
     cur: tuple[int, str] | None = None
     expect_row = in_blocks = False
     for line in text.splitlines():
@@ -36,15 +36,24 @@ def data_blocks(text: str) -> Iterator[tuple[int, str, int | None, str | None]]:
             if m:
                 cur = (int(m.group(1)), m.group(2))
                 expect_row = False
-                yield cur[0], cur[1], None, None
+                yield cur[0], cur[1], None, -1, None
             continue
         if line.strip().startswith("Indirect blocks:"):
             in_blocks = True
             continue
         if in_blocks and cur is not None:
             m = _BLOCK.match(line)
-            if m and m.group(2) == "0":  # (segment lines, blank lines: no match)
-                yield cur[0], cur[1], int(m.group(1), 16), m.group(3)
+            if m:  # (segment lines, blank lines: no match)
+                yield cur[0], cur[1], int(m.group(1), 16), int(m.group(2)), m.group(3)
+
+
+def data_blocks(text: str) -> Iterator[tuple[int, str, int | None, str | None]]:
+    """The objects of `zdb -ddddd DS OBJ...` (with -bbbbbb or not) and their data blocks: (object id,
+    its dblk as zdb prints it, None, None) once per object, then (id, dblk, offset, the rest of the
+    line) for each L0 line (indirect blocks are metadata, not the file's data)."""
+    for obj, dblk, offset, level, rest in object_blocks(text):
+        if level <= 0:
+            yield obj, dblk, offset, rest
 
 
 def parse_objects(text: str) -> dict[int, Counter]:

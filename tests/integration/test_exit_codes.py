@@ -53,6 +53,10 @@ def cases(p: str, tmp: str) -> list[tuple[list[str], int, str]]:
         (["rebalance", f"{p}/nods", "--dry-run"], 2, "no such dataset"),
         (["where", f"{tmp}/nothing-here"], 2, "No such file"),
         (["refresh", f"{tmp}/nothing-here", "--plan"], 2, "No such file"),
+        # --to special where there is no special vdev (zfs-fuse has no allocation classes), or --to else
+        (["plan", f"{p}/data", "--to", "special"], 2, "has no special vdev"),
+        (["rebalance", f"{p}/data", "--to", "special", "--dry-run"], 2, "has no special vdev"),
+        (["plan", f"{p}/data", "--to", "fast"], 2, "--to fast"),
         (["prune", f"{p}/nods", "--job", "j"], 2, "nods"),
         (["prune", f"{nopool}/copy", "--job", "j"], 5, "no such pool"),
         # no such job: 2

@@ -6,6 +6,9 @@ no rebal temp or anchor name is left, the cut run is in `rebal runs` as interrup
 replication resumes or restarts with the backup intact. Both ends of the replication are in the one
 guest, so each of its cuts cuts the sending and the receiving side at once; the second test cuts the
 receiving side alone (two guests: a file server and a backup host).
+The rebalances are steered (issue 66: the old vdevs are kept at about 60% by another dataset): at
+each cut the threshold the run set is in force; after the boot the module's default is back and the
+first rebal command has nothing to put back.
 
 Runs on the host in the lane (marker openzfs_vm): REBAL_POWERCUT_CUTS (default 10), seed
 REBAL_POWERCUT_SEED."""
@@ -31,6 +34,7 @@ CFG = "/root/pc/config.toml"
 CHECK = "/root/lane/src/tests/openzfs/guestcheck.py"
 POOL = "pc"
 DATA = "/pc/data"
+PARAM = "/sys/module/zfs/parameters/zfs_mg_noalloc_threshold"  # what a steered rebalance sets (issue 66)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +62,10 @@ def setup_guest(g) -> str:
           f" && zfs create -o xattr=sa {POOL}/data"
           f" && zpool create -f -o cachefile=/etc/zfs/zpool.cache bk /dev/vdh")
     sh(g, f"mkdir -p /root/pc && python3 {CHECK} make {DATA} /root/pc/source.manifest")
-    sh(g, f"zpool sync {POOL} && zpool add -f {POOL} mirror /dev/vdf /dev/vdg")
+    # the old vdevs at about 60% (another dataset, not rewritten): every cut rebalance of the tree is
+    # steered (issue 66), the new vdev far from the threshold the runs choose (about 59% free)
+    sh(g, f"zfs create -o compression=off {POOL}/filler && dd if=/dev/zero of=/{POOL}/filler/zero bs=1M count=1200 "
+          f"status=none && zpool sync {POOL} && zpool add -f {POOL} mirror /dev/vdf /dev/vdg")
     # replication to the guest's own sshd, as to a backup host
     sh(g, "mkdir -p /root/pc && ssh-keygen -q -t ed25519 -N '' -f /root/pc/id -C pc && "
           "cat /root/pc/id.pub >> /root/.ssh/authorized_keys && "
@@ -115,9 +122,15 @@ def test_power_cuts(guest, tmp_path):
         assert r.returncode == 0, f"cut {i}: the run never started: {r.stdout}"
         # the instant of the power cut (not a synchronisation): a replication is cut early, while it sends
         time.sleep(rng.uniform(0.3, 2.5) if what == "replicate" else rng.uniform(0.5, 6.0))
-        alive = sh(g, "pgrep -f '[r]ebal --config' >/dev/null", check=False).returncode == 0
+        at_cut = sh(g, f"pgrep -f '[r]ebal --config' >/dev/null && cat {PARAM}", check=False)
+        alive = at_cut.returncode == 0
         g.power_cut()
         boot_again(g)
+        # the first command after the boot: the module's default is back by itself, nothing to put back
+        assert sh(g, f"cat {PARAM}").stdout.strip() == "0", (i, "the threshold survived the power cut")
+        first = json.loads(rebal(g, "status --json").stdout)
+        assert not [w for w in first["rebalance"] if "zfs_mg_noalloc_threshold" in w["message"]], (i, first["rebalance"])
+        assert sh(g, f"cat {PARAM}").stdout.strip() == "0", i
         # the cut run: a new run, or an unfinished one it continued (a rebalance of the same targets
         # continues the last unfinished run), now listed as interrupted
         runs = json.loads(rebal(g, "runs --limit 50 --json").stdout)["runs"]
@@ -146,11 +159,16 @@ def test_power_cuts(guest, tmp_path):
             # recovery: the next run cleans up first; --max-bytes 1 stops it right after
             r = rebal(g, f"rebalance {DATA} --method copy --target-spread 0.01 --allow-snapshots --max-bytes 1 --json")
             notes = [json.loads(x).get("text") for x in r.stdout.splitlines() if '"note"' in x]
-            found = {"notes": notes}
+            found = {"notes": notes, "threshold_at_cut": int(at_cut.stdout.strip() or 0)}
         c = check(g, DATA, want)
         assert c["temps"] == [], (i, what, c["temps"])
         assert c["same"], (i, what, "the tree changed", c)
         log.append({"cut": i, "what": what, "progress": cut_run.get("progress"), **found})
+    # the rebalances were cut while steered: the threshold the run set was in force at the cut (a
+    # cut in the instant between the run putting it back and its exit reads 0: at most a few)
+    rebalances = [e for e in log if e["what"] != "replicate"]
+    steered = [e for e in rebalances if e["threshold_at_cut"] > 0]
+    assert rebalances and 2 * len(steered) >= len(rebalances), log
     with open(os.environ.get("REBAL_LANE_FIGURES", "/var/tmp/lane-figures.jsonl"), "a") as f:
         for entry in log:
             f.write(json.dumps({"test": "powercut", **entry}) + "\n")
