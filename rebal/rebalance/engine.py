@@ -136,6 +136,7 @@ def _steering_ends(r: Run, held: steer.Held, prep: Prepared, events: Events) -> 
     def told(pool) -> None:
         if held.record is not None and steer.steered_enough(threshold, names, pool):
             r.steering = None
+            r.on_measured = None  # once: a value that could not be put back is tried again at the end only
             problem = held.give_back()
             events.note(problem or f"steering done at spread {pool.spread:.1f} (the emptier vdevs are at it): "
                                    f"{steer.NAME} is the admin's again; the rest is placed as ZFS would")

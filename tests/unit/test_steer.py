@@ -197,3 +197,24 @@ def test_where_zfs_has_no_such_parameter_the_plan_says_so(tmp_path):
     plan = make_plan([VdevFill(x.name, x.size, x.alloc) for x in GROWN.data_vdevs], [], 2.0)
     choice, same, un = steer.steer_plan(GROWN, plan, lambda t: plan, lambda: [], Parameter(steer.NAME, tmp_path))
     assert choice.threshold is None and "has no zfs_mg_noalloc_threshold" in choice.reason and same is plan and un is None
+
+
+def test_a_value_that_cannot_be_put_back_is_said_once_not_at_every_measurement(conn, param):
+    """Steering's end tried give_back at each measurement while it failed, saying so each time."""
+    from types import SimpleNamespace
+
+    from rebal.rebalance import engine
+
+    held = steer.Held(conn, param)
+    assert held.take(40, 9, "tank") is None
+    param.path.unlink()
+    param.path.mkdir()  # now it cannot be written (EISDIR)
+    notes: list[str] = []
+    r = SimpleNamespace(steering=None, on_measured=None, last_pool=None)
+    engine._steering_ends(r, held, SimpleNamespace(pool=GROWN), SimpleNamespace(note=notes.append))
+    level = pool("tank", (G, 0.6), (G, 0.6), (G, 0.6))  # the emptier vdev is at the threshold (40% free)
+    for _ in range(3):
+        if r.on_measured is not None:
+            r.on_measured(level)
+    assert len(notes) == 1 and "could not put" in notes[0], notes
+    assert r.steering is None and record(conn) is not None  # the record stays for the next command
