@@ -305,6 +305,10 @@ def run_sequence(make_pool, backup_host, tmp_path, n_steps: int, seed: int) -> W
         spent[1] += time.monotonic() - t1
     missing = [s.name for s in table if s.name not in w.counts]
     assert n_steps < len(table) or not missing, f"never drawn: {missing}"
+    # a killed rebalance drawn is a kill that landed after a directory (issue 67: with the event it
+    # waits for renamed, no kill landed and the sequence still passed)
+    if any(w.counts.get(s.name) for s in table if s.name.startswith("killed rebalance")):
+        assert w.kills >= 1, f"seed {seed}: no rebalance was killed mid-run: {w.kill_notes}"
     print(f"sequence seed {seed}: {len(done)} steps, {len(w.counts)} of {len(table)} kinds, "
           f"{w.kills} rebalance(s) killed mid-run ({'; '.join(w.kill_notes)})")
     slow = sorted(w.seconds.items(), key=lambda kv: -sum(kv[1]))[:8]

@@ -294,6 +294,8 @@ def _loop(r: Run, dirs: list[DirEntry]) -> tuple[str, str]:
         if _step_done(r, copy_groups(r, DirReport(b"(hardlink groups)"))):
             return "ok", _goal(r)
     why = r.limit_hit()
+    if why and r.risen:  # nothing left would bring it down: the next run plans afresh
+        return "incomplete", why
     if why:
         return ("interrupted" if why == "interrupted" else "stopped"), why
     if prep.reclaim_only:

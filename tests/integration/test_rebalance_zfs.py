@@ -74,9 +74,10 @@ def test_crash_at_random_moments_then_rerun(make_pool, tmp_path):
     )
     cfg = write_cfg(tmp_path)
     before = manifest(data)
-    # a spread target that is never reached keeps every run rewriting the whole tree
+    # --all: every run rewrites the whole tree (a target that is never reached did, until the rise
+    # guard stopped runs that pass their best spread)
     argv = [sys.executable, "-m", "rebal", "--config", str(cfg), "rebalance", f"{pool.name}/data",
-            "--target-spread", "0.01", "--hardlinks", "--json"]
+            "--all", "--hardlinks", "--json"]
     kills = 0
     for i in range(25):
         mode = "batch" if i % 2 else "file"
@@ -95,7 +96,7 @@ def test_crash_at_random_moments_then_rerun(make_pool, tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.communicate()
         kills += proc.returncode == -signal.SIGKILL
-        r = rebal("rebalance", f"{pool.name}/data", "--target-spread", "0.01", "--hardlinks", "--json", config=cfg)
+        r = rebal("rebalance", f"{pool.name}/data", "--all", "--hardlinks", "--json", config=cfg)
         done = json.loads(r.stdout.splitlines()[-1])
         assert done["outcome"] in ("incomplete", "ok"), (seed, i, mode, done)
         assert temp_leftovers(data) == [], (seed, i, mode)
@@ -148,11 +149,11 @@ def test_a_max_bytes_run_smaller_than_every_file_leaves_its_directories_for_the_
                             tree=lambda root: mixed_tree(root, small=120, large=3, large_mib=(6, 8), seed=21))
     cfg = write_cfg(tmp_path)
     before = manifest(data)
-    r = rebal("rebalance", f"{pool.name}/data", "--target-spread", "0.01", "--max-bytes", "1", "--json", config=cfg)
+    r = rebal("rebalance", f"{pool.name}/data", "--all", "--max-bytes", "1", "--json", config=cfg)
     first = json.loads(r.stdout.splitlines()[-1])
     assert first["bytes"] <= 1 and first["outcome"] == "stopped", first  # an empty file fits
     assert first["skipped"].get("larger than --max-bytes", 0) > 100 and first["dirs"] == 0, first
-    r = rebal("rebalance", f"{pool.name}/data", "--target-spread", "0.01", "--json", config=cfg)
+    r = rebal("rebalance", f"{pool.name}/data", "--all", "--json", config=cfg)
     events = [json.loads(x) for x in r.stdout.splitlines()]
     assert any(e["event"] == "note" and "continuing run" in e["text"] for e in events)
     assert events[-1]["run_id"] == first["run_id"] and events[-1]["files"] > 100, events[-1]

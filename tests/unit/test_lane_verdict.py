@@ -131,3 +131,17 @@ def test_a_silent_stream_is_reported_while_it_is_silent():
                               on_quiet=lambda label, quiet: seen.append((label, quiet)), quiet_after=1)
     assert codes == [0, 0] and outs[0] == "a\nb\n"
     assert [label for label, _ in seen] == ["a"] and seen[0][1] >= 1
+
+
+def test_a_test_file_that_cannot_be_collected_fails_the_lane():
+    """Issue 67: "2 tests collected, 1 error" held 2 and both passed: the broken file's tests were in no
+    stream, and the lane said 2 of 2. The output is pytest 8's, recorded."""
+    from lane import collection_errors, uncollected
+
+    text = ("test_ok.py::test_a\ntest_ok.py::test_b\n\n==== ERRORS ====\n___ ERROR collecting test_bad.py ___\n"
+            "E   ModuleNotFoundError: No module named 'nosuchmod'\n=== short test summary info ===\n"
+            "ERROR test_bad.py\n!!!!! Interrupted: 1 error during collection !!!!!\n2 tests collected, 1 error in 1.42s\n")
+    assert collected(text) == 2 and collection_errors(text) == ["test_bad.py"]
+    rc, why = uncollected(*verdict(0, {"passed": 2}, 2, narrowed=False), collection_errors(text))
+    assert rc == 1 and "could not be collected: test_bad.py" in why
+    assert uncollected(0, "2 passed", collection_errors("2 tests collected in 0.1s")) == (0, "2 passed")

@@ -56,6 +56,22 @@ def collected(text: str) -> int:
     raise ValueError(f"no collection line in pytest's output: {text.strip()[-300:]!r}")
 
 
+COLLECT_ERRORS = re.compile(r"^ERROR (\S+)", re.M)
+
+
+def collection_errors(text: str) -> list[str]:
+    """The test files `pytest --collect-only` could not collect (its "ERROR path" summary lines): their
+    tests are in no node id the lane runs, so they would drop out of it silently."""
+    return sorted(set(COLLECT_ERRORS.findall(text)))
+
+
+def uncollected(rc: int, why: str, broken: list[str]) -> tuple[int, str]:
+    """The verdict with the files that could not be collected: each fails the lane."""
+    if not broken:
+        return rc, why
+    return rc or 1, f"{why}; {len(broken)} test file(s) could not be collected: {', '.join(broken)}"
+
+
 def nodeids(text: str) -> list[str]:
     """The test ids `pytest --collect-only -q` lists, one a line, before its closing line."""
     return [ln.strip() for ln in text.splitlines() if "::" in ln and not ln.startswith((" ", "="))]
@@ -173,6 +189,7 @@ def run_guest_tests(args, work: Path) -> tuple[int, dict]:
 
         listed = g.ssh(pytest(marks, "--collect-only", "-q", "tests", "2>&1"), check=False).stdout
         held = collected(listed)
+        broken = collection_errors(listed)
         alone = set(nodeids(g.ssh(pytest(f"({marks}) and lane_alone", "--collect-only", "-q", "tests", "2>&1"),
                                   check=False).stdout))
         together = [n for n in nodeids(listed) if n not in alone]
@@ -222,6 +239,7 @@ def run_guest_tests(args, work: Path) -> tuple[int, dict]:
                 got[k] = got.get(k, 0) + v
         code = 124 if None in codes else max((c for c in codes if c != 5), default=5)
         rc, why = verdict(code, got, held, bool(args.k))
+        rc, why = uncollected(rc, why, broken)  # a file that cannot be imported: its tests never ran
         print(f"lane: guest tests: {why}", flush=True)
         if args.bench and not args.k:
             rc = rc or run_bench(args, g)
@@ -287,10 +305,12 @@ def run_host_tests(args) -> tuple[int, dict]:
         argv += ["-k", args.k]
     c = subprocess.run(argv + ["--collect-only"], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, timeout=600)
     held = collected(c.stdout)
+    broken = collection_errors(c.stdout)
     r = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, timeout=args.timeout)
     sys.stdout.write(r.stdout)
     got = counts(r.stdout)
     rc, why = verdict(r.returncode, got, held, bool(args.k))
+    rc, why = uncollected(rc, why, broken)  # a file that cannot be imported: its tests never ran
     print(f"lane: host tests: {why}", flush=True)
     return rc, got
 
