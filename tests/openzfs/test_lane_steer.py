@@ -94,7 +94,7 @@ def test_steered_rewrites_about_what_has_to_move_and_unsteered_twice_it(make_poo
     assert steered["ratio"] <= 1.15, steered
     # unsteered, ZFS puts about half of each rewrite back on the old vdevs: twice the bytes per byte
     # moved (the run may not land under 2 points: a directory near the mean can carry the new vdev
-    # past it, and then goes on: the rise guard holds for steered runs only, for now)
+    # past it, and the rise guard then ends the run incomplete)
     assert free["ratio"] >= 1.5 and free["done"]["outcome"] in ("ok", "stopped", "incomplete"), free
     # the plan says what the run does: within 10% of the bytes and a point of the spread
     assert abs(steered["done"]["bytes"] - sp["bytes_planned"]) <= 0.10 * sp["bytes_planned"], (steered["done"], sp)
