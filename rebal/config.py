@@ -206,6 +206,8 @@ class Replicate(Model):
     schedule: str | None = spec(None, check_ctx=_cron_problem)
     parallel: int = spec(0, ge=0, le=32)  # datasets sent at once; 0: twice the cores, at most 8
     keepalive: int = spec(10, ge=1, le=600)  # seconds between ssh keepalives; 3 missed = link down
+    # dead-man pings (ping.py): POST URL/start, URL on success, URL/fail, as healthchecks.io takes them
+    ping_url: str | None = spec(None, pattern=r"^https?://[^\s]+$", hint="give an http:// or https:// address")
     retention_source: Retention = spec(factory=lambda: replace(SOURCE_RETENTION))
     retention_target: Retention = spec(factory=Retention)
 

@@ -135,6 +135,7 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: tu
 
         hook_env = {"REBAL_JOB": name, "REBAL_SOURCE": j.source, "REBAL_TARGET": j.target,
                     "REBAL_TARGET_HOST": j.remote_host or "", "REBAL_RUN_ID": str(run_id)}
+        pinged = _ping(j, "start", f"rebal replicate {name}: run {run_id} started")
         try:
             if j.pre_command:
                 problem = run_hook(j.pre_command, "pre", hook_env, j.hook_timeout, stop)
@@ -160,11 +161,35 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: tu
             raise
         finally:
             outcome = _after(j, conn, r, outcome, error, details, hook_env)
+            pinged += _ping(j, "success" if outcome in ("ok", "warning") else "fail", _ping_body(name, outcome, error, details))
+            if pinged:  # the monitor not reached: said, the run's outcome stands
+                details.setdefault("warnings", []).extend(pinged)
             details["seconds"] = round(time.monotonic() - t0, 2)
             details["outcome"] = outcome
             details["error"] = error
             state.end_run(conn, run_id, outcome, error=error, details=details)
         return outcome, details
+
+
+def _ping(j: Replicate, event: str, body: str) -> list[str]:
+    """The job's dead-man ping (ping.py), where it has a ping_url: what did not get through."""
+    if not j.ping_url:
+        return []
+    from ..ping import ping
+
+    problem = ping(j.ping_url, event, body)
+    return [problem] if problem else []
+
+
+def _ping_body(name: str, outcome: str, error: str | None, details: dict) -> str:
+    """The last lines the monitor shows: the outcome, the error, what was sent."""
+    lines = [f"rebal replicate {name}: {outcome}" + (f": {error}" if error else "")]
+    sent = [d for d in details.get("datasets", []) if isinstance(d, dict)]
+    if sent:
+        lines.append(f"{len(sent)} dataset(s), {details.get('bytes', 0)} bytes")
+        lines += [f"{d.get('source')}: {d.get('kind', '')} {d.get('error') or ''}".rstrip() for d in sent[-20:]]
+    lines += [f"warning: {w}" for w in details.get("warnings", [])]
+    return "\n".join(lines) + "\n"
 
 
 def _within(ds: str, root: str) -> bool:
