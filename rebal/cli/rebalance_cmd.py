@@ -113,10 +113,7 @@ def rebalance(
 
     cfg = load_config()
     if _to(to):
-        given = {k: ctx.params[k] for k in ("max_bytes", "until", "max_rate", "verify", "method", "jobs", "exclude",
-                                            "allow_snapshots", "max_growth")}
-        _to_special(cfg, targets, given, rewrite_all, dry_run, as_json)
-        return
+        return _to_special(cfg, ctx.params)
     opts = _options(ctx, cfg, listing=not dry_run)
     zpool, zfs = Zpool(), Zfs()
     if dry_run:
@@ -134,17 +131,7 @@ def rebalance(
     prep = prepare.ready(opts, zpool, zfs, conn, free=lambda pool: engine.PoolLock(cfg.state_db, pool).check_free())
     reads = _read_measure(prep, zpool, zfs, read_bytes) if measure_read else None
     with Signals() as sig:
-        if as_json:
-            from .progress import JsonEvents
-
-            events = JsonEvents()
-        else:
-            from .progress import ProgressEvents, console
-
-            events = ProgressEvents(prep)
-            for w in prep.warnings:
-                console(stderr=True).print(f"warning: {w}", markup=False)
-        with events:
+        with _events(prep, as_json) as events:
             report = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, events, sig.stop)
     if sig.got:
         import signal
@@ -167,6 +154,19 @@ def rebalance(
         raise typer.Exit(sig.exit_code())
 
 
+def _events(prep, as_json: bool):
+    """What a run tells as it goes: JSON lines, or a progress bar (the plan's warnings first)."""
+    if as_json:
+        from .progress import JsonEvents
+
+        return JsonEvents()
+    from .progress import ProgressEvents, console
+
+    for w in prep.warnings:
+        console(stderr=True).print(f"warning: {w}", markup=False)
+    return ProgressEvents(prep)
+
+
 def _to(to: str | None) -> bool:
     if to is None:
         return False
@@ -175,9 +175,13 @@ def _to(to: str | None) -> bool:
     return True
 
 
-def _to_special(cfg, targets: list[str], given: dict, everything: bool, dry_run: bool, as_json: bool) -> None:
+def _to_special(cfg, params: dict) -> None:
     """rebal rebalance --to special: the files whose metadata and small blocks lie on the normal vdevs."""
     from .. import special
+
+    given = {k: params[k] for k in ("max_bytes", "until", "max_rate", "verify", "method", "jobs", "exclude",
+                                    "allow_snapshots", "max_growth")}
+    targets, everything, dry_run, as_json = params["targets"], params["rewrite_all"], params["dry_run"], params["as_json"]
     from ..rebalance.prepare import RefusedError
     from ..views.special import report_text
     from ..zfs.cli import Zfs, Zpool

@@ -105,13 +105,21 @@ class Transfer:
     bwlimit: str | None = None
     stop: threading.Event | None = None
     notes: list[str] = field(default_factory=list)
+    # the replicator's: the filters it chose (a gate says what the other end has) and the byte rate
+    # its streams share (sent in parallel); else chosen here from the job and the hosts
+    filters: tuple[list[list[str]], list[list[str]]] | None = None
+    throttle: Throttle | None = None
 
     def __post_init__(self) -> None:
-        other = self.receiver if self.sender.local else self.sender
-        self.filters_send, self.filters_recv, notes = stream_filters(
-            self.job, local=self.link.local, here=lambda p: shutil.which(p) is not None, there=other.has)
-        self.notes.extend(notes)
-        self.throttle = Throttle(parse_size(self.bwlimit) if self.bwlimit else None)
+        if self.filters is None:
+            other = self.receiver if self.sender.local else self.sender
+            send, recv, notes = stream_filters(
+                self.job, local=self.link.local, here=lambda p: shutil.which(p) is not None, there=other.has)
+            self.filters = (send, recv)
+            self.notes.extend(notes)
+        self.filters_send, self.filters_recv = self.filters
+        if self.throttle is None:
+            self.throttle = Throttle(parse_size(self.bwlimit) if self.bwlimit else None)
 
     def send(self, snapshot: str, *, base: str | None = None, between: bool = False,
              token: str | None = None, flags: list[str] | None = None) -> list[str]:
@@ -124,6 +132,17 @@ class Transfer:
             flags = self.sender.send_flags(raw=j.raw, compressed=j.compressed, large_blocks=j.large_blocks,
                                            embedded=j.embedded)
         return self.sender.send(snapshot, flags + incremental_args(base, between=between))
+
+    def pump(self, senders: list[list[str]], recv: list[str], *, progress: Callable[[int], None] | None = None,
+             procs: list | None = None) -> StreamResult:
+        """The stream moved, its result as it came (the replicator explains a failure in its own
+        words; ``run`` raises): each end's part of the pipe on its host (one ssh for the other end's),
+        the filters between, the job's byte rate, stop and progress; ``procs`` collects the
+        processes (killed if the run is cut)."""
+        sending = self.sender.pipe([*senders, *self.filters_send])
+        *receiving, receiver = self.receiver.pipe([*self.filters_recv, recv])
+        return pump(sending + receiving, receiver, throttle=self.throttle, stop=self.stop, progress=progress,
+                    procs=procs)
 
     def line(self, send: list[str], recv: list[str]) -> str:
         """What a dry run shows: each end's part of the pipe as it would run there."""
@@ -140,9 +159,7 @@ class Transfer:
             what: str = "the stream") -> StreamResult:
         """Pump the stream. A failure raises StreamFailed (a stopped one too: ``result.stopped``); ssh's
         own failure (exit 255) its TransportError."""
-        sending = self.sender.pipe([send, *self.filters_send])
-        *receiving, receiver = self.receiver.pipe([*self.filters_recv, recv])
-        res = pump(sending + receiving, receiver, throttle=self.throttle, stop=self.stop, progress=progress)
+        res = self.pump([send], recv, progress=progress)
         if res.ok:
             return res
         if res.stopped:

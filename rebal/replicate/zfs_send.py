@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 from .. import names
 from ..errors import RebalError
 from ..process.command import Counted, run
-from ..process.pipeline import pump
 from ..throttle import Throttle
 from ..zfs import argv as zargv
 from ..zfs.cli import Runner
@@ -433,13 +432,14 @@ class ZfsReplicator(Capabilities):
                     total = sum(max(d.expected or 0, d.bytes) for d in live) if known else None
                     self.progress(done, total)
 
-        # each side's part of the pipe on its host: processes here, or one ssh to the other end
-        sending = self.source.pipe([*senders, *self.filters_send])
-        *receiving, receiver = self.target.pipe([*self.filters_recv, recv])
-        chain = sending + receiving
+        # the one way rebal moves a stream (stream.Transfer), with this run's filters and shared rate
+        from .stream import Transfer
+
+        t = Transfer(self.source, self.target, self.job, self.ssh, stop=self.stop,
+                     filters=(self.filters_send, self.filters_recv), throttle=self.throttle)
         t0 = time.monotonic()
         rep.started = round(time.time(), 3)
-        res = pump(chain, receiver, throttle=self.throttle, stop=self.stop, progress=progress, procs=self.procs)
+        res = t.pump(senders, recv, progress=progress, procs=self.procs)
         rep.seconds = round(time.monotonic() - t0, 3)
         rep.bytes = res.bytes
         return res

@@ -11,11 +11,11 @@ FLOORS = {
     "cli": 9, "__main__": 9,
     "scheduler": 8,
     "jobs": 7, "views": 7,
-    "rebalance": 6, "refresh": 6,
+    "rebalance": 6, "refresh": 6, "special": 6,
     "replicate": 5, "fill": 5,
     "recorded": 4, "notify": 4, "state": 4, "health": 4, "metrics": 4, "where": 4, "oldblocks": 4, "readspeed": 4,
     "config": 3, "sandbox": 3, "zfs": 3,
-    "schema": 2, "process": 2, "names": 2, "locks": 2, "units": 2,
+    "schema": 2, "process": 2, "names": 2, "locks": 2, "units": 2, "ping": 2,
     "throttle": 1, "errors": 1, "walk": 1, "migrations": 1, "__init__": 1,
 }
 
