@@ -169,3 +169,78 @@ def daemon() -> None:
         sys.stderr.flush()
         os.execv(sys.executable, [sys.executable, "-m", "rebal", *sys.argv[1:]])
     raise typer.Exit(code)
+
+
+@app.command()
+def watch(
+    root: Annotated[Optional[list[str]], typer.Option("--root", metavar="DATASET", help="Watch the datasets under DATASET (repeatable) [default: the roots of the gated keys].")] = None,
+    authorized_keys: Annotated[Optional[list[str]], typer.Option("--authorized-keys", metavar="FILE", help="Read the gated keys' roots (rebal gate --receive-into ROOT) from FILE (repeatable) [default: ~/.ssh/authorized_keys].")] = None,
+    max_age_hours: Annotated[Optional[float], typer.Option("--max-age-hours", metavar="H", help="A dataset whose newest snapshot is older is a warning [default: health.replication_max_age_hours].")] = None,
+    gate_log: Annotated[Optional[list[str]], typer.Option("--gate-log", metavar="FILE", help="The gate's log file (repeatable) [default: /var/log/rebal/gate.log; the journal too].")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """On a backup host: every backup under the gated roots, its newest snapshot's age, the pools that
+    hold them, and the gate's refusals since the last watch; exit 0 OK, 1 warning, 2 critical. Needs no
+    config from the file servers."""
+    import os
+
+    from .. import health as H
+    from .. import watch as W
+    from ..errors import UsageError
+    from ..replicate.gate_serve import FALLBACK_LOG
+    from ..state import Cache
+    from ..zfs.cli import Zpool
+
+    cfg = load_config()
+    roots = [W.Root(r, "--root") for r in root or []]
+    for r in roots:
+        if problem := W.names.dataset_problem(r.dataset):
+            raise UsageError(f"--root {r.dataset}: {problem}")
+    for f in authorized_keys or ([] if root else [os.path.expanduser("~/.ssh/authorized_keys")]):
+        try:
+            roots += W.gated_roots(open(f).read(), f)
+        except OSError as e:
+            raise UsageError(f"--authorized-keys {f}: {e.strerror}") from None
+    if not roots:
+        raise UsageError("nothing to watch: no gated key (rebal gate --receive-into ROOT) in the authorized_keys "
+                         "read, and no --root")
+    now = W.now()
+    from ..zfs.cli import Zfs
+
+    for r in roots:
+        r.datasets = Zfs().newest_snapshots(r.dataset)
+    limit = max_age_hours or cfg.health.replication_max_age_hours
+    findings = W.age_findings(roots, limit, now)
+    pools = sorted({r.dataset.split("/")[0] for r in roots})
+    found = {p.name: p for p in Zpool().pools()}
+    statuses = {s.name: s for s in Zpool().status()}
+    for p in pools:
+        if p not in found or p not in statuses:
+            continue  # (its roots said so: not there)
+        findings += H.pool_findings(statuses[p], found[p], cap_warning=cfg.health.cap_warning,
+                                    cap_critical=cfg.health.cap_critical, target_spread=100.0,
+                                    scrub_max_age_days=cfg.health.scrub_max_age_days, now=now)
+    conn = open_state(cfg)
+    cache = Cache(conn, max_age=float("inf"))
+    since = float(cache.get("watch.last") or now - 86400)
+    files = gate_log or [FALLBACK_LOG]
+    refused = W.refusals(W.gate_log_lines(files, since), since)
+    findings += W.refusal_findings(refused)
+    cache.set("watch.last", str(now))
+    level = H.overall(findings)
+    watched = [{"root": r.dataset, "key": r.key, "datasets": len(r.datasets),
+                "newest": {d: (None if p is None else {"snapshot": p[0], "age_hours": round((now - p[1]) / 3600, 2)})
+                           for d, p in r.datasets.items()}} for r in roots]
+    if as_json:
+        out_json({"level": H.LEVEL_NAMES[level], "findings": [f.as_dict() for f in findings], "roots": watched,
+                  "refused": len(refused), "max_age_hours": limit})
+        raise typer.Exit(level)
+    out = [f.line() for f in findings] or ["OK: every backup is fresh, its pool healthy, nothing refused"]
+    out.append("watched:")
+    for w in watched:
+        ages = [v["age_hours"] for v in w["newest"].values() if v]
+        out.append(f"  {w['root']}" + (f" ({w['key']})" if w["key"] else "") + f": {w['datasets']} dataset(s)"
+                   + (f", newest snapshot {min(ages):.1f} h old, oldest newest {max(ages):.1f} h" if ages else ""))
+    out.append(f"  pools {', '.join(pools)}; gate refusals since the last watch: {len(refused)}")
+    out_text("\n".join(out) + "\n")
+    raise typer.Exit(level)

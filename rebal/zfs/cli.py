@@ -241,6 +241,28 @@ class Zfs:
             out[k] = v
         return out
 
+    def newest_snapshots(self, root: str) -> dict[str, tuple[str, float] | None]:
+        """Every dataset under ``root`` -> its newest snapshot (name, creation), None for one with none;
+        {} where ``root`` is not there."""
+        names.dataset(root)
+        res = self._run(queries.tree_creation(root), check=False)
+        if res.returncode != 0:
+            return {}
+        out: dict[str, tuple[str, float] | None] = {}
+        snaps = []
+        for line in res.stdout.splitlines():
+            name, _, value = line.partition("\t")
+            if "@" not in name:
+                out.setdefault(name, None)
+            elif value.strip().isdigit():
+                snaps.append((name, float(value)))
+        for name, t in snaps:
+            d, _, s = name.partition("@")
+            now = out.get(d)
+            if d in out and (now is None or t > now[1]):
+                out[d] = (s, t)
+        return out
+
     def snapshots(self, dataset: str) -> list[tuple[str, int, int]]:
         """(name, creation time, used bytes) of the snapshots of ``dataset`` itself, oldest first.
         ``used``: what only that snapshot holds now (freed when it alone is destroyed)."""

@@ -47,6 +47,12 @@ def snapshots_and(dataset: str, props: Sequence[str]) -> list[str]:
     return ["zfs", "get", "-Hp", "-r", "-o", "name,property,value", ",".join(["creation", "used", *props]), dataset]
 
 
+def tree_creation(root: str) -> list[str]:
+    """The creation time of every dataset and snapshot under ``root``, in one `zfs get` (zfs-fuse's
+    `zfs list` has no -p)."""
+    return ["zfs", "get", "-Hp", "-r", "-o", "name,value", "creation", root]
+
+
 REWRITE_FEATURE = "physical_rewrite"
 # enabled to start a RAIDZ expansion, and active from then on for the life of the pool (zpool-features(7)):
 # while it is only enabled (or disabled) no vdev was ever expanded, and `zpool status` need not be asked

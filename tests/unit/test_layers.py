@@ -12,7 +12,7 @@ FLOORS = {
     "scheduler": 8,
     "jobs": 7, "views": 7,
     "rebalance": 6, "refresh": 6, "special": 6,
-    "replicate": 5, "fill": 5,
+    "replicate": 5, "fill": 5, "watch": 5,
     "recorded": 4, "notify": 4, "state": 4, "health": 4, "metrics": 4, "where": 4, "oldblocks": 4, "readspeed": 4,
     "config": 3, "sandbox": 3, "zfs": 3,
     "schema": 2, "process": 2, "names": 2, "locks": 2, "units": 2, "ping": 2,

@@ -1,0 +1,35 @@
+"""rebal watch's pure parts: the gated roots of an authorized_keys text, and the gate's refusals in
+its log file's and the journal's lines (the forms rebal gate writes: gate_serve's formatter)."""
+
+from rebal.watch import gated_roots, refusals
+
+KEY = "AAAAC3NzaC1lZDI1NTE5AAAAIFake"
+
+
+def test_the_roots_of_gated_keys_and_nothing_else():
+    text = "\n".join([
+        f'command="rebal gate --receive-into backup/fs1",restrict ssh-ed25519 {KEY} rebal@fs1',
+        f'restrict,command="/usr/bin/rebal gate --allow-rollback --receive-into backup/fs2 --log /x" ssh-ed25519 {KEY}',
+        f'# command="rebal gate --receive-into backup/old" ssh-ed25519 {KEY} commented out',
+        f'command="rebal gate --send-from tank/data" ssh-ed25519 {KEY} a pull job\'s key',
+        f'command="rebal gate --receive-into bad;name" ssh-ed25519 {KEY} x',
+        f'command="rebal gate --receive-into" ssh-ed25519 {KEY} no root',
+        f"ssh-ed25519 {KEY} admin@laptop",
+    ])
+    got = [(r.dataset, r.key) for r in gated_roots(text, "/root/.ssh/authorized_keys")]
+    assert got == [("backup/fs1", "rebal@fs1"), ("backup/fs2", "/root/.ssh/authorized_keys")]
+
+
+def test_refusals_from_the_log_file_and_the_journal_after_the_last_watch():
+    lines = [
+        "2026-12-06 19:28:47,666 WARNING refused from 10.0.0.5 (receive backup/fs1): zfs destroy -r backup/fs1: "
+        "zfs destroy is not allowed through this key",
+        "2026-12-06 19:28:48,001 INFO allowed from 10.0.0.5 (receive backup/fs1): zfs list -H backup/fs1",
+        "1796585400.250000 bk rebal-gate[123]: refused from 10.0.0.6 (receive backup/fs2): sh -c x: shell syntax",
+        "2026-12-06 10:00:00,000 WARNING refused from 10.0.0.7 (receive backup/fs3): old: before the last watch",
+    ]
+    from datetime import datetime
+
+    since = datetime(2026, 12, 6, 12, 0).timestamp()
+    got = [(who, what.split(":")[0]) for _t, who, what in refusals(lines, since)]
+    assert got == [("10.0.0.5", "backup/fs1"), ("10.0.0.6", "backup/fs2")]
