@@ -76,7 +76,12 @@ def measure(paths: list[str], zpool, zfs, *, sample: int | None = None, seed: in
     zpool.settle(pool_name)  # the newest writes show in the block pointers once on disk
     [pool] = zpool.pools([pool_name])
     special = special_class(pool)
-    normal = set(data_vdev_ids(parse_config(zdb(["-C", pool_name], runner))))
+    # the normal vdevs by guid: zdb -C does not say which vdev is special (the vdev's ZAP does)
+    guids = {v.guid for v in pool.data_vdevs if v.guid}
+    if not guids:
+        raise NoSpecialError(f"this zpool does not say its vdevs' guids (zpool list -j: OpenZFS 2.3+): which of "
+                             f"pool {pool_name}'s vdevs is special cannot be told from the block pointers")
+    normal = set(data_vdev_ids(parse_config(zdb(["-C", pool_name], runner)), guids))
     notes: list[str] = []
     if sample is None or len(objs) <= sample:
         chosen, rest, whole_ids = list(objs), [], {id(o) for o in objs}

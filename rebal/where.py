@@ -138,7 +138,9 @@ def read_objects(ds: str, inos: list[int], runner=run, full: bool = False, parse
 def vdev_names(pool, runner=run) -> tuple[dict[int, str], set[int]]:
     """vdev id -> `rebal status` name, and the ids of the data vdevs, of ``pool`` (a zfs.model.Pool)."""
     tops = placement.parse_config(zdb(["-C", pool.name], runner))
-    return placement.name_map(tops, [v.name for v in pool.data_vdevs]), set(placement.data_vdev_ids(tops))
+    guids = [v.guid for v in pool.data_vdevs]
+    return (placement.name_map(tops, [v.name for v in pool.data_vdevs], guids),
+            set(placement.data_vdev_ids(tops, {g for g in guids if g} or None)))
 
 
 def where(paths: list[str], zpool, zfs, *, sample: int = 2000, seed: int = 0, time_limit: float = 60.0,

@@ -20,6 +20,7 @@ class Vdev:
     state: str = ""
     devices: tuple[str, ...] = ()  # leaf devices below a group vdev
     exact: bool = True  # False when the figures came from human units (rounded to 3 digits)
+    guid: int | None = None  # the top-level vdev's guid where zpool says it (its JSON, OpenZFS 2.3+)
 
     @property
     def cap(self) -> float:

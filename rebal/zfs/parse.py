@@ -117,6 +117,7 @@ def _json_vdev(name: str, v: dict, default_class: str) -> Vdev:
         vclass=SECTION_CLASS.get(vclass, vclass),
         state=v.get("state", props.get("health", {}).get("value", "")),
         devices=devices,
+        guid=int(v["guid"]) if str(v.get("guid", "")).isdigit() else None,
     )
 
 

@@ -83,6 +83,7 @@ class TopVdev:
     ashift: int = 0
     width: int = 1  # its children (the disks of a raidz or a mirror; 1 for a lone disk)
     leaves: tuple[str, ...] = ()  # the paths of its disks (its own path for a lone disk)
+    guid: int = 0
 
 
 def parse_config(text: str) -> list[TopVdev]:
@@ -125,19 +126,29 @@ def parse_config(text: str) -> list[TopVdev]:
 def _top(d: dict) -> TopVdev:
     return TopVdev(int(d.get("id", d["id"])), d.get("type", "?"), d.get("path", ""), int(d.get("nparity", 0) or 0),
                    d.get("is_log", "0") == "1", d.get("alloc_bias", d.get("vdev_alloc_bias", "")),
-                   int(d.get("ashift", 0) or 0), d.get("width") or 1, tuple(d.get("leaves", ())))
+                   int(d.get("ashift", 0) or 0), d.get("width") or 1, tuple(d.get("leaves", ())),
+                   int(d["guid"]) if str(d.get("guid", "")).isdigit() else 0)
 
 
-def data_vdev_ids(tops: list[TopVdev]) -> list[int]:
-    """The ids of the normal data vdevs, in order (log, special and dedup vdevs left out)."""
+def data_vdev_ids(tops: list[TopVdev], data_guids: set[int] | None = None) -> list[int]:
+    """The ids of the normal data vdevs, in order (log, special and dedup vdevs left out). A special
+    or dedup vdev's class is not in `zdb -C`'s config (it lives in the vdev's ZAP): where zpool gave
+    the data vdevs' guids (``data_guids``), they decide; else only log vdevs and holes are told apart."""
+    if data_guids:
+        return [t.id for t in tops if t.guid in data_guids]
     return [t.id for t in tops if not t.is_log and not t.bias and t.type not in ("hole", "missing")]
 
 
-def name_map(tops: list[TopVdev], data_names: list[str]) -> dict[int, str]:
-    """vdev id -> the name `rebal status` gives it: the data vdevs match in order; any other id gets
-    `vdev-<id>` (its bytes are not counted among the data vdevs)."""
-    ids = data_vdev_ids(tops)
+def name_map(tops: list[TopVdev], data_names: list[str], data_guids: list[int | None] | None = None) -> dict[int, str]:
+    """vdev id -> the name `rebal status` gives it: the data vdevs match by guid where zpool gave them,
+    else in order; any other id gets `vdev-<id>` (its bytes are not counted among the data vdevs)."""
+    guids = [g for g in data_guids or [] if g]
     out = {t.id: f"vdev-{t.id}" for t in tops}
+    if guids and len(guids) == len(data_names):
+        by_guid = dict(zip(guids, data_names))
+        out.update({t.id: by_guid[t.guid] for t in tops if t.guid in by_guid})
+        return out
+    ids = data_vdev_ids(tops)
     if len(ids) == len(data_names):
         out.update(dict(zip(ids, data_names)))
     return out

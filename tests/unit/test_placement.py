@@ -46,3 +46,23 @@ def test_log_and_special_vdevs_are_not_data():
             placement.TopVdev(2, "mirror", "", 0, False, "special"), placement.TopVdev(3, "raidz", "", 1, False, "")]
     assert placement.data_vdev_ids(tops) == [0, 3]
     assert placement.name_map(tops, ["mirror-0", "raidz1-3"]) == {0: "mirror-0", 1: "vdev-1", 2: "vdev-2", 3: "raidz1-3"}
+
+
+def test_a_special_vdev_is_told_from_the_data_vdevs_by_guid():
+    """OpenZFS 2.4.4, recorded: two file vdevs and a special mirror added. `zdb -C` does not say which
+    top-level vdev is special (the bias lives in the vdev's ZAP): by the config alone all three looked
+    like data vdevs, so `where` named every vdev vdev-N and `--to special` counted blocks on the
+    special vdev as still on the normal ones. zpool's JSON gives the guids that tell them apart."""
+    from conftest import fixture_text
+
+    from rebal.zfs.parse import parse_zpool_list_json
+    from rebal.zfs.placement import data_vdev_ids, name_map, parse_config
+
+    tops = parse_config(fixture_text("special-mirror_zdb-C.txt"))
+    [pool] = parse_zpool_list_json(fixture_text("special-mirror_zpool-list-v-j.json"))
+    assert [v.vclass for v in pool.vdevs] == ["normal", "normal", "special"]
+    guids = [v.guid for v in pool.data_vdevs]
+    assert all(guids) and data_vdev_ids(tops) == [0, 1, 2]  # the config alone: the special one among them
+    assert data_vdev_ids(tops, set(guids)) == [0, 1]
+    names = name_map(tops, [v.name for v in pool.data_vdevs], guids)
+    assert names == {0: "/var/tmp/sp/d0", 1: "/var/tmp/sp/d1", 2: "vdev-2"}
