@@ -96,18 +96,43 @@ def one(way: str, root: Path, cfg: Path) -> dict:
         rewritten = sum(os.path.getsize(f) for f in files)
     else:
         argv = ["rebal", "--config", str(cfg), "rebalance", str(root), "--target-spread", "2", "--json"]
-        r = subprocess.run(argv + (["--no-steer"] if way == "unsteered" else []), capture_output=True, text=True)
+        r, phase = timed(argv + (["--no-steer"] if way == "unsteered" else []), t0)
         done = json.loads(r.stdout.splitlines()[-1]) if r.stdout.strip() else {}
         rewritten = done.get("bytes", 0)
     sh("zpool", "sync", POOL)
     took = time.perf_counter() - t0
     if r.returncode != 0:
         sys.exit(f"{way} failed: {r.stderr[-800:]}")
+    if way == "loop":
+        phase = {"prepare": 0.0, "rewrite": took, "finish": 0.0}
     now = vdevs()
     moved = sum(start[n] - now[n] for n in old)
     caps = [100.0 * a / (1 << 30) for a in now.values()]
     return {"way": way, "rewritten": rewritten, "moved": moved, "per_moved": rewritten / max(moved, 1),
-            "seconds": took, "spread": max(caps) - min(caps), "incremental": stream_size()}
+            "seconds": took, "spread": max(caps) - min(caps), "incremental": stream_size(), **phase}
+
+
+def timed(argv: list[str], t0: float) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run rebal, each JSON event timed as it comes: the phases (before the "start" event: scan, plan,
+    placement measured by zdb; from it to the last directory: the rewriting; after: the settled
+    measurement and the placement measured again), as a pool's size does not scale them alike."""
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines, start, last = [], None, None
+    for line in p.stdout:
+        lines.append(line)
+        ev = json.loads(line).get("event")
+        now = time.perf_counter() - t0
+        if ev == "start":
+            start = now
+        elif ev in ("dir", "progress"):
+            last = now
+    err = p.stderr.read()
+    p.wait()
+    end = time.perf_counter() - t0
+    start = end if start is None else start
+    last = start if last is None else last
+    return (subprocess.CompletedProcess(argv, p.returncode, "".join(lines), err),
+            {"prepare": start, "rewrite": last - start, "finish": end - last})
 
 
 def main() -> None:
@@ -127,7 +152,8 @@ def main() -> None:
             got.setdefault(way, []).append(m)
             print(f"run {run + 1} {way:9} rewrote {m['rewritten'] >> 20:5d} MiB, moved {m['moved'] >> 20:4d} MiB "
                   f"({m['per_moved']:.2f}x), {m['seconds']:6.1f} s, spread {m['spread']:4.1f}, "
-                  f"next incremental {m['incremental'] >> 20} MiB", flush=True)
+                  f"next incremental {m['incremental'] >> 20} MiB; phases {m['prepare']:.1f} + {m['rewrite']:.1f} + "
+                  f"{m['finish']:.1f} s", flush=True)
     sh("zpool", "destroy", "-f", POOL)
     shutil.rmtree(BASE, ignore_errors=True)
     base = statistics.median(m["seconds"] for m in got["steered"]) if "steered" in got else None
@@ -139,7 +165,10 @@ def main() -> None:
               + (f" ({secs / base:.2f}x)" if base else "") + f", spread {statistics.median(m['spread'] for m in ms):.1f}")
     if base and "unsteered" in got:
         ratio = statistics.median(m["seconds"] for m in got["unsteered"]) / base
-        print(f"goal: steered >= 1.7x faster than unsteered: {ratio:.2f}x, {'met' if ratio >= 1.7 else 'NOT met'}")
+        phase = (statistics.median(m["rewrite"] for m in got["unsteered"])
+                 / statistics.median(m["rewrite"] for m in got["steered"]))
+        print(f"goal: steered >= 1.7x faster than unsteered: {ratio:.2f}x the whole command, {phase:.2f}x the "
+              f"rewriting; {'met' if ratio >= 1.7 else 'NOT met'} (the command's fixed phases weigh more on a small pool)")
 
 
 if __name__ == "__main__":
