@@ -162,13 +162,13 @@ def test_metrics_parse_and_are_written_atomically(make_pool, tmp_path):
 
 def test_systemd_units_verify():
     units = sorted(str(p) for p in (ROOT / "systemd").iterdir())
-    assert len(units) == 3
+    assert len(units) == 5
     r = subprocess.run(["systemd-analyze", "verify", *units], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "rebal" not in r.stderr, r.stderr  # no warning about our units
     text = (ROOT / "systemd" / "rebal-due.timer").read_text()
     assert "Persistent=true" in text and "RandomizedDelaySec=" in text
-    for u in ("rebal.service", "rebal-due.service"):
+    for u in ("rebal.service", "rebal-due.service", "rebal-watch.service"):
         t = (ROOT / "systemd" / u).read_text()
         for opt in ("NoNewPrivileges=yes", "ProtectSystem=strict", "ReadWritePaths=/var/lib/rebal", "PrivateTmp=yes"):
             assert opt in t, (u, opt)
@@ -357,7 +357,7 @@ def test_the_unattended_commands_speak_json_and_run_has_a_dry_run(make_pool, tmp
 EXPOSURE = re.compile(r"Overall exposure level for \S+: (\d+\.\d+)")
 
 
-@pytest.mark.parametrize("unit", ["rebal.service", "rebal-due.service"])
+@pytest.mark.parametrize("unit", ["rebal.service", "rebal-due.service", "rebal-watch.service"])
 def test_the_units_expose_at_most_3(unit):
     """`systemd-analyze security` of the shipped units (issue 49: 6.2 before their confinement). The
     lane asks Debian 13's systemd the same (tests/openzfs/test_lane_confined.py)."""
