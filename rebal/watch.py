@@ -131,3 +131,25 @@ def refusal_findings(found: list[tuple[float, str, str]]) -> list[H.Finding]:
 
 def now() -> float:
     return time.time()
+
+
+def metrics_text(roots: list[Root], level: int, refused: int, max_age_hours: float, now: float) -> str:
+    """The watch's figures for node_exporter's textfile collector (`rebal watch --metrics FILE`): each
+    backup's newest snapshot's age, the maximum it is judged against, the leaves holding none, the
+    gate's refusals since the last watch, the level, and when it was written."""
+    from .metrics import _Doc
+
+    d = _Doc()
+    for r in roots:
+        for ds, p in sorted(r.datasets.items()):
+            if p is not None:
+                d.add("rebal_watch_backup_age_seconds", "Age of the newest snapshot of a dataset under a gated root.",
+                      round(now - p[1], 3), root=r.dataset, dataset=ds)
+        none = [ds for ds, p in r.datasets.items() if p is None and not any(o.startswith(ds + "/") for o in r.datasets)]
+        d.add("rebal_watch_datasets_without_snapshot", "Datasets under a gated root that hold no snapshot.",
+              len(none), root=r.dataset)
+    d.add("rebal_watch_backup_max_age_seconds", "The age past which a backup is a warning.", max_age_hours * 3600)
+    d.add("rebal_watch_gate_refused", "Commands the gate refused since the previous watch.", refused)
+    d.add("rebal_watch_level", "The watch's level: 0 OK, 1 warning, 2 critical.", level)
+    d.add("rebal_watch_timestamp_seconds", "When the watch ran.", round(now, 3))
+    return "\n".join(d.lines) + "\n"

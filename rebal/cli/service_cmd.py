@@ -177,6 +177,7 @@ def watch(
     authorized_keys: Annotated[Optional[list[str]], typer.Option("--authorized-keys", metavar="FILE", help="Read the gated keys' roots (rebal gate --receive-into ROOT) from FILE (repeatable) [default: ~/.ssh/authorized_keys].")] = None,
     max_age_hours: Annotated[Optional[float], typer.Option("--max-age-hours", metavar="H", help="A dataset whose newest snapshot is older is a warning [default: health.replication_max_age_hours].")] = None,
     gate_log: Annotated[Optional[list[str]], typer.Option("--gate-log", metavar="FILE", help="The gate's log file (repeatable) [default: /var/log/rebal/gate.log; the journal too].")] = None,
+    metrics_file: Annotated[Optional[str], typer.Option("--metrics", metavar="FILE", help="Also write the figures for node_exporter's textfile collector to FILE.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """On a backup host: every backup under the gated roots, its newest snapshot's age, the pools that
@@ -228,6 +229,11 @@ def watch(
     findings += W.refusal_findings(refused)
     cache.set("watch.last", str(now))
     level = H.overall(findings)
+    if metrics_file:
+        from ..metrics import atomic_file
+
+        with atomic_file(metrics_file) as put:
+            put(W.metrics_text(roots, level, len(refused), limit, now))
     watched = [{"root": r.dataset, "key": r.key, "datasets": len(r.datasets),
                 "newest": {d: (None if p is None else {"snapshot": p[0], "age_hours": round((now - p[1]) / 3600, 2)})
                            for d, p in r.datasets.items()}} for r in roots]

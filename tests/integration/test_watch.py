@@ -57,8 +57,23 @@ def test_two_file_servers_watched_from_the_gated_keys(make_pool, tmp_path):
     assert len(gate) == 1 and "1 command(s) refused" in gate[0]["message"] and "destroy" in gate[0]["message"], gate
     r = rebal("watch", "--authorized-keys", str(keys), "--gate-log", str(log), "--json", config=cfg, check=False)
     assert json.loads(r.stdout)["refused"] == 0  # said once: since the last watch
-    text = rebal("watch", "--authorized-keys", str(keys), "--gate-log", str(log), config=cfg, check=False).stdout
+    prom = tmp_path / "watch.prom"
+    text = rebal("watch", "--authorized-keys", str(keys), "--gate-log", str(log), "--metrics", str(prom),
+                 config=cfg, check=False).stdout
     assert f"{bk.name}/fs1 (rebal@fileserver1): 2 dataset(s)" in text, text
+    # the figures for Prometheus: real promtool's check, and the values read back
+    import subprocess
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    r = subprocess.run(["promtool", "check", "metrics"], input=prom.read_text(), capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    fams = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
+    [age] = fams["rebal_watch_backup_age_seconds"].samples
+    assert age.labels == {"root": f"{bk.name}/fs1", "dataset": f"{bk.name}/fs1/home"} and 0 <= age.value < 3600
+    none = {s.labels["root"]: s.value for s in fams["rebal_watch_datasets_without_snapshot"].samples}
+    assert none == {f"{bk.name}/fs1": 0, f"{bk.name}/fs2": 1}
+    assert fams["rebal_watch_level"].samples[0].value == 1
 
 
 def test_nothing_to_watch_is_said(tmp_path):
