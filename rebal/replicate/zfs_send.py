@@ -97,11 +97,16 @@ class ZfsReplicator(Capabilities):
 
     def run(self) -> ZfsReport:
         remote0 = self.ssh.commands
+        t0 = time.monotonic()
         try:
             return self._run_all()
         finally:
             self.report.local_commands = self.counted.n
             self.report.remote_commands = self.ssh.commands - remote0
+            # what no phase holds (detecting the hosts' abilities, choosing the datasets, the orphans),
+            # as a phase of its own: every second of the run is in one
+            whole = time.monotonic() - t0
+            self.report.phases["other"] = round(max(0.0, whole - sum(self.report.phases.values())), 3)
 
     def _run_all(self) -> ZfsReport:
         t0 = time.monotonic()
@@ -148,7 +153,9 @@ class ZfsReplicator(Capabilities):
         snap = self.report.snapshot = self._snapshot(datasets, whole, left_out)
         self.report.phases["snapshot"] = round(time.monotonic() - t0, 3)
         # the source's snapshots and bookmarks, new one included, in one call for the whole tree
+        t0 = time.monotonic()
         self.source_tree = self.source.listing(self.job.source, self.job.recursive)
+        self.report.phases["listing the source again"] = round(time.monotonic() - t0, 3)
         self.orphans = T.find_orphans(self, chosen)
         t0 = time.monotonic()
         self._send_by_level(datasets, snap)

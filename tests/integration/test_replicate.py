@@ -65,6 +65,10 @@ def test_full_then_incremental_recursive(pools, backup_host, tmp_path):
     assert {d["kind"] for d in r2["datasets"]} == {"incremental"}
     assert all(d["base"] == r1["snapshot"] for d in r2["datasets"])
     assert r2["bytes"] < r1["bytes"]
+    # every second of the replicator's run is in a phase, "other" holding what none names (issue 67)
+    ph = r2["phases"]
+    assert {"listing", "unchanged", "snapshot", "listing the source again", "sends", "prune", "other"} <= set(ph), ph
+    assert sum(ph.values()) <= r2["seconds"] + 0.01, (ph, r2["seconds"])
     same_trees(src, dst)
     runs = rebal_json("runs", "--job", "nightly", config=cfg)["runs"]
     assert [r["outcome"] for r in runs] == ["ok", "ok"]
