@@ -1,4 +1,4 @@
-"""Dead-man pings (issue 68): a replication job tells a monitor outside the file server when it starts
+"""Dead-man pings: a replication job tells a monitor outside the file server when it starts
 and how it ended, so a file server that stops running its jobs (dead, its timer stopped) is noticed
 by the monitor's missing ping, not by the file server's own records.
 

@@ -1,4 +1,4 @@
-"""`rebal watch`: the backup host watches for itself (issue 68). A push job's file server keeps the
+"""`rebal watch`: the backup host watches for itself. A push job's file server keeps the
 records of its runs; when it dies, or its timer stops, nothing on it says so. The backup host knows
 what it holds without any config from the file servers: the datasets under the roots its gated keys
 may receive into (`command="rebal gate --receive-into ROOT"` in authorized_keys), and the newest

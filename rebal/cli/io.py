@@ -115,3 +115,18 @@ class Signals:
         import signal
 
         return 130 if self.got and self.got[0] == signal.SIGINT else 0
+
+
+def end_of_run(rep: dict, as_json: bool, text, sig: Signals) -> None:
+    """A run's report (a refresh, a rebalance to the special vdev): its last JSON line, or its text
+    (``text(rep)``); then the exit code: the signal's for an interrupted run, 1 for a failed one."""
+    import typer
+
+    if as_json:
+        print(json.dumps({"event": "done"} | rep), flush=True)
+    else:
+        out_text(text(rep))
+    if rep["outcome"] == "interrupted" and sig.exit_code():
+        raise typer.Exit(sig.exit_code())
+    if rep["outcome"] == "failed":
+        raise typer.Exit(1)

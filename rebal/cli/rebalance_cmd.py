@@ -14,7 +14,7 @@ import typer
 from . import complete
 from .app import JsonOpt, app
 from ..errors import UsageError
-from .io import Signals, load_config, open_state, out_json, out_text, state_or_none
+from .io import Signals, end_of_run, load_config, open_state, out_json, out_text, state_or_none
 
 TargetsArg = Annotated[list[str], typer.Argument(help="Datasets (tank/data) or directories inside mounted datasets.",
                                                  autocompletion=complete.datasets)]
@@ -197,14 +197,7 @@ def _to_special(cfg, params: dict) -> None:
             rep = special.rebalance(cfg, targets, Zpool(), Zfs(), conn, given=given, everything=everything,
                                     events=events, stop=sig.stop, dry_run=dry_run,
                                     progress=getattr(events, "measuring", None))
-    if as_json:
-        print(json.dumps({"event": "done"} | rep), flush=True)
-    else:
-        out_text(report_text(rep))
-    if rep["outcome"] == "interrupted" and sig.exit_code():
-        raise typer.Exit(sig.exit_code())
-    if rep["outcome"] == "failed":
-        raise typer.Exit(1)
+    end_of_run(rep, as_json, report_text, sig)
 
 
 def _reads_text(read: dict) -> str:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Annotated, Optional
 
 import typer
 
 from .app import JsonOpt, app
-from .io import Signals, load_config, open_state, out_json, out_text
+from .io import Signals, end_of_run, load_config, open_state, out_json, out_text
 from .rebalance_cmd import ExcludeOpt, MaxBytesOpt, MethodOpt
 
 
@@ -68,13 +67,6 @@ def refresh(
                                            dry_run=dry_run, progress=getattr(events, "measuring", None))
 
             rep = go() if dry_run else record(conn, "refresh", go)  # a run by hand is recorded as the timer's is
-    if as_json:
-        print(json.dumps({"event": "done"} | rep), flush=True)
-    else:
-        from ..views.refresh import report_text
+    from ..views.refresh import report_text
 
-        out_text(report_text(rep))
-    if rep["outcome"] == "interrupted" and sig.exit_code():
-        raise typer.Exit(sig.exit_code())
-    if rep["outcome"] == "failed":
-        raise typer.Exit(1)
+    end_of_run(rep, as_json, report_text, sig)
