@@ -168,7 +168,7 @@ def plan(paths: list[str], zpool, zfs, *, sample: int = 2000, seed: int = 0, eve
     return summary(measure(paths, zpool, zfs, sample=sample, seed=seed), everything)
 
 
-def _todo(chosen, method: str) -> list[tuple]:
+def _todo(chosen) -> list[tuple]:
     """(path, st_dev, st_ino) of the chosen files still as measured (one replaced since is left)."""
     out = []
     for o, _b, _w in chosen:
@@ -196,7 +196,7 @@ def rebalance(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, everythin
         left = [os.fsdecode(o.path) for o, _b, _w in chosen if o.nlink > 1]
         chosen = [r for r in chosen if r[0].nlink <= 1]
     out["left"] = left
-    todo = {method: _todo(chosen, method)}
+    todo = {method: _todo(chosen)}
     if not todo[method]:
         out["outcome"], out["reason"] = "ok", ("nothing to move: no file holds metadata or small blocks on the "
                                                "normal vdevs worth a rewrite")

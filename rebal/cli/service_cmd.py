@@ -199,7 +199,8 @@ def watch(
             raise UsageError(f"--root {r.dataset}: {problem}")
     for f in authorized_keys or ([] if root else [os.path.expanduser("~/.ssh/authorized_keys")]):
         try:
-            roots += W.gated_roots(open(f).read(), f)
+            with open(f, errors="replace") as fh:  # (a key file is text; a stray byte must not stop the watch)
+                roots += W.gated_roots(fh.read(), f)
         except OSError as e:
             raise UsageError(f"--authorized-keys {f}: {e.strerror}") from None
     if not roots:

@@ -83,5 +83,8 @@ def test_nothing_to_watch_is_said(tmp_path):
     cfg.write_text(f'state_db = "{tmp_path / "state.db"}"\n')
     r = rebal("watch", "--authorized-keys", str(keys), config=cfg, check=False)
     assert r.returncode == 2 and "nothing to watch" in r.stderr, r.stderr
+    keys.write_bytes(b"\xff\xfe not text\n")  # a stray byte in the key file: said, not a traceback
+    r = rebal("watch", "--authorized-keys", str(keys), config=cfg, check=False)
+    assert r.returncode == 2 and "nothing to watch" in r.stderr, r.stderr
     r = rebal("watch", "--root", "bad name", config=cfg, check=False)
     assert r.returncode == 2 and "--root bad name" in r.stderr, r.stderr
