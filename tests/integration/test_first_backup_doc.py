@@ -18,7 +18,8 @@ import pytest
 from sshenv import start_sshd
 from zfsenv import sh
 
-pytestmark = [pytest.mark.zfs, pytest.mark.lane]
+# lane_long: CI's suite follows the guide on zfs-fuse; the full lane on OpenZFS (4 minutes under TCG)
+pytestmark = [pytest.mark.zfs, pytest.mark.lane, pytest.mark.lane_long]
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "first-backup.md"
 

@@ -281,6 +281,7 @@ def test_growing_tree_with_holds(pools, backup_host, tmp_path):
     tree_scenario(*pools, backup_host, tmp_path)
 
 
+@pytest.mark.lane_long  # the suite runs the same scenario on zfs-fuse; the quick set restores on OpenZFS in test_lane_restore
 def test_restore_a_path_in_child_datasets_of_a_recursive_job(pools, backup_host, tmp_path):
     """On OpenZFS the backup's children are received unmounted: the path is read from each one's
     snapshot all the same."""
@@ -290,6 +291,7 @@ def test_restore_a_path_in_child_datasets_of_a_recursive_job(pools, backup_host,
     restore_path_in_children_scenario(src, dst, backup_host, tmp_path)
 
 
+@pytest.mark.lane_long  # the suite counts the same commands on zfs-fuse (test_replicate.py)
 def test_pruning_many_snapshots_takes_few_commands(pools, backup_host, tmp_path):
     """OpenZFS takes comma lists: 21 snapshots of 4 datasets pruned with one release, one
     `zfs destroy -r` on the source and one destroy per dataset on the backup (it was a release per
