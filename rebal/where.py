@@ -144,14 +144,17 @@ def vdev_names(pool, runner=run) -> tuple[dict[int, str], set[int]]:
 
 
 def where(paths: list[str], zpool, zfs, *, sample: int = 2000, seed: int = 0, time_limit: float = 60.0,
-          runner=run, settle: bool = True, keep_files: bool = False) -> WhereReport:
+          runner=run, settle: bool = True, keep_files: bool = False, ids: tuple | None = None) -> WhereReport:
+    """``ids``: vdev_names as read earlier in this run (read again where it lacks a data vdev now)."""
     t0 = time.monotonic()
     pool, objs = collect(paths, zfs)
     rep = WhereReport(pool, [os.path.realpath(p) for p in paths], files=len(objs))
     if settle:
         zpool.settle(pool)  # recent writes show to zdb once their transaction group is on disk
     [p] = zpool.pools([pool])
-    names, data_ids = vdev_names(p, runner)
+    if ids is None or not {v.name for v in p.data_vdevs} <= set(ids[0].values()):
+        ids = vdev_names(p, runner)
+    names, data_ids = ids
     whole, rest, chosen = stratify(objs, sample, seed)
     if len(chosen) < len(objs):
         rep.notes.append((f"the {len(whole)} largest file(s) measured whole and " if whole else "")

@@ -208,7 +208,7 @@ def _finish(r: Run, earlier: dict | None, avail_ds: str, t0: float) -> None:
     if prep.plan.measured and r.report.files:
         from .measure import rewritten_placement
 
-        r.report.placement = rewritten_placement(prep.plan, r.report.done_dirs, zpool, zfs)
+        r.report.placement = rewritten_placement(prep.plan, r.report.done_dirs, zpool, zfs, ids=prep.vdev_ids)
     if r.report.reclaim is not None:
         after = _available(zfs, avail_ds)
         r.report.reclaim |= {"available_after": after,

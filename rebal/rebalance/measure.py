@@ -18,55 +18,37 @@ PER_DIR = 16  # files measured per directory
 
 
 def measure_dirs(dirs: list[DirEntry], targets, pool, zpool, filters: Filters, *, time_limit: float = 30.0,
-                 runner=run) -> tuple[list[DirEntry], str]:
-    """``dirs`` with ``placement`` set where measured; and a note saying what was measured."""
+                 runner=run) -> tuple[list[DirEntry], str, tuple | None]:
+    """``dirs`` with ``placement`` set where measured; a note saying what was measured; and the pool's
+    vdev ids (where.vdev_names: read once a run, the run's last measurement uses them again)."""
+    from concurrent.futures import ThreadPoolExecutor
     from dataclasses import replace
 
     from ..where import BATCH, read_objects, vdev_names
 
     t0 = time.monotonic()
     if os.geteuid() != 0:
-        return dirs, "placement not measured (zdb needs root): the plan uses the model"
-    try:
-        zpool.settle(pool.name)
-        names, data_ids = vdev_names(pool, runner)
-    except RebalError as e:
-        return dirs, f"placement not measured ({e}): the plan uses the model"
+        return dirs, "placement not measured (zdb needs root): the plan uses the model", None
+    # zdb -C and the objects' zdb at once: each pays zdb's start (the pool opened from its disks)
+    with ThreadPoolExecutor(1) as ex:
+        ids_asked = ex.submit(vdev_names, pool, runner)
+        try:
+            zpool.settle(pool.name)
+            got, stopped = _read_dirs(dirs, targets, filters, t0, time_limit, runner, BATCH, read_objects)
+            names, data_ids = ids_asked.result()
+        except RebalError as e:
+            return dirs, f"placement not measured ({e}): the plan uses the model", None
     order = {n: i for i, n in enumerate(v.name for v in pool.data_vdevs)}
-    roots = sorted(((t.root, t.dataset, os.lstat(t.root).st_dev) for t in targets), key=lambda r: -len(r[0]))
-    picks: dict[str, list[tuple[bytes, int]]] = {}  # dataset -> (dir, ino)
-    for d in dirs:
-        root, ds, dev = next(r for r in roots if d.path == r[0] or d.path.startswith(r[0].rstrip(b"/") + b"/"))
-        files = sorted(candidates(d.path, root, dev, filters), key=lambda f: -f[1].st_blocks)[:PER_DIR]
-        picks.setdefault(ds, []).extend((d.path, st.st_ino) for _n, st in files)
-    got: dict[bytes, Counter] = {}
-    measured_dirs: set[bytes] = set()
-    stopped = False
-    for ds, items in sorted(picks.items()):
-        for i in range(0, len(items), BATCH):
-            if time.monotonic() - t0 > time_limit:
-                stopped = True
-                break
-            batch = items[i:i + BATCH]
-            try:
-                found, _gone = read_objects(ds, [ino for _d, ino in batch], runner)
-            except RebalError as e:
-                return dirs, f"placement not measured ({e}): the plan uses the model"
-            for dpath, ino in batch:
-                c = got.setdefault(dpath, Counter())
-                for vid, n in found.get(ino, Counter()).items():
-                    if vid in data_ids:
-                        c[names[vid]] += n
-                measured_dirs.add(dpath)
-        if stopped:
-            break
     out = []
     for d in dirs:
-        c = got.get(d.path)
-        if d.path in measured_dirs and c and sum(c.values()):
-            tot = sum(c.values())
+        by_vdev = Counter()
+        for vid, n in got.get(d.path, Counter()).items():
+            if vid in data_ids:
+                by_vdev[names[vid]] += n
+        if d.path in got and sum(by_vdev.values()):
+            tot = sum(by_vdev.values())
             place = [0] * len(order)
-            for name, n in c.items():
+            for name, n in by_vdev.items():
                 if name in order:
                     place[order[name]] = round(d.moves * n / tot)
             out.append(replace(d, placement=tuple(place)))
@@ -77,13 +59,36 @@ def measure_dirs(dirs: list[DirEntry], targets, pool, zpool, filters: Filters, *
             f"(up to {PER_DIR} largest files each) in {time.monotonic() - t0:.1f} s")
     if stopped:
         note += f"; the time limit ({time_limit:g} s) left the rest to the model"
-    return out, note
+    return out, note, (names, data_ids)
+
+
+def _read_dirs(dirs, targets, filters, t0: float, time_limit: float, runner, batch_size: int,
+               read_objects) -> tuple[dict[bytes, Counter], bool]:
+    """Each measured directory's bytes by vdev id (its up to PER_DIR largest files, one zdb per
+    dataset and batch), and whether the time limit stopped it."""
+    roots = sorted(((t.root, t.dataset, os.lstat(t.root).st_dev) for t in targets), key=lambda r: -len(r[0]))
+    picks: dict[str, list[tuple[bytes, int]]] = {}  # dataset -> (dir, ino)
+    for d in dirs:
+        root, ds, dev = next(r for r in roots if d.path == r[0] or d.path.startswith(r[0].rstrip(b"/") + b"/"))
+        files = sorted(candidates(d.path, root, dev, filters), key=lambda f: -f[1].st_blocks)[:PER_DIR]
+        picks.setdefault(ds, []).extend((d.path, st.st_ino) for _n, st in files)
+    got: dict[bytes, Counter] = {}
+    for ds, items in sorted(picks.items()):
+        for i in range(0, len(items), batch_size):
+            if time.monotonic() - t0 > time_limit:
+                return got, True
+            batch = items[i:i + batch_size]
+            found, _gone = read_objects(ds, [ino for _d, ino in batch], runner)
+            for dpath, ino in batch:
+                got.setdefault(dpath, Counter()).update(found.get(ino, Counter()))
+    return got, False
 
 
 def rewritten_placement(plan, done: list[bytes], zpool, zfs, *, sample: int = 500, time_limit: float = 30.0,
-                        runner=run) -> dict | None:
+                        runner=run, ids: tuple | None = None) -> dict | None:
     """Where the data of the directories a run rewrote was (the plan's measurement) and is now (read
-    again from the block pointers, a sample): {"before": {vdev: share}, "after": {...}, ...}."""
+    again from the block pointers, a sample): {"before": {vdev: share}, "after": {...}, ...}.
+    ``ids``: the vdev ids the plan's measurement read (not asked of zdb again)."""
     from ..where import where
 
     if not plan.measured or not done:
@@ -97,7 +102,8 @@ def rewritten_placement(plan, done: list[bytes], zpool, zfs, *, sample: int = 50
     if not sum(tot):
         return None
     try:
-        rep = where([os.fsdecode(p) for p in done], zpool, zfs, sample=sample, time_limit=time_limit, runner=runner)
+        rep = where([os.fsdecode(p) for p in done], zpool, zfs, sample=sample, time_limit=time_limit, runner=runner,
+                    ids=ids)
     except RebalError as e:
         return {"before": dict(zip(names, (round(b / sum(tot), 4) for b in tot))), "after": None, "error": str(e)}
     return {"before": dict(zip(names, (round(b / sum(tot), 4) for b in tot))),

@@ -83,6 +83,7 @@ class Prepared:
     purpose: str = "balance"
     steer: Choice | None = None  # steering the allocator: the threshold (None: not steered) and why
     unsteered: Plan | None = None  # steered: the plan as it would be without (what steering saves)
+    vdev_ids: tuple | None = None  # where.vdev_names as the plan's measurement read them (None: not measured)
 
     @property
     def key(self) -> str:
@@ -130,26 +131,27 @@ def resolve_targets(zfs, specs: list[str]) -> list[Target]:
     return kept
 
 
-def _measured(opts: Options, dirs, targets, pool, zpool, filters, notes: list[str]):
-    """The directories with their measured placement (opts.placement), and a note of what was done."""
+def _measured(opts: Options, dirs, targets, pool, zpool, filters, notes: list[str]) -> tuple[list, tuple | None]:
+    """The directories with their measured placement (opts.placement), a note of what was done, and
+    the vdev ids read (or None)."""
     if opts.placement == "model" or not dirs or len(pool.data_vdevs) < 2:
-        return dirs
+        return dirs, None
     if opts.placement == "auto" and (pool.spread <= opts.target_spread or opts.rewrite_all):
-        return dirs  # nothing to choose: no directory, or every one, is rewritten
+        return dirs, None  # nothing to choose: no directory, or every one, is rewritten
     import shutil
 
     if shutil.which("zdb") is None:
         if opts.placement == "measured":
             raise RebalError("--placement measured: zdb is not installed (it ships with zfsutils-linux and zfs-fuse)")
         notes.append("placement not measured (no zdb): the plan uses the model")
-        return dirs
+        return dirs, None
     from .measure import measure_dirs
 
-    out, note = measure_dirs(dirs, targets, pool, zpool, filters, time_limit=opts.measure_seconds)
+    out, note, ids = measure_dirs(dirs, targets, pool, zpool, filters, time_limit=opts.measure_seconds)
     if opts.placement == "measured" and not any(d.placement is not None for d in out):
         raise RebalError(f"--placement measured: {note}")
     notes.append(note)
-    return out
+    return out, ids
 
 
 def default_jobs(n_data_vdevs: int) -> int:
@@ -284,7 +286,7 @@ def prepare(opts: Options, zpool, zfs, conn=None, *, free: Callable[[str], None]
     # allowed to rewrite what snapshots hold: the old copies stay until they go, and the goal is the
     # spread then (while they stay, the new copies only add to every vdev)
     waits = bool(opts.allow_snapshots and sc.pinned_bytes)
-    remaining = _measured(opts, remaining, targets, pool, zpool, filters, notes)
+    remaining, vdev_ids = _measured(opts, remaining, targets, pool, zpool, filters, notes)
     def planned(threshold: int | None = None) -> Plan:
         return make_plan(fills(pool), remaining, opts.target_spread, max_bytes=opts.max_bytes, threshold=threshold,
                          pinned_fraction=0.0 if waits else pinned_fraction, everything=opts.rewrite_all or reclaim_only)
@@ -315,7 +317,8 @@ def prepare(opts: Options, zpool, zfs, conn=None, *, free: Callable[[str], None]
     jobs = opts.jobs or default_jobs(len(pool.data_vdevs))
     prep = Prepared(pool, targets, sc, plan, method, physical, jobs, snaps, warnings, notes, resume_run, done,
                     reclaim=reclaim, reclaim_only=reclaim_only, filters=filters, available=avail, reserve=int(reserve),
-                    scan_seconds=scan_seconds, purpose=opts.purpose, steer=steered, unsteered=unsteered)
+                    scan_seconds=scan_seconds, purpose=opts.purpose, steer=steered, unsteered=unsteered,
+                    vdev_ids=vdev_ids)
     from .snapcost import assess
 
     prep.costs = assess(prep, opts.replication_jobs, budget=opts.max_growth)
