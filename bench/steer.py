@@ -35,6 +35,9 @@ def sh(*argv: str, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(argv, check=True, capture_output=True, text=True, **kw)
 
 
+VDEV = 1 << 30  # each vdev's size (--vdev-gib)
+
+
 def vdevs() -> dict[str, int]:
     """Data vdev -> ALLOC, from `zpool list -v -Hp`."""
     out = {}
@@ -52,7 +55,7 @@ def fresh(dirs: int, files: int, mib: int) -> Path:
     BASE.mkdir(parents=True)
     disks = [BASE / f"d{i}" for i in range(3)]
     for d in disks:
-        sh("truncate", "-s", "1G", str(d))
+        sh("truncate", "-s", str(VDEV), str(d))
     sh("zpool", "create", "-f", "-m", str(BASE / "mnt"), POOL, str(disks[0]), str(disks[1]))
     sh("zfs", "create", "-o", "compression=off", f"{POOL}/data")
     root = BASE / "mnt" / "data"
@@ -88,7 +91,7 @@ def stream_size() -> int:
 
 def one(way: str, root: Path, cfg: Path) -> dict:
     start = vdevs()
-    old = [n for n, a in start.items() if a > (1 << 30) // 10]  # the full ones (the new one holds some metadata)
+    old = [n for n, a in start.items() if a > VDEV // 10]  # the full ones (the new one holds some metadata)
     t0 = time.perf_counter()
     if way == "loop":
         files = sorted(str(p) for p in root.rglob("f*"))
@@ -107,7 +110,7 @@ def one(way: str, root: Path, cfg: Path) -> dict:
         phase = {"prepare": 0.0, "rewrite": took, "finish": 0.0}
     now = vdevs()
     moved = sum(start[n] - now[n] for n in old)
-    caps = [100.0 * a / (1 << 30) for a in now.values()]
+    caps = [100.0 * a / VDEV for a in now.values()]
     return {"way": way, "rewritten": rewritten, "moved": moved, "per_moved": rewritten / max(moved, 1),
             "seconds": took, "spread": max(caps) - min(caps), "incremental": stream_size(), **phase}
 
@@ -139,8 +142,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--ways", default="steered,unsteered,loop")
-    ap.add_argument("--dirs", type=int, default=48)
+    ap.add_argument("--dirs", type=int, default=48, help="directories of six 4 MiB files (48: about 60%% of two 1 GiB vdevs)")
+    ap.add_argument("--vdev-gib", type=int, default=1, help="each vdev's size; give --dirs in proportion")
     a = ap.parse_args()
+    global VDEV
+    VDEV = a.vdev_gib << 30
     if not Path("/sys/module/zfs/parameters/zfs_mg_noalloc_threshold").exists():
         sys.exit("needs OpenZFS's kernel module (zfs_mg_noalloc_threshold)")
     cfg = BASE.with_suffix(".toml")
