@@ -123,6 +123,11 @@ def guids(names: Sequence[str]) -> list[str]:
     return ["zfs", "get", "-Hp", "-o", "name,value", "guid", *names]
 
 
+def guid_txg(names: Sequence[str]) -> list[str]:
+    """The guid and createtxg of each snapshot or bookmark named (any zfs: `zfs get`, not `list -p`)."""
+    return ["zfs", "get", "-Hp", "-o", "name,property,value", "guid,createtxg", *names]
+
+
 def receive_abort(dataset: str) -> list[str]:
     """Throw away a cut receive's partial state (its resume token) in ``dataset``."""
     return ["zfs", "receive", "-A", dataset]

@@ -87,6 +87,19 @@ class Listings:
                     out[name] = int(value)
         return out
 
+    def snapshots_named(self, snapshots: list[str]) -> dict[str, Snap]:
+        """``dataset@name`` -> its Snap, of those of ``snapshots`` that exist here, in as few commands
+        as the names fit: what a run needs of the snapshot it just made, without listing the tree."""
+        out: dict[str, Snap] = {}
+        for part in chunks(snapshots):
+            res = self.run(zargv.guid_txg(part), check=False)
+            if res.returncode != 0 and not only_missing(res.stderr):
+                raise self._error(res)
+            for full, row in parse_guid_txg(res.stdout).items():
+                if "@" in full and "guid" in row:
+                    out[full] = Snap(full.split("@", 1)[1], row["guid"], row.get("createtxg", 0))
+        return out
+
     def listing(self, root: str, recursive: bool, *, bookmarks: bool = True) -> dict[str, list[Snap]]:
         """A job's datasets (``root``, and its children where ``recursive``) with their snapshots (and
         bookmarks): one command for the whole tree; {} where ``root`` does not exist."""

@@ -107,6 +107,18 @@ def bookmarks(ds: str) -> list[str]:
     return [line.split("#", 1)[1] for line in out.splitlines() if "#" in line]
 
 
+def zfs_shim(work):
+    """A directory whose `zfs` writes its arguments to a log, then runs the real zfs."""
+    import shutil
+
+    real = shutil.which("zfs")
+    shim, calls = work / "bin", work / "zfs-calls"
+    shim.mkdir()
+    (shim / "zfs").write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {real} "$@"\n')
+    (shim / "zfs").chmod(0o755)
+    return shim, calls
+
+
 def test_full_then_incremental_from_a_bookmark_and_receive_u(pools, backup_host, tmp_path):
     """OpenZFS has bookmarks: the cursor is `ds#<snapshot>`, no rebal snapshot stays on the source
     (the default retention_source keeps none), nothing is held, and the next run sends `-i #bookmark`."""
@@ -125,8 +137,13 @@ def test_full_then_incremental_from_a_bookmark_and_receive_u(pools, backup_host,
         assert not [s for s in snaps(f"{src.name}/{ds}") if s.startswith("rebal-night-")], ds  # none pins data
     assert r1["snapshot"] in snaps(f"{dst.name}/copy")
     fill(src, 2)
-    r2 = rebal_json("replicate", "night", config=cfg)
+    shim, calls = zfs_shim(tmp_path)
+    r2 = json.loads(rebal("replicate", "night", "--json", config=cfg,
+                          env={"PATH": f"{shim}:{os.environ['PATH']}"}).stdout)
     assert r2["outcome"] == "ok" and {d["kind"] for d in r2["datasets"]} == {"incremental"}, r2
+    # the source's tree is listed once: after the run's snapshot only that snapshot is asked for
+    listings = [c for c in calls.read_text().splitlines() if c.startswith("list ") and c.endswith(f" {src.name}/data")]
+    assert len(listings) == 1, calls.read_text()
     assert {(d["base"], d["base_bookmark"]) for d in r2["datasets"]} == {(r1["snapshot"], True)}, r2
     assert bookmarks(f"{src.name}/data") == [r2["snapshot"]], "the old cursor bookmark is destroyed"
     assert f"{src.name}/data#{r1['snapshot']}" in r2["pruned_bookmarks"]
