@@ -188,3 +188,32 @@ def test_the_record_gives_a_base_only_where_the_landed_snapshot_is_the_newest_po
     got = record_bases(list(tree), tree, landed, "j")
     assert {d: (b.name, b.bookmark) for d, b in got.items()} == {
         "p/a": (s1, False), "p/b": (s1, True), "p/d": (s1, False)}
+
+
+def test_the_snapshot_a_run_just_made_is_asked_by_name_not_by_listing_the_tree():
+    """ZfsHost.snapshots_named: one `zfs get` for the names (replayed from OpenZFS 2.4.4's answer to
+    a recursive one, the rows of the names asked; a name that does not exist is said on stderr as
+    zfs says it), each found as a Snap with its guid and txg; bookmarks and the rest left out."""
+    from rebal.process.command import Result
+    from rebal.zfs.host import ZfsHost
+    from rebal.zfs.snaps import Snap
+
+    rows = fixture_text("openzfs-2.4.4_zfs-get-guid-createtxg-bookmarks.txt").splitlines()
+    missing = fixture_text("listing-bases_zfs-get-Hp-guid.txt.stderr").strip()  # cannot open '...': ... does not exist
+    asked = []
+
+    class Link:
+        local = False
+
+        def run(self, argv, **kw):
+            asked.append(list(argv))
+            names = argv[argv.index("guid,createtxg") + 1:]
+            out = "".join(r + "\n" for r in rows if r.split("\t")[0] in names)
+            gone = [n for n in names if not any(r.split("\t")[0] == n for r in rows)]
+            err = "".join(missing.replace("fx/dst/b@gone", n) + "\n" for n in gone)
+            return Result(list(argv), 1 if gone else 0, out, err)
+
+    got = ZfsHost(Link()).snapshots_named(["bm/d@manual", "bm/d@not-there"])
+    assert asked == [["zfs", "get", "-Hp", "-o", "name,property,value", "guid,createtxg", "bm/d@manual",
+                      "bm/d@not-there"]]
+    assert got == {"bm/d@manual": Snap("manual", 16725473792350961296, 12)}
