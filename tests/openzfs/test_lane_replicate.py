@@ -142,7 +142,9 @@ def test_full_then_incremental_from_a_bookmark_and_receive_u(pools, backup_host,
                           env={"PATH": f"{shim}:{os.environ['PATH']}"}).stdout)
     assert r2["outcome"] == "ok" and {d["kind"] for d in r2["datasets"]} == {"incremental"}, r2
     # the source's tree is listed once: after the run's snapshot only that snapshot is asked for
-    listings = [c for c in calls.read_text().splitlines() if c.startswith("list ") and c.endswith(f" {src.name}/data")]
+    listings = [c for c in calls.read_text().splitlines()
+                if c.startswith("list -Hp -t all ") and c.endswith(f" {src.name}/data")]  # (not the selection's)
+    assert any(c.startswith("get -Hp -o name,property,value guid,createtxg ") for c in calls.read_text().splitlines())
     assert len(listings) == 1, calls.read_text()
     assert {(d["base"], d["base_bookmark"]) for d in r2["datasets"]} == {(r1["snapshot"], True)}, r2
     assert bookmarks(f"{src.name}/data") == [r2["snapshot"]], "the old cursor bookmark is destroyed"
