@@ -13,7 +13,8 @@ from conftest import rebal
 from sshenv import start_sshd
 from zfsenv import sh
 
-pytestmark = [pytest.mark.zfs, pytest.mark.lane]
+# lane_long: CI's suite runs both on zfs-fuse; on OpenZFS the quick lane's gated key is test_lane_setups's wire
+pytestmark = [pytest.mark.zfs, pytest.mark.lane, pytest.mark.lane_long]
 
 
 def job_config(tmp_path, src, dst, host):
@@ -85,7 +86,6 @@ def test_keys_from_nothing_to_a_dry_run_through_the_gate(make_pool, zfs_ready, t
         host.stop()
 
 
-@pytest.mark.lane_long  # what it says: the suite checks it on zfs-fuse; the quick lane keeps the gated dry run above
 def test_keys_says_what_it_did_when_the_key_is_still_refused(make_pool, zfs_ready, tmp_path):
     """Issue 69 (8): `--pin` then a refused login printed only "login refused", not that the key was
     pinned; `--install` into a file sshd does not read did not name the file; and a job that had run
