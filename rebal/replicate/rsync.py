@@ -22,7 +22,7 @@ from ..errors import RebalError
 from ..process.command import run
 from ..zfs import argv as zargv
 from ..zfs.cli import Runner
-from ..zfs.host import ZfsHost, here_hosts
+from ..zfs.host import ZfsHost, here_host
 from . import guard
 from . import source_snaps as S
 from .remote import gate_info
@@ -120,7 +120,7 @@ class RsyncReplicator:
             raise RsyncError(f"rsync target {job.target!r} is not an absolute directory")
         self.job, self.ssh = job, ssh
         self._run = runner
-        self.here = source or here_hosts(Here(runner))[0]  # the source's host: rsync jobs push
+        self.here = source or here_host(Here(runner))  # the source's host: rsync jobs push
         self.there = ZfsHost(ssh)  # the backup's host (this one for a local target)
         self.target_dataset: str | None = None  # the dataset the target directory is on, once snapshotted
         self.dry_run = dry_run

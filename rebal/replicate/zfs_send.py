@@ -26,7 +26,7 @@ from ..process.command import Counted, run
 from ..throttle import Throttle
 from ..zfs import argv as zargv
 from ..zfs.cli import Runner
-from ..zfs.host import ZfsHost, here_hosts
+from ..zfs.host import ZfsHost, here_host
 from . import source_snaps as S
 from . import targets as T
 from .capabilities import Capabilities
@@ -73,7 +73,7 @@ class ZfsReplicator(Capabilities):
         if job.pull:
             self.source, self.target = source or ZfsHost(ssh), ZfsHost(here)
         else:
-            self.source = source or here_hosts(here)[0]
+            self.source = source or here_host(here)
             self.target = ZfsHost(here) if ssh.local else ZfsHost(ssh)
         self.gate: dict | None = None  # what a gate on the other end allows (None: no gate)
         self.cache = cache  # state.Cache: the other end's usage text, kept a day (one round trip less)
