@@ -217,3 +217,30 @@ def test_the_snapshot_a_run_just_made_is_asked_by_name_not_by_listing_the_tree()
     assert asked == [["zfs", "get", "-Hp", "-o", "name,property,value", "guid,createtxg", "bm/d@manual",
                       "bm/d@not-there"]]
     assert got == {"bm/d@manual": Snap("manual", 16725473792350961296, 12)}
+
+
+def test_a_runs_own_host_imports_pyzfs_only_at_its_first_call(monkeypatch):
+    """pyzfs's import parses its C declarations (2.0 s in the lane's guest): a replication run's host
+    (zfs_send and rsync take here_host) tries it at its first libzfs_core call, not when it is made;
+    where it does not load, the host is the zfs command's."""
+    import sys
+
+    from rebal.replicate.transport import Here
+    from rebal.zfs.host import here_host
+
+    tried = []
+
+    class Watch:  # sees every attempt to import libzfs_core, and lets none of them find it
+        def find_spec(self, name, path=None, target=None):
+            if name == "libzfs_core":
+                tried.append(name)
+                raise ImportError("not here")
+            return None
+
+    monkeypatch.delitem(sys.modules, "libzfs_core", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [Watch(), *sys.meta_path])
+    host = here_host(Here())
+    assert tried == []
+    assert host.lzc is None and host.backend == "zfs-cli"
+    assert tried == ["libzfs_core"]
+    assert host.lzc is None and tried == ["libzfs_core"]  # asked once
