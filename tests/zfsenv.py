@@ -112,3 +112,14 @@ def write_cfg(tmp_path, **rebalance):
     lines += [f"{k} = {json.dumps(v)}" for k, v in rebalance.items()]
     p.write_text("\n".join(lines) + "\n")
     return p
+
+
+def logging_shim(work: Path, tool: str) -> tuple[Path, Path]:
+    """A directory to put first on PATH whose ``tool`` (zfs, zdb) writes its arguments to a log, a
+    line a call, then runs the real one; (the directory, the log)."""
+    real = shutil.which(tool)
+    shim, calls = work / f"{tool}-shim", work / f"{tool}-calls"
+    shim.mkdir()
+    (shim / tool).write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {real} "$@"\n')
+    (shim / tool).chmod(0o755)
+    return shim, calls

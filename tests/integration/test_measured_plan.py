@@ -9,7 +9,7 @@ import os
 import pytest
 from conftest import rebal, rebal_json
 from fsenv import manifest, temp_leftovers
-from zfsenv import sh, write_cfg
+from zfsenv import logging_shim, sh, write_cfg
 
 pytestmark = pytest.mark.zfs
 MIB = 1 << 20
@@ -37,18 +37,6 @@ def grown_twice(make_pool):
     return pool, data
 
 
-def zdb_shim(work):
-    """A directory whose `zdb` writes its arguments to a log, then runs the real zdb."""
-    import shutil
-
-    real = shutil.which("zdb")
-    shim, calls = work / "bin", work / "zdb-calls"
-    shim.mkdir()
-    (shim / "zdb").write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {real} "$@"\n')
-    (shim / "zdb").chmod(0o755)
-    return shim, calls
-
-
 def test_measured_plan_reaches_the_target_with_fewer_bytes(make_pool, tmp_path):
     figures = {}
     for how in ("model", "measured"):
@@ -60,7 +48,7 @@ def test_measured_plan_reaches_the_target_with_fewer_bytes(make_pool, tmp_path):
         plan = rebal_json("plan", f"{pool.name}/data", "--target-spread", "12", "--placement", how, config=cfg)
         assert plan["placement"] == how and plan["spread_now"] > 20, plan
         first = os.path.basename(plan["dirs"][0]["path"])
-        shim, calls = zdb_shim(work)
+        shim, calls = logging_shim(work, "zdb")
         r = rebal("rebalance", f"{pool.name}/data", "--target-spread", "12", "--placement", how, "--json", config=cfg,
                   env={"PATH": f"{shim}:{os.environ['PATH']}"})
         done = json.loads(r.stdout.splitlines()[-1])

@@ -22,7 +22,7 @@ from replscenarios import (
     snaps,
     tree_scenario,
 )
-from zfsenv import sh
+from zfsenv import logging_shim, sh
 
 pytestmark = pytest.mark.openzfs
 
@@ -107,18 +107,6 @@ def bookmarks(ds: str) -> list[str]:
     return [line.split("#", 1)[1] for line in out.splitlines() if "#" in line]
 
 
-def zfs_shim(work):
-    """A directory whose `zfs` writes its arguments to a log, then runs the real zfs."""
-    import shutil
-
-    real = shutil.which("zfs")
-    shim, calls = work / "bin", work / "zfs-calls"
-    shim.mkdir()
-    (shim / "zfs").write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {real} "$@"\n')
-    (shim / "zfs").chmod(0o755)
-    return shim, calls
-
-
 def test_full_then_incremental_from_a_bookmark_and_receive_u(pools, backup_host, tmp_path):
     """OpenZFS has bookmarks: the cursor is `ds#<snapshot>`, no rebal snapshot stays on the source
     (the default retention_source keeps none), nothing is held, and the next run sends `-i #bookmark`."""
@@ -137,7 +125,7 @@ def test_full_then_incremental_from_a_bookmark_and_receive_u(pools, backup_host,
         assert not [s for s in snaps(f"{src.name}/{ds}") if s.startswith("rebal-night-")], ds  # none pins data
     assert r1["snapshot"] in snaps(f"{dst.name}/copy")
     fill(src, 2)
-    shim, calls = zfs_shim(tmp_path)
+    shim, calls = logging_shim(tmp_path, "zfs")
     r2 = json.loads(rebal("replicate", "night", "--json", config=cfg,
                           env={"PATH": f"{shim}:{os.environ['PATH']}"}).stdout)
     assert r2["outcome"] == "ok" and {d["kind"] for d in r2["datasets"]} == {"incremental"}, r2
