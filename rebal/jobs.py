@@ -13,6 +13,7 @@ from . import health as H
 from . import state
 from .config import Config
 from .errors import RebalError
+from .outcome import Outcome
 from .zfs import argv
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ def rebalance_findings(conn, runner=None) -> list[H.Finding]:
     if said:  # a steered run killed outright: its threshold put back (or why not)
         out.append(H.Finding(H.WARNING if "could not" in said else H.OK, "rebalance", said))
     for rid, pool, outcome, error, details in state.last_finished(conn, "rebalance"):
-        if outcome == "failed":
+        if outcome == Outcome.FAILED:
             out.append(H.Finding(H.WARNING, pool or "rebalance",
                                  f"the last rebalance (run {rid}) failed: {(error or '').splitlines()[0][:300]}"))
             continue
@@ -164,9 +165,9 @@ def verify_findings(cfg: Config, conn, now: float | None = None) -> list[H.Findi
     out = []
     for j in cfg.replicate:
         last = state.last_of_job(conn, "verify", j.name)
-        good = state.last_ended(conn, "verify", j.name, "ok")
+        good = state.last_ended(conn, "verify", j.name, Outcome.OK)
         subject = f"job:{j.name}"
-        if last is not None and last["outcome"] == "failed":
+        if last is not None and last["outcome"] == Outcome.FAILED:
             d = json.loads(last["details"] or "{}")
             what = "; ".join(f["message"] for f in d.get("findings", []) if f["level"] == "CRITICAL")[:300]
             out.append(H.Finding(H.CRITICAL, subject, f"the last verify found the backup differs: {what}"))
@@ -250,7 +251,7 @@ def rebalance_job(cfg: Config, conn, zpool, zfs, stop: threading.Event, on_wait=
             spec = rb.targets[0]
             pool = prep.pool.name if prep else (None if spec.startswith("/") else spec.split("/")[0])
             rid = state.start_run(conn, "rebalance", pool=pool)  # no key: a refusal is not a run to continue
-            state.end_run(conn, rid, "failed", error=str(e), details={"refused": True})
+            state.end_run(conn, rid, Outcome.FAILED, error=str(e), details={"refused": True})
             raise
         rep = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, stop=stop)
     return rep.as_dict()
@@ -316,11 +317,11 @@ def record(conn, kind: str, fn, job: str | None = None):
     """Run ``fn`` as a recorded run of ``kind`` (recorded.py owns the row). The outcome is the one
     ``fn`` returns in its dict (a refresh that failed returns, it does not raise), else ok; an
     exception is a failure."""
-    from .recorded import Outcome, recorded
+    from .recorded import recorded
 
     with recorded(conn, kind, job=job) as run:
         result = fn()
         run.details = result if isinstance(result, dict) else {"result": result}
-        run.outcome = Outcome(str(run.details.get("outcome") or "ok"))
+        run.outcome = Outcome(str(run.details.get("outcome") or Outcome.OK))
         run.error = run.details.get("reason") if run.outcome is Outcome.FAILED else None
     return result

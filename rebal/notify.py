@@ -19,6 +19,7 @@ from email.message import EmailMessage
 
 from . import state
 from .config import Notify
+from .outcome import Outcome
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def send(cfg: Notify, msg: Message) -> dict[str, str]:
             continue
         try:
             fn(cfg, msg)
-            results[name] = "ok"
+            results[name] = Outcome.OK
         except Exception as e:  # a channel failing must not stop the others or the daemon
             results[name] = f"{type(e).__name__}: {e}"
             log.warning("notification by %s failed: %s", name, e)
@@ -127,6 +128,6 @@ def notify_outcome(cfg: Notify, conn, subject: str, outcome: str, error: str | N
     """A job's outcome: FAILED is sent on change and as a reminder, a later success once."""
     if not channels(cfg):
         return
-    level = "OK" if outcome in ("ok", "warning", "incomplete", "stopped") else "CRITICAL"
+    level = "OK" if outcome in (Outcome.OK, Outcome.WARNING, Outcome.INCOMPLETE, Outcome.STOPPED) else "CRITICAL"
     maybe_notify(conn, cfg, subject, level, f"{level}:{(error or '')[:80]}",
                  f"{subject}: {outcome}" + (f"\n{error}" if error else ""), {"outcome": outcome, "error": error})

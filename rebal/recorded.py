@@ -9,18 +9,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from enum import Enum
 
 from . import state
+from .outcome import Outcome
 
-
-class Outcome(str, Enum):
-    OK = "ok"
-    WARNING = "warning"
-    FAILED = "failed"
-    INTERRUPTED = "interrupted"
-    STOPPED = "stopped"  # a rebalance stopped at its deadline or on a refusal mid-way (resumable)
-    INCOMPLETE = "incomplete"  # a rebalance that ended short of its target
+__all__ = ["Outcome", "Run", "recorded"]
 
 
 @dataclass
@@ -42,13 +35,13 @@ def recorded(conn: sqlite3.Connection | None, kind: str, *, job: str | None = No
 
     def end(outcome: Outcome, error: str | None) -> None:
         if run.id is not None:
-            state.end_run(conn, run.id, Outcome(outcome).value, error=error,
+            state.end_run(conn, run.id, Outcome(outcome), error=error,
                           details=run.details | {"seconds": round(time.monotonic() - t0, 2)})
 
     try:
         yield run
     except KeyboardInterrupt as e:
-        end(Outcome.INTERRUPTED, str(e) or "interrupted")
+        end(Outcome.INTERRUPTED, str(e) or "stopped by a signal")
         raise
     except BaseException as e:
         end(Outcome.FAILED, str(e) or type(e).__name__)

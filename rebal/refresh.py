@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import replace
 
 from .oldblocks import REWRITE_APPLIES, Measured, measure, predict_compression, total
+from .outcome import Outcome
 from .process.command import run
 from .units import parse_size
 from .zfs import argv
@@ -153,7 +154,7 @@ def run_passes(cfg, paths: list[str], zpool, zfs, conn, todo: dict[str, list[tup
         if not files or (stop is not None and stop.is_set()):
             continue
         if budget is not None and budget <= 0:
-            passes.append({"method": method, "files": len(files), "outcome": "incomplete",
+            passes.append({"method": method, "files": len(files), "outcome": Outcome.INCOMPLETE,
                            "reason": "--max-bytes reached before this pass", "rewritten_files": 0,
                            "rewritten_bytes": 0, "why": "left for the next run", "run_id": None})
             continue
@@ -193,7 +194,7 @@ def refresh(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, events=None
         gone = {os.fsencode(x["path"]) for x in left}
         todo = {k: [t for t in v if t[0] not in gone] for k, v in todo.items()}
     if not any(todo.values()):
-        out["outcome"] = "ok"
+        out["outcome"] = Outcome.OK
         out["reason"] = (f"nothing to rewrite: {len(left)} old file(s) left as they are ({HARDLINKED})" if left
                          else "nothing was written under old properties")
         return out
@@ -202,10 +203,10 @@ def refresh(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, events=None
     out["passes"] = run_passes(cfg, paths, zpool, zfs, conn, todo, given, purpose="refresh", whys=whys,
                                events=events, stop=stop, dry_run=dry_run)
     if stop is not None and stop.is_set():  # not measured again: asked to stop
-        out["outcome"], out["reason"] = "interrupted", "stopped by a signal; the next refresh continues"
+        out["outcome"], out["reason"] = Outcome.INTERRUPTED, "stopped by a signal; the next refresh continues"
         return out
     if dry_run:
-        out["outcome"] = "ok"
+        out["outcome"] = Outcome.OK
         out["reason"] = f"would rewrite {sum(len(f) for f in todo.values())} file(s) in {len(out['passes'])} pass(es)"
         return out
     after_m = leave_out(measure(paths, zpool, zfs, sample=None), filters)
@@ -219,8 +220,8 @@ def refresh(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, events=None
     out["old_bytes_before"], out["old_bytes_after"] = eligible, still
     out["old_share_after"] = round(still / eligible, 4) if eligible else 0.0
     outcomes = [p.get("outcome") for p in out["passes"]]
-    out["outcome"] = "ok" if all(o == "ok" for o in outcomes) else next(o for o in outcomes if o != "ok")
-    out["reason"] = next((p.get("reason") for p in out["passes"] if p.get("outcome") != "ok"), None) or (
+    out["outcome"] = Outcome.OK if all(o == Outcome.OK for o in outcomes) else next(o for o in outcomes if o != Outcome.OK)
+    out["reason"] = next((p.get("reason") for p in out["passes"] if p.get("outcome") != Outcome.OK), None) or (
         f"{sum(p.get('rewritten_files', 0) for p in out['passes'])} file(s) rewritten; "
         f"{still} bytes still under old properties"
         + (f" ({len(left)} hardlinked file(s) left as they are: [rebalance] hardlinks = false)" if left else ""))

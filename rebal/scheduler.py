@@ -17,6 +17,7 @@ from . import jobs, state
 from .config import Config, cron_trigger
 from .errors import RebalError, UsageError
 from .notify import notify_outcome
+from .outcome import Outcome
 
 log = logging.getLogger(__name__)
 BUILTIN = ("fill", "health", "scrub", "rebalance", "refresh", "metrics")
@@ -77,13 +78,13 @@ def run_one(cfg: Config, name: str, stop: threading.Event | None = None) -> str:
 
             outcome, details = run_job(cfg, name, stop=stop, conn=conn, on_wait=jlog.info)
             notify_outcome(cfg.notify, conn, f"job:{name}", outcome, details.get("error"))
-            jlog.log(logging.ERROR if outcome == "failed" else logging.INFO, "%s: %s bytes%s", outcome,
+            jlog.log(logging.ERROR if outcome == Outcome.FAILED else logging.INFO, "%s: %s bytes%s", outcome,
                      details.get("bytes"), f" ({details['error']})" if details.get("error") else "")
-            if outcome in ("ok", "warning") and cfg.schedule.rebalance_after == name and not stop.is_set():
+            if outcome in (Outcome.OK, Outcome.WARNING) and cfg.schedule.rebalance_after == name and not stop.is_set():
                 # chained: the rebalance's copies go out whole with the next run of this job
                 jlog.info("its replication landed: the chained rebalance runs now (schedule.rebalance_after)")
-                if run_one(cfg, "rebalance", stop) == "failed":
-                    return "failed"  # the unit (timer mode) fails: the chained part did not do its job
+                if run_one(cfg, "rebalance", stop) == Outcome.FAILED:
+                    return Outcome.FAILED  # the unit (timer mode) fails: the chained part did not do its job
             return outcome
         if name == "fill":
             res = jobs.record(conn, "fill", lambda: jobs.fill_job(cfg, conn, zpool))
@@ -95,40 +96,40 @@ def run_one(cfg: Config, name: str, stop: threading.Event | None = None) -> str:
             res = jobs.record(conn, "metrics", lambda: jobs.metrics_job(cfg, conn, zpool))
         elif name == "refresh":
             res = jobs.record(conn, "refresh", lambda: jobs.refresh_job(cfg, conn, zpool, Zfs(), stop))
-            outcome = res.get("outcome", "ok")
-            if outcome in ("failed", "interrupted"):
+            outcome = res.get("outcome", Outcome.OK)
+            if outcome in (Outcome.FAILED, Outcome.INTERRUPTED):
                 jlog.error("%s: %s", outcome, res.get("reason"))
-                notify_outcome(cfg.notify, conn, "job:refresh", "failed", res.get("reason"))
-                return "failed"
+                notify_outcome(cfg.notify, conn, "job:refresh", Outcome.FAILED, res.get("reason"))
+                return Outcome.FAILED
             jlog.info("%s: %s", outcome, res.get("reason") or res.get("skipped"))
-            notify_outcome(cfg.notify, conn, "job:refresh", "ok", None)
-            return "ok"
+            notify_outcome(cfg.notify, conn, "job:refresh", Outcome.OK, None)
+            return Outcome.OK
         elif name == "rebalance":
             res = jobs.rebalance_job(cfg, conn, zpool, Zfs(), stop, on_wait=jlog.info)
-            outcome = res.get("outcome", "ok")
-            if outcome in ("failed", "interrupted"):
+            outcome = res.get("outcome", Outcome.OK)
+            if outcome in (Outcome.FAILED, Outcome.INTERRUPTED):
                 jlog.error("%s: %s (run %s)", outcome, res.get("reason"), res.get("run_id"))
-                notify_outcome(cfg.notify, conn, "job:rebalance", "failed", res.get("reason"))
-                return "failed"
+                notify_outcome(cfg.notify, conn, "job:rebalance", Outcome.FAILED, res.get("reason"))
+                return Outcome.FAILED
             jlog.info("%s: %s; %s files, %s bytes rewritten, spread %s -> %s (run %s)", outcome, res.get("reason"),
                       res.get("files"), res.get("bytes"), res.get("spread_before"), res.get("spread_after"),
                       res.get("run_id"))
-            notify_outcome(cfg.notify, conn, "job:rebalance", "ok", None)
+            notify_outcome(cfg.notify, conn, "job:rebalance", Outcome.OK, None)
             return outcome
         else:
             raise UsageError(f"no job named {name!r} (jobs: {', '.join(all_jobs(cfg))})")
         jlog.info("ok: %s", json.dumps(res, default=str))
-        return "ok"
+        return Outcome.OK
     except UsageError:
         raise
     except RebalError as e:
         jlog.error("failed: %s", e)
-        notify_outcome(cfg.notify, conn, f"job:{name}", "failed", str(e))
-        return "failed"
+        notify_outcome(cfg.notify, conn, f"job:{name}", Outcome.FAILED, str(e))
+        return Outcome.FAILED
     except Exception as e:  # a bug: this job failed, the others still run; its traceback with --debug
         jlog.error("failed: internal error: %s: %s", type(e).__name__, e, exc_info=jlog.isEnabledFor(logging.DEBUG))
-        notify_outcome(cfg.notify, conn, f"job:{name}", "failed", f"internal error: {type(e).__name__}: {e}")
-        return "failed"
+        notify_outcome(cfg.notify, conn, f"job:{name}", Outcome.FAILED, f"internal error: {type(e).__name__}: {e}")
+        return Outcome.FAILED
     finally:
         conn.close()
 
@@ -185,7 +186,7 @@ def daemon(cfg: Config, stop: threading.Event | None = None) -> int | str:
     if restart.is_set() and not stop.is_set():
         log.info("restarting")
         return RESTART
-    log.info("stopped")
+    log.info("the daemon stopped")
     return 0
 
 

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from .errors import RebalError, ToolMissing
+from .outcome import Outcome
 from .process.command import run
 from .where import FileObj, collect, read_objects, stratify, zdb
 from .zfs import argv
@@ -198,7 +199,7 @@ def rebalance(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, everythin
     out["left"] = left
     todo = {method: _todo(chosen)}
     if not todo[method]:
-        out["outcome"], out["reason"] = "ok", ("nothing to move: no file holds metadata or small blocks on the "
+        out["outcome"], out["reason"] = Outcome.OK, ("nothing to move: no file holds metadata or small blocks on the "
                                                "normal vdevs worth a rewrite")
         return out
     special_before = before.special["alloc"]
@@ -206,10 +207,10 @@ def rebalance(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, everythin
                                whys={method: "metadata and small blocks to the special class"},
                                events=events, stop=stop, dry_run=dry_run)
     if dry_run:
-        out["outcome"], out["reason"] = "ok", f"would rewrite {len(todo[method])} file(s)"
+        out["outcome"], out["reason"] = Outcome.OK, f"would rewrite {len(todo[method])} file(s)"
         return out
     if stop is not None and stop.is_set():
-        out["outcome"], out["reason"] = "interrupted", "stopped by a signal; the next run continues"
+        out["outcome"], out["reason"] = Outcome.INTERRUPTED, "stopped by a signal; the next run continues"
         return out
     after = measure(paths, zpool, zfs)
     out["after"] = summary(after, everything)
@@ -217,8 +218,8 @@ def rebalance(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, everythin
     out["moved"] = {"bound_before": was, "bound_after": now, "left_normal_bytes": was - now,
                     "special_alloc_before": special_before, "special_alloc_after": after.special["alloc"]}
     outcomes = [p.get("outcome") for p in out["passes"]]
-    out["outcome"] = "ok" if all(o == "ok" for o in outcomes) else next(o for o in outcomes if o != "ok")
-    out["reason"] = next((p.get("reason") for p in out["passes"] if p.get("outcome") != "ok"), None) or (
+    out["outcome"] = Outcome.OK if all(o == Outcome.OK for o in outcomes) else next(o for o in outcomes if o != Outcome.OK)
+    out["reason"] = next((p.get("reason") for p in out["passes"] if p.get("outcome") != Outcome.OK), None) or (
         f"{sum(p.get('rewritten_files', 0) for p in out['passes'])} file(s) rewritten; {was - now} bytes of metadata "
         f"and small blocks left the normal vdevs, {now} still there")
     return out

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from .errors import StateError
 from .migrations import MIGRATIONS
+from .outcome import Outcome
 from .zfs.model import Pool
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -234,7 +235,7 @@ def resumable_run(conn: sqlite3.Connection, kind: str, key: str) -> int | None:
     stopped or failed): its done parts need not be done again."""
     row = conn.execute("SELECT id, outcome FROM runs WHERE kind = ? AND key = ? ORDER BY id DESC LIMIT 1",
                        (kind, key)).fetchone()
-    return row["id"] if row is not None and row["outcome"] in (None, "interrupted", "stopped", "failed") else None
+    return row["id"] if row is not None and row["outcome"] in (None, Outcome.INTERRUPTED, Outcome.STOPPED, Outcome.FAILED) else None
 
 
 def last_finished(conn: sqlite3.Connection, kind: str) -> list[sqlite3.Row]:
@@ -353,7 +354,7 @@ def _live_state(state_db: str | None, kind: str, pool: str | None, job: str | No
     from .locks import holder_alive
 
     return "running" if holder_alive(state_db, f"rebalance-{pool}" if kind == "rebalance" else f"replicate-{job}") \
-        else "interrupted"
+        else Outcome.INTERRUPTED
 
 
 RUN_KINDS = ("rebalance", "refresh", "replicate", "restore", "heal", "verify", "fill", "health", "scrub", "metrics")
@@ -381,7 +382,7 @@ def list_runs(conn: sqlite3.Connection, *, kind: str | None = None, job: str | N
             "started": _iso(r["started"]), "ended": _iso(r["ended"]) if r["ended"] else None,
             "seconds": round(r["ended"] - r["started"], 1) if r["ended"] else None,
             "outcome": r["outcome"] or live,
-            "error": DIED if live == "interrupted" else r["error"],
+            "error": DIED if live == Outcome.INTERRUPTED else r["error"],
             "details": json.loads(r["details"]) if r["details"] else {},
             "progress": r["progress"],
         })

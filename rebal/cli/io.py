@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 
 from ..errors import RebalError
+from ..outcome import Outcome
 
 
 @dataclass
@@ -126,7 +127,7 @@ def end_of_run(rep: dict, as_json: bool, text, sig: Signals) -> None:
         print(json.dumps({"event": "done"} | rep), flush=True)
     else:
         out_text(text(rep))
-    if rep["outcome"] == "interrupted" and sig.exit_code():
+    if rep["outcome"] == Outcome.INTERRUPTED and sig.exit_code():
         raise typer.Exit(sig.exit_code())
-    if rep["outcome"] == "failed":
+    if rep["outcome"] == Outcome.FAILED:
         raise typer.Exit(1)

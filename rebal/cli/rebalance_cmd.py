@@ -14,6 +14,7 @@ import typer
 from . import complete
 from .app import JsonOpt, app
 from ..errors import UsageError
+from ..outcome import Outcome
 from .io import Signals, end_of_run, load_config, open_state, out_json, out_text, state_or_none
 
 TargetsArg = Annotated[list[str], typer.Argument(help="Datasets (tank/data) or directories inside mounted datasets.",
@@ -138,8 +139,8 @@ def rebalance(
 
         from .. import state
 
-        report.outcome, report.reason = "interrupted", f"stopped by signal {signal.Signals(sig.got[0]).name}"
-        state.set_outcome(conn, report.run_id, "interrupted")
+        report.outcome, report.reason = Outcome.INTERRUPTED, f"stopped by signal {signal.Signals(sig.got[0]).name}"
+        state.set_outcome(conn, report.run_id, Outcome.INTERRUPTED)
     done = report.as_dict()
     if reads is not None:
         done["read"] = {"before": reads.as_dict(), "after": _read_measure(prep, zpool, zfs, read_bytes).as_dict()}
@@ -150,7 +151,7 @@ def rebalance(
         out_text(report_text(report))
         if reads is not None:
             out_text(_reads_text(done["read"]))
-    if report.outcome == "interrupted" and sig.exit_code():
+    if report.outcome == Outcome.INTERRUPTED and sig.exit_code():
         raise typer.Exit(sig.exit_code())
 
 

@@ -12,6 +12,7 @@ import typer
 from . import complete
 from .app import JsonOpt, app
 from .io import Signals, load_config, out_json, out_text, say_error, state_or_none, warn
+from ..outcome import Outcome
 
 
 @app.command()
@@ -33,14 +34,14 @@ def replicate(
                                    on_dataset=bar.dataset if bar.lines else None)
     if as_json:
         out_json(details | {"outcome": outcome})
-    elif outcome != "failed":
+    elif outcome != Outcome.FAILED:
         out_text(replication_text(outcome, details))
-    if outcome == "failed":  # the report of what got done, then why it failed, on stderr
+    if outcome == Outcome.FAILED:  # the report of what got done, then why it failed, on stderr
         if not as_json:
             sys.stderr.write(replication_text(outcome, details))
         say_error(f"replicate {job} failed: {details.get('error') or 'see the JSON on stdout'}")
         raise typer.Exit(details.get("exit_code", 1))
-    if outcome == "interrupted":
+    if outcome == Outcome.INTERRUPTED:
         raise typer.Exit(sig.exit_code())
 
 
@@ -142,10 +143,10 @@ def keys(
     if check and p.host is not None and p.pinned:  # the whole way, as a run would go it
         try:
             outcome, details = run_job(cfg, job, dry_run=True, on_wait=warn)
-            p.dry_run = "ok" if outcome != "failed" else f"failed: {details.get('error')}"
-            code = details.get("exit_code", 1) if outcome == "failed" else 0
+            p.dry_run = Outcome.OK if outcome != Outcome.FAILED else f"{Outcome.FAILED}: {details.get('error')}"
+            code = details.get("exit_code", 1) if outcome == Outcome.FAILED else 0
         except RebalError as e:  # (ssh refused the key): said after what was done, not instead of it
-            p.dry_run, code = f"failed: {e}", e.exit_code
+            p.dry_run, code = f"{Outcome.FAILED}: {e}", e.exit_code
     if p.host is not None and os.path.exists(cfg.state_db):  # (keys itself never makes the database)
         from .. import state
 

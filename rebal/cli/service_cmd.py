@@ -10,6 +10,7 @@ import typer
 from . import complete
 from .app import JsonOpt, app, log, log_for_service
 from .io import Signals, load_config, open_state, out_json, out_text
+from ..outcome import Outcome
 
 
 @app.command()
@@ -58,10 +59,10 @@ def notify(
     res = send(cfg.notify, Message(f"[rebal {socket.gethostname()}] test message",
                                    "This is a test of rebal's notifications. Nothing is wrong.", "TEST", {}))
     if as_json:
-        out_json({"channels": res, "ok": all(r == "ok" for r in res.values())})
+        out_json({"channels": res, "ok": all(r == Outcome.OK for r in res.values())})
     else:
         out_text("".join(f"{ch}: {r}\n" for ch, r in res.items()))
-    if any(r != "ok" for r in res.values()):
+    if any(r != Outcome.OK for r in res.values()):
         raise typer.Exit(1)
 
 
@@ -147,7 +148,7 @@ def run_cmd(
             if sig.stop.is_set():
                 break
             outcomes[n] = scheduler.run_one(cfg, n, sig.stop)
-    failed = sum(o == "failed" for o in outcomes.values())
+    failed = sum(o == Outcome.FAILED for o in outcomes.values())
     if as_json:
         out_json({"jobs": [{"job": n, "outcome": o} for n, o in outcomes.items()], "failed": failed})
     if failed:

@@ -44,6 +44,12 @@ class StreamResult:
     def ok(self) -> bool:
         return self.sender_rc == 0 and self.receiver_rc == 0 and not self.stopped
 
+    @property
+    def said(self) -> str:
+        """What went wrong, in words: the receiver's complaint, else the sender's, else how it ended."""
+        return ((self.receiver_err or self.sender_err).strip()
+                or ("stopped by request" if self.stopped else f"sender exit {self.sender_rc}, receiver exit {self.receiver_rc}"))
+
 
 def _read(f: IO[bytes]) -> str:
     f.seek(0)

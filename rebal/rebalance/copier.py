@@ -38,7 +38,7 @@ LEASE_CHECK_BYTES = 16 << 20
 
 from .files import (  # noqa: F401
     FileRef,
-    Outcome,
+    FileOutcome,
     Result,
     group_tmp_name,
     is_temp_name,
@@ -63,7 +63,7 @@ class Prepared:
 
 
 class _Abort(Exception):
-    def __init__(self, outcome: Outcome, reason: str = "") -> None:
+    def __init__(self, outcome: FileOutcome, reason: str = "") -> None:
         super().__init__(reason)
         self.outcome = outcome
         self.reason = reason
@@ -112,7 +112,7 @@ class Copier:
             src, st = _open_original(dfd, ref)
             why = attrs.protected(src)
             if why:
-                return Result(Outcome.PROTECTED, reason=why)
+                return Result(FileOutcome.PROTECTED, reason=why)
             leased = self._lease(src)
             try:
                 # owner-only while written (no default ACL nor umask widens it); the original's mode last
@@ -120,7 +120,7 @@ class Copier:
                     tname, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, dfd, attrs.TEMP_MODE,
                 )
             except FileExistsError:
-                return Result(Outcome.FAILED, reason=f"temp name {tname.decode()} exists (left by someone else?)")
+                return Result(FileOutcome.FAILED, reason=f"temp name {tname.decode()} exists (left by someone else?)")
             tmp_made = True
             tst = os.fstat(tmp)
             if on_created:
@@ -166,12 +166,12 @@ class Copier:
                 try:
                     os.rename(oname, ref.name, src_dir_fd=dfd, dst_dir_fd=dfd)
                 except OSError as e:
-                    return Result(Outcome.FAILED, p.written, f"a writer came during the swap and the original could "
+                    return Result(FileOutcome.FAILED, p.written, f"a writer came during the swap and the original could "
                                   f"not be put back ({e.strerror}): it is kept as {oname.decode()}", p.copy_ino)
-                return Result(Outcome.IN_USE, p.written, "opened for writing during the swap", p.copy_ino)
+                return Result(FileOutcome.IN_USE, p.written, "opened for writing during the swap", p.copy_ino)
             os.unlink(oname, dir_fd=dfd)
             old_made = False
-            return Result(Outcome.SWAPPED, p.written, copy_ino=p.copy_ino)
+            return Result(FileOutcome.SWAPPED, p.written, copy_ino=p.copy_ino)
         except (_Abort, OSError) as e:
             return _failure(e, p.written)
         finally:
@@ -212,17 +212,17 @@ class Copier:
         try:
             src, st = _open_original(dfd0, ref0)
             if st.st_nlink != len(names):
-                return Result(Outcome.CHANGED, reason="the link group changed since the scan")
+                return Result(FileOutcome.CHANGED, reason="the link group changed since the scan")
             why = attrs.protected(src)
             if why:
-                return Result(Outcome.PROTECTED, reason=why)
+                return Result(FileOutcome.PROTECTED, reason=why)
             leased = self._lease(src)
             t0 = tmp_name(ino)
             try:
                 tmp = _open_noatime(t0, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, dfd0,
                                     attrs.TEMP_MODE)
             except FileExistsError:
-                return Result(Outcome.FAILED, reason=f"temp name {t0.decode()} exists (left by someone else?)")
+                return Result(FileOutcome.FAILED, reason=f"temp name {t0.decode()} exists (left by someone else?)")
             temps.append((dfd0, t0))
             tst = os.fstat(tmp)
             attrs.take_owner(tmp, st, tst)
@@ -241,14 +241,14 @@ class Copier:
             anchor = (dfd0, old_name(ino))
             for k, (dfd, ref) in enumerate(names):
                 if leased and not self.lease_held(src):
-                    raise _Abort(Outcome.IN_USE, "opened for writing while the group was switched")
+                    raise _Abort(FileOutcome.IN_USE, "opened for writing while the group was switched")
                 tname = t0 if k == 0 else group_tmp_name(ino, k)
                 os.rename(tname, ref.name, src_dir_fd=dfd, dst_dir_fd=dfd)
                 temps.remove((dfd, tname))
                 swapped.append(k)
             if leased and not self.lease_held(src):
-                raise _Abort(Outcome.IN_USE, "opened for writing while the group was switched")
-            return Result(Outcome.SWAPPED, written, copy_ino=tst.st_ino)
+                raise _Abort(FileOutcome.IN_USE, "opened for writing while the group was switched")
+            return Result(FileOutcome.SWAPPED, written, copy_ino=tst.st_ino)
         except (_Abort, OSError) as e:
             if swapped and anchor:
                 try:
@@ -258,7 +258,7 @@ class Copier:
                     # (both hold the same content); the original keeps its anchor name for the admin.
                     kept = anchor[1].decode()
                     anchor = None
-                    return Result(Outcome.FAILED, written, f"the link group is split: switching back failed "
+                    return Result(FileOutcome.FAILED, written, f"the link group is split: switching back failed "
                                   f"({back.strerror}); the original is kept as {kept}")
             return _failure(e, written)
         finally:
@@ -291,7 +291,7 @@ class Copier:
             return True
         except OSError as e:
             if e.errno in (errno.EAGAIN, errno.EBUSY):
-                raise _Abort(Outcome.IN_USE, "open for writing by another process") from None
+                raise _Abort(FileOutcome.IN_USE, "open for writing by another process") from None
             return False  # no lease support here (EINVAL, ENOLCK, EPERM): rely on the unchanged-check
 
     @staticmethod
@@ -315,7 +315,7 @@ class Copier:
         seg_end = size if dense else 0  # end of the data segment that ``off`` lies in
         while off < size:
             if self.stop.is_set():
-                raise _Abort(Outcome.ABORTED, "stop requested")
+                raise _Abort(FileOutcome.ABORTED, "stop requested")
             if off >= seg_end:
                 data_at = next_data(src, off, size)
                 if data_at > off:  # a hole: leave it unwritten in the copy, hash it as zeros
@@ -326,7 +326,7 @@ class Copier:
             want = min(CHUNK, seg_end - off)
             n = os.preadv(src, [mv[:want]], off)
             if n <= 0:
-                raise _Abort(Outcome.CHANGED, "file shrank while being copied")
+                raise _Abort(FileOutcome.CHANGED, "file shrank while being copied")
             chunk = mv[:n]
             h.update(chunk)
             nonzero = chunk != zmv[:n]
@@ -341,7 +341,7 @@ class Copier:
             if leased and since_check >= LEASE_CHECK_BYTES:
                 since_check = 0
                 if not self.lease_held(src):
-                    raise _Abort(Outcome.IN_USE, "opened for writing during the copy")
+                    raise _Abort(FileOutcome.IN_USE, "opened for writing during the copy")
             if nonzero:
                 end = off
         if end < size:
@@ -355,7 +355,7 @@ class Copier:
 
     def _verify(self, src: int, dst: int, size: int, digest: bytes) -> None:
         if self.verify != "hash" and os.fstat(dst).st_size != size:
-            raise _Abort(Outcome.VERIFY, "copy has the wrong size")
+            raise _Abort(FileOutcome.VERIFY, "copy has the wrong size")
         if self.verify == "none":
             return
         # The copy is read back through the file system. No cache is dropped first: on ZFS the
@@ -369,40 +369,40 @@ class Copier:
             off = 0
             while True:  # the last read asks for one byte more: a longer copy shows without a read of its own
                 if self.stop.is_set():
-                    raise _Abort(Outcome.ABORTED, "stop requested")
+                    raise _Abort(FileOutcome.ABORTED, "stop requested")
                 want = min(CHUNK, size + 1 - off)
                 n = os.preadv(dst, [mv[:want]], off)
                 if n <= 0:
                     if off < size:
-                        raise _Abort(Outcome.VERIFY, "copy is short")
+                        raise _Abort(FileOutcome.VERIFY, "copy is short")
                     break
                 if off + n > size:
-                    raise _Abort(Outcome.VERIFY, "copy is longer than the original")
+                    raise _Abort(FileOutcome.VERIFY, "copy is longer than the original")
                 h.update(mv[:n])
                 off += n
                 if n < want and off == size:  # a short read at the size: the end of the file
                     break
             if h.digest() != digest:
-                raise _Abort(Outcome.VERIFY, "copy read back differs from the original (hash)")
+                raise _Abort(FileOutcome.VERIFY, "copy read back differs from the original (hash)")
             return
         # size: compare samples of both files
         for off in sample_offsets(size):
             a = os.pread(src, 65536, off)
             b = os.pread(dst, 65536, off)
             if a != b:
-                raise _Abort(Outcome.VERIFY, f"copy differs from the original at offset {off}")
+                raise _Abort(FileOutcome.VERIFY, f"copy differs from the original at offset {off}")
 
     def _check_unchanged(self, dfd: int, src: int, ref: FileRef, leased: bool) -> None:
         try:
             now = os.stat(ref.name, dir_fd=dfd, follow_symlinks=False)
         except FileNotFoundError:
-            raise _Abort(Outcome.GONE, "deleted while being copied") from None
+            raise _Abort(FileOutcome.GONE, "deleted while being copied") from None
         if now.st_ino != ref.ino:
-            raise _Abort(Outcome.CHANGED, "replaced while being copied")
+            raise _Abort(FileOutcome.CHANGED, "replaced while being copied")
         if not _same(os.fstat(src), ref):
-            raise _Abort(Outcome.CHANGED, "modified while being copied")
+            raise _Abort(FileOutcome.CHANGED, "modified while being copied")
         if leased and not self.lease_held(src):
-            raise _Abort(Outcome.IN_USE, "opened for writing during the copy")
+            raise _Abort(FileOutcome.IN_USE, "opened for writing during the copy")
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -413,8 +413,8 @@ def _failure(e: BaseException, written: int) -> Result:
     if isinstance(e, _Abort):
         return Result(e.outcome, written, e.reason)
     if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
-        return Result(Outcome.NOSPACE, written, "no space left for the copy")
-    return Result(Outcome.FAILED, written, f"{os.strerror(e.errno or 0) if getattr(e, 'errno', None) else e}")
+        return Result(FileOutcome.NOSPACE, written, "no space left for the copy")
+    return Result(FileOutcome.FAILED, written, f"{os.strerror(e.errno or 0) if getattr(e, 'errno', None) else e}")
 
 
 def _open_original(dfd: int, ref: FileRef) -> tuple[int, os.stat_result]:
@@ -423,11 +423,11 @@ def _open_original(dfd: int, ref: FileRef) -> tuple[int, os.stat_result]:
     try:
         fd = _open_noatime(ref.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dfd)
     except FileNotFoundError:
-        raise _Abort(Outcome.GONE, "deleted before the copy") from None
+        raise _Abort(FileOutcome.GONE, "deleted before the copy") from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or not _same(st, ref):
         os.close(fd)
-        raise _Abort(Outcome.CHANGED, "changed since the scan")
+        raise _Abort(FileOutcome.CHANGED, "changed since the scan")
     return fd, st
 
 

@@ -20,7 +20,7 @@ from .files import (
     DEFER_MAX_BYTES,
     DEFER_RESERVE,
     FileRef,
-    Outcome,
+    FileOutcome,
     Result,
     restat,
     restore_times,
@@ -117,7 +117,7 @@ def collect(r, futures) -> list:
             for i, x in enumerate(out):
                 if isinstance(x, Prepared) and x.leased and not r.copier.lease_held(x.src):
                     r.copier.drop(x)
-                    out[i] = Result(Outcome.IN_USE, x.written, "opened for writing while its batch was made durable",
+                    out[i] = Result(FileOutcome.IN_USE, x.written, "opened for writing while its batch was made durable",
                                     x.copy_ino)
         return out
     except BaseException:
@@ -142,7 +142,7 @@ def swap_batch(r, barrier: durable.Barrier, results: list) -> list[Result]:
         why = f"the batch's copies could not be made durable ({e.strerror})"
         for p in prepared:
             r.copier.drop(p)
-        return [Result(Outcome.FAILED, x.written, why, x.copy_ino) if isinstance(x, Prepared) else x for x in results]
+        return [Result(FileOutcome.FAILED, x.written, why, x.copy_ino) if isinstance(x, Prepared) else x for x in results]
     swapped = iter(list(pmap(r.copier.swap, prepared)))
     return [next(swapped) if isinstance(x, Prepared) else x for x in results]
 
@@ -154,7 +154,7 @@ def finish(r, dfd: int, rep, batch: list[FileRef], ids: list[int], results: list
     for jid, ref, res in zip(ids, batch, results):
         outcomes.append((jid, res.outcome.value, res.reason, res.copy_ino))
         r.events.file_done(ref, res)
-        if res.outcome is Outcome.SWAPPED:
+        if res.outcome is FileOutcome.SWAPPED:
             rep.files += 1
             rep.bytes += ref.size
             if r.pinned(ref.mtime_ns):
@@ -162,14 +162,14 @@ def finish(r, dfd: int, rep, batch: list[FileRef], ids: list[int], results: list
             r.report.files += 1
             r.report.bytes += ref.size
             r.moved += ref.alloc or ref.size
-        elif res.outcome is Outcome.CHANGED and attempt < RETRIES:
+        elif res.outcome is FileOutcome.CHANGED and attempt < RETRIES:
             fresh = restat(dfd, ref)
             if fresh:
                 retry.append(fresh)
         else:
             key = res.outcome.value
             rep.skipped[key] = rep.skipped.get(key, 0) + 1
-            if res.outcome is Outcome.NOSPACE:
+            if res.outcome is FileOutcome.NOSPACE:
                 r.stop_reason = f"the pool is full (ENOSPC copying {os.fsdecode(ref.path)})"
                 r.stop.set()
     journal.finish_batch(r.conn, outcomes)

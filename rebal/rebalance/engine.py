@@ -19,6 +19,7 @@ from itertools import takewhile
 from .. import state
 from ..errors import RebalError
 from ..locks import FileLock
+from ..outcome import Outcome
 from ..zfs.tunable import Parameter
 from . import journal, steer
 from .files import DEFERRED
@@ -53,7 +54,7 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
         run_id, earlier = _open_run(conn, prep, events)
         held: steer.Held | None = None
         r = Run(prep, opts, zpool, zfs, conn, events, stop)
-        r.report = Report(run_id, "failed", "", spread_before=prep.pool.spread, predicted_after=prep.plan.spread_after,
+        r.report = Report(run_id, Outcome.FAILED, "", spread_before=prep.pool.spread, predicted_after=prep.plan.spread_after,
                           scan_seconds=prep.scan_seconds)
         avail_ds = prep.targets[0].dataset
         if prep.reclaim:
@@ -83,15 +84,15 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
             events.start(prep, sum(d.files for d in dirs), sum(d.bytes for d in dirs))
             r.report.outcome, r.report.reason = _loop(r, dirs)
             failures = {k: n for k, n in r.report.skipped.items() if k not in DEFERRED}
-            if r.report.files == 0 and failures and r.report.outcome != "interrupted":
+            if r.report.files == 0 and failures and r.report.outcome != Outcome.INTERRUPTED:
                 # nothing could be rewritten (a read-only sandbox, permissions, every copy failing): not "ok"
-                r.report.outcome, r.report.reason = "failed", "no file could be rewritten: " + ", ".join(
+                r.report.outcome, r.report.reason = Outcome.FAILED, "no file could be rewritten: " + ", ".join(
                     f"{n} {k}" for k, n in failures.items()) + (f" ({r.report.reason})" if r.report.reason else "")
-            elif ((r.report.outcome == "incomplete" or (r.report.outcome == "ok" and r.all))
+            elif ((r.report.outcome == Outcome.INCOMPLETE or (r.report.outcome == Outcome.OK and r.all))
                   and any(r.report.skipped.get(k) for k in DEFERRED)):
-                r.report.outcome, r.report.reason = "stopped", _deferred_reason(r)
+                r.report.outcome, r.report.reason = Outcome.STOPPED, _deferred_reason(r)
         except BaseException as e:
-            r.report.outcome, r.report.reason = "failed", f"{type(e).__name__}: {e}"
+            r.report.outcome, r.report.reason = Outcome.FAILED, f"{type(e).__name__}: {e}"
             raise
         finally:
             if held is not None and (problem := held.give_back()):
@@ -175,7 +176,7 @@ def _open_run(conn, prep: Prepared, events: Events) -> tuple[int, dict | None]:
         old = json.loads(row["details"] or "{}") if row else {}
         died = row is None or row["outcome"] is None
         earlier = {"parts": old.get("parts", 1), "files": files, "bytes": nbytes,
-                   "ended": "interrupted" if died else row["outcome"], "why": state.DIED if died else row["error"]}
+                   "ended": Outcome.INTERRUPTED if died else row["outcome"], "why": state.DIED if died else row["error"]}
         state.reopen_run(conn, run_id)
         events.note(f"continuing run {run_id}: {len(prep.done_dirs)} directories already done")
     else:
@@ -197,9 +198,9 @@ def _finish(r: Run, earlier: dict | None, avail_ds: str, t0: float) -> None:
             r.report.spread_after = r.settled_at[1]
         else:
             r.report.spread_after = r.measure(settle=True)
-        if opts.rewrite_all and r.report.outcome == "ok" and not prep.reclaim_only:
+        if opts.rewrite_all and r.report.outcome == Outcome.OK and not prep.reclaim_only:
             r.report.reason += f"; the spread is now {r.report.spread_after:.1f}"
-        elif r.report.outcome == "ok" and r.report.reason == _goal(r):  # said with the settled figure
+        elif r.report.outcome == Outcome.OK and r.report.reason == _goal(r):  # said with the settled figure
             r.spread_now = r.report.spread_after
             r.report.reason = _goal(r)
     except RebalError:
@@ -220,7 +221,7 @@ def _finish(r: Run, earlier: dict | None, avail_ds: str, t0: float) -> None:
                     "continued": f"continued after the part before ended {earlier['ended']}"
                                  + (f": {earlier['why']}" if earlier["why"] else ""),
                     "this_part": {"files": r.report.files, "bytes": r.report.bytes, "dirs": r.report.dirs}}
-    state.end_run(conn, run_id, r.report.outcome, error=r.report.reason if r.report.outcome == "failed" else None,
+    state.end_run(conn, run_id, r.report.outcome, error=r.report.reason if r.report.outcome == Outcome.FAILED else None,
                   details=details)
 
 
@@ -246,7 +247,7 @@ def _tally_step(r: Run, rep: DirReport) -> None:
 def _loop(r: Run, dirs: list[DirEntry]) -> tuple[str, str]:
     prep, opts = r.prep, r.opts
     if r.spread_now <= opts.target_spread and not r.all:
-        return "ok", f"spread {r.spread_now:.1f} is within the target {opts.target_spread:g}"
+        return Outcome.OK, f"spread {r.spread_now:.1f} is within the target {opts.target_spread:g}"
     roots = {t.root: os.lstat(t.root).st_dev for t in prep.targets}
 
     def where(d: DirEntry) -> tuple[bytes, int]:
@@ -287,22 +288,22 @@ def _loop(r: Run, dirs: list[DirEntry]) -> tuple[str, str]:
                         for d2, rep2 in steps.rest():
                             record(d2, rep2)
                             _tally_step(r, rep2)
-                    return "ok", _goal(r)
+                    return Outcome.OK, _goal(r)
     if prep.scan.groups and not r.limit_hit():
         from .groups import copy_groups
 
         if _step_done(r, copy_groups(r, DirReport(b"(hardlink groups)"))):
-            return "ok", _goal(r)
+            return Outcome.OK, _goal(r)
     why = r.limit_hit()
     if why and r.risen:  # nothing left would bring it down: the next run plans afresh
-        return "incomplete", why
+        return Outcome.INCOMPLETE, why
     if why:
-        return ("interrupted" if why == "interrupted" else "stopped"), why
+        return (Outcome.INTERRUPTED if why == Outcome.INTERRUPTED else Outcome.STOPPED), why
     if prep.reclaim_only:
-        return "ok", "every file stored at the old data:parity ratio was rewritten"
+        return Outcome.OK, "every file stored at the old data:parity ratio was rewritten"
     if opts.rewrite_all:
-        return "ok", "every eligible file was rewritten (--all)"  # the spread after it: execute adds it
-    return "incomplete", (f"every eligible directory was rewritten; the spread is {r.spread_now:.1f}, "
+        return Outcome.OK, "every eligible file was rewritten (--all)"  # the spread after it: execute adds it
+    return Outcome.INCOMPLETE, (f"every eligible directory was rewritten; the spread is {r.spread_now:.1f}, "
                           f"above the target {opts.target_spread:g}")
 
 

@@ -36,7 +36,7 @@ def is_temp_name(name: bytes) -> bool:
     return name.startswith(TEMP_PREFIX) and (name.endswith(b".tmp") or name.endswith(b".old"))
 
 
-class Outcome(str, enum.Enum):
+class FileOutcome(enum.StrEnum):
     SWAPPED = "swapped"
     CHANGED = "changed"  # modified or replaced meanwhile: copy dropped, retry later
     IN_USE = "in-use"  # open for writing (lease refused or broken)
@@ -71,7 +71,7 @@ class FileRef:
 
 @dataclass
 class Result:
-    outcome: Outcome
+    outcome: FileOutcome
     written: int = 0
     reason: str = ""
     copy_ino: int | None = None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from . import journal
-from .files import Outcome, restore_times
+from .files import FileOutcome, restore_times
 
 
 def copy_groups(r, rep):
@@ -30,7 +30,7 @@ def copy_groups(r, rep):
                                       on_copy=lambda ino, jid=jid: journal.group_copied(r.conn, jid, ino))
             journal.finish_batch(r.conn, [(jid, res.outcome.value, res.reason, res.copy_ino)])
             r.events.file_done(group[0], res)
-            if res.outcome is Outcome.SWAPPED:
+            if res.outcome is FileOutcome.SWAPPED:
                 rep.files += len(group)
                 rep.bytes += group[0].size
                 r.report.files += len(group)

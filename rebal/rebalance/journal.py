@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ..outcome import Outcome
 from ..state import atomic
 from .files import FileRef, group_tmp_name, old_name, tmp_name
 
@@ -93,7 +94,7 @@ def end_dir(conn: sqlite3.Connection, run_id: int, path: bytes, files: int, nbyt
     with atomic(conn, durable=False):
         conn.execute(
             "UPDATE rebalance_dirs SET state = ?, files = ?, bytes = ?, ended = ? WHERE run_id = ? AND path = ?",
-            ("done" if done else "interrupted", files, nbytes, time.time(), run_id, path),
+            ("done" if done else Outcome.INTERRUPTED, files, nbytes, time.time(), run_id, path),
         )
 
 
@@ -104,7 +105,7 @@ def dirs_ended(conn: sqlite3.Connection, run_id: int, rows: list[tuple[bytes, in
     with atomic(conn, durable=False):
         conn.executemany(
             "INSERT OR REPLACE INTO rebalance_dirs (run_id, path, state, files, bytes, ended) VALUES (?, ?, ?, ?, ?, ?)",
-            [(run_id, p, "done" if done else "interrupted", f, b, now) for p, f, b, done in rows])
+            [(run_id, p, "done" if done else Outcome.INTERRUPTED, f, b, now) for p, f, b, done in rows])
 
 
 def dir_state(conn: sqlite3.Connection, run_id: int, path: bytes) -> str | None:

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ..errors import RebalError
+from ..outcome import Outcome
 from ..throttle import Throttle
 from ..units import human
 from ..zfs.model import Pool
@@ -371,7 +372,7 @@ class Run:
 
     def limit_hit(self) -> str:
         if self.stop.is_set():
-            return self.stop_reason or "interrupted"
+            return self.stop_reason or Outcome.INTERRUPTED
         if self.opts.max_bytes is not None and self.report.bytes >= self.opts.max_bytes:
             return f"--max-bytes reached ({human(self.report.bytes)} rewritten)"
         if self.opts.until is not None and time.time() >= self.opts.until:

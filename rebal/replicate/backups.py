@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from .. import state
 from ..config import Config, Replicate
 from ..errors import UsageError
+from ..outcome import Outcome
 from .job import connect, find_job
 from .transport import Wire
 
@@ -111,7 +112,7 @@ def verify(cfg: Config, job: str, sample: str, seed: int):
         raise UsageError("--sample takes a number of files or all")
     n = None if sample == "all" else int(sample)
     conn = state.connect(cfg.state_db)
-    from ..recorded import Outcome, recorded
+    from ..recorded import recorded
 
     with recorded(conn, "verify", job=job) as run:
         with connect(j) as ssh:
@@ -120,7 +121,7 @@ def verify(cfg: Config, job: str, sample: str, seed: int):
                 if rep.only_bookmark is not None and not _differs_already(rep) and not rep.gated:
                     rep = _verify_at_a_fresh_snapshot(cfg, j, ssh, n, seed, conn) or rep
             else:
-                row = state.last_of_job(conn, "replicate", job, ("ok", "warning"))
+                row = state.last_of_job(conn, "replicate", job, (Outcome.OK, Outcome.WARNING))
                 snap = json.loads(row["details"]).get("snapshot") if row else None
                 rep = verify_rsync(j, ssh, n, seed, snap)
         level = rep.level
@@ -160,7 +161,7 @@ def _verify_at_a_fresh_snapshot(cfg: Config, j: Replicate, ssh: Wire, n: int | N
         outcome, details = run_job(replace(cfg, replicate=[keep if x.name == j.name else x for x in cfg.replicate]),
                                    j.name, conn=conn, every=True)  # a snapshot of every dataset, unchanged ones too
         snap = details.get("snapshot")
-        if outcome not in ("ok", "warning") or not snap:
+        if outcome not in (Outcome.OK, Outcome.WARNING) or not snap:
             return None
         try:
             rep = verify_zfs(j, ssh, n, seed)

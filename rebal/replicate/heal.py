@@ -224,7 +224,8 @@ class Heal:
 def heal(cfg: Config, pool: str, *, job: str | None = None, dry_run: bool = False, restore_to: str | None = None,
          stop: threading.Event | None = None) -> HealReport:
     from .. import names, state
-    from ..recorded import Outcome, recorded
+    from ..outcome import Outcome
+    from ..recorded import recorded
 
     names.pool(pool)
     from ..errors import NoSuchPool

@@ -21,7 +21,7 @@ def run_hook(argv: list[str], phase: str, environ: dict[str, str], timeout: int,
     try:
         res = run(argv, readonly=False, timeout=timeout, check=False, environ=env, inherit_env=False, stop=stop)
     except CommandFailed as e:  # timed out
-        return f"{phase}_command {argv[0]}: {e.stderr.strip() or 'failed'}"
+        return f"{phase}_command {argv[0]}: {e.stderr.strip() or f'no answer in {timeout} s'}"
     except RebalError as e:  # not found, not executable
         return f"{phase}_command {argv[0]}: {e}"
     if res.returncode != 0:

@@ -12,6 +12,7 @@ from .. import state
 from ..config import Config, Replicate, Retention
 from ..errors import RebalError, UsageError
 from ..locks import FileLock
+from ..outcome import Outcome
 from ..units import parse_size
 from .hooks import run_hook
 from .policy import Buckets, parse_snapshot_name
@@ -90,7 +91,7 @@ def record_landed(conn: sqlite3.Connection, job: str, r: ZfsReplicator | RsyncRe
         if isinstance(r, ZfsReplicator):
             landed = [d.source for d in r.report.datasets if d.kind in ("full", "incremental", "nothing")]
         else:
-            landed = list(r.datasets) if outcome in ("ok", "warning") else []
+            landed = list(r.datasets) if outcome in (Outcome.OK, Outcome.WARNING) else []
         rows += [(d, snap, parsed[1].timestamp()) for d in landed]
     if rows:
         state.record_points(conn, job, rows)
@@ -99,7 +100,7 @@ def record_landed(conn: sqlite3.Connection, job: str, r: ZfsReplicator | RsyncRe
 def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: tuple[str, ...] = (),
             stop: threading.Event | None = None, progress: Callable[..., None] | None = None,
             conn: sqlite3.Connection | None = None, on_wait: Callable[[str], None] | None = None,
-            every: bool = False, on_dataset: Callable[[DatasetReport], None] | None = None) -> tuple[str, dict]:
+            every: bool = False, on_dataset: Callable[[DatasetReport], None] | None = None) -> tuple[Outcome, dict]:
     """Run one job. Returns (outcome, details); outcome is ok, warning or failed. Never raises for a
     failed transfer: that is recorded; raises for bad input and for a run that is already going.
     Waits while a rebalance of data this job replicates runs (``on_wait`` is told)."""
@@ -121,7 +122,7 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: tu
                                  pool=(j.source if j.direction == "push" else j.target).split("/")[0])
         t0 = time.monotonic()
         details: dict = {"job": name, "mode": j.mode, "run_id": run_id}
-        outcome, error = "failed", None
+        outcome, error = Outcome.FAILED, None
         r = None
         last = [0.0]
 
@@ -161,7 +162,7 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: tu
             raise
         finally:
             outcome = _after(j, conn, r, outcome, error, details, hook_env)
-            pinged += _ping(j, "success" if outcome in ("ok", "warning") else "fail", _ping_body(name, outcome, error, details))
+            pinged += _ping(j, "success" if outcome in (Outcome.OK, Outcome.WARNING) else "fail", _ping_body(name, outcome, error, details))
             if pinged:  # the monitor not reached: said, the run's outcome stands
                 details.setdefault("warnings", []).extend(pinged)
             details["seconds"] = round(time.monotonic() - t0, 2)
@@ -196,29 +197,29 @@ def _within(ds: str, root: str) -> bool:
     return ds == root or ds.startswith(root + "/")
 
 
-def _dry_run(j: Replicate, every: bool, force_rollback: tuple[str, ...], stop: threading.Event) -> tuple[str, dict]:
+def _dry_run(j: Replicate, every: bool, force_rollback: tuple[str, ...], stop: threading.Event) -> tuple[Outcome, dict]:
     """What a run would do, changing nothing (no record, no hook run: the hooks are named)."""
     with connect(j) as ssh:
         rep = replicator(j, ssh, every, dry_run=True, force_rollback=force_rollback, stop=stop).run()
     hooks = {"pre_command": j.pre_command, "post_command": j.post_command}
-    return "ok", {"job": j.name, "mode": j.mode, "dry_run": True, "local_target": j.local_target,
+    return Outcome.OK, {"job": j.name, "mode": j.mode, "dry_run": True, "local_target": j.local_target,
                   "hooks": {k: v for k, v in hooks.items() if v}} | asdict(rep)
 
 
-def _outcome(rep: ZfsReport | RsyncReport, stop: threading.Event) -> tuple[str, str | None]:
+def _outcome(rep: ZfsReport | RsyncReport, stop: threading.Event) -> tuple[Outcome, str | None]:
     """(outcome, error) of a run that got through: interrupted, failed for a dataset, a warning, ok."""
     failed = rep.failed if isinstance(rep, ZfsReport) else []
     if stop.is_set():
-        return "interrupted", "stopped by a signal"
+        return Outcome.INTERRUPTED, "stopped by a signal"
     if failed:
-        return "failed", "; ".join(f"{d.source}: {d.error}" for d in failed)
+        return Outcome.FAILED, "; ".join(f"{d.source}: {d.error}" for d in failed)
     if rep.warnings:
-        return "warning", None
-    return "ok", None
+        return Outcome.WARNING, None
+    return Outcome.OK, None
 
 
-def _after(j: Replicate, conn: sqlite3.Connection, r: ZfsReplicator | RsyncReplicator | None, outcome: str,
-           error: str | None, details: dict, hook_env: dict[str, str]) -> str:
+def _after(j: Replicate, conn: sqlite3.Connection, r: ZfsReplicator | RsyncReplicator | None, outcome: Outcome,
+           error: str | None, details: dict, hook_env: dict[str, str]) -> Outcome:
     """However the run ended: its streams ended, what landed recorded (health's ages), the post hook
     run; the outcome, a warning where the post hook failed."""
     if r is not None:
@@ -233,5 +234,5 @@ def _after(j: Replicate, conn: sqlite3.Connection, r: ZfsReplicator | RsyncRepli
             "REBAL_BYTES": str(details.get("bytes", 0)), "REBAL_ERROR": error or ""}, j.hook_timeout)
         if problem:
             details.setdefault("warnings", []).append(problem)
-            outcome = "warning" if outcome == "ok" else outcome
+            outcome = Outcome.WARNING if outcome == Outcome.OK else outcome
     return outcome

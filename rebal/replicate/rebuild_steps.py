@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from ..config import Config, Replicate
 from ..errors import RebalError
+from ..outcome import Outcome
 from ..zfs.host import ZfsHost
 from .transport import Wire
 from .verify import VerifyReport
@@ -57,7 +58,7 @@ def final_point(cfg: Config, rec: Record, j: Replicate, link: Wire, here: ZfsHos
         outcome, details = run_job(replace(cfg, replicate=[keep if x.name == j.name else x for x in cfg.replicate]),
                                    j.name, conn=conn, every=True)
     snap = details.get("snapshot")
-    if outcome not in ("ok", "warning") or not snap:
+    if outcome not in (Outcome.OK, Outcome.WARNING) or not snap:
         raise RebuildError(f"the last replication of job {j.name} failed: {details.get('error') or outcome}")
     rec.point = snap
     here.sync(rec.pool)

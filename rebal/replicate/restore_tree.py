@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..config import Replicate
+from ..outcome import Outcome
 from ..zfs.host import HostError, Tree, ZfsHost
 from ..zfs.snaps import Snap
 from .policy import parse_snapshot_name
@@ -82,7 +83,7 @@ class TreeReport:
 
     @property
     def failed(self) -> list[DatasetRestore]:
-        return [d for d in self.datasets if d.kind == "failed"]
+        return [d for d in self.datasets if d.kind == Outcome.FAILED]
 
 
 def _below(root: str, name: str) -> bool:
@@ -123,7 +124,7 @@ class TreeRestore:
             rep = DatasetRestore(ds, self.target_of(ds))
             self.report.datasets.append(rep)
             if self.stop.is_set():  # (a failure: the run is not reported done, the next one goes on)
-                rep.kind, rep.error = "failed", "stopped before it began; the same command again restores it"
+                rep.kind, rep.error = Outcome.FAILED, "stopped before it began; the same command again restores it"
                 continue
             if any(_below(s, ds) for s in skipped):
                 rep.kind, rep.error = "missing", "its parent was not restored"
@@ -140,7 +141,7 @@ class TreeRestore:
             if newest != at:
                 rep.newer = newest or ""
             self._one(rep, backup, here)
-            if rep.kind == "failed":
+            if rep.kind == Outcome.FAILED:
                 skipped.append(ds)
         self.report.bytes = sum(d.bytes for d in self.report.datasets)
         missing = [d for d in self.report.datasets if d.kind == "missing"]
@@ -238,13 +239,13 @@ class TreeRestore:
             res = t.run(send, recv, progress=progress)
         except StreamFailed as e:
             res = e.result
-            rep.kind = "failed"
+            rep.kind = Outcome.FAILED
             if res.stopped:
-                rep.error = "stopped; the next run resumes it" if self.into.abilities().resumable else "stopped"
+                rep.error = "stopped; the next run resumes it" if self.into.abilities().resumable else "stopped by request"
             else:
-                rep.error = (res.receiver_err or res.sender_err or "failed").strip()[-300:]
+                rep.error = res.said[-300:]
         except TransportError as e:
-            res, rep.kind, rep.error = None, "failed", str(e)
+            res, rep.kind, rep.error = None, Outcome.FAILED, str(e)
         rep.bytes = res.bytes if res is not None else rep.bytes
         self._done += rep.bytes
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import CommandFailed, RebalError
+from ..outcome import Outcome
 from ..zfs.host import NoBookmarks
 from . import guard
 from .source_snaps import destroy_where_they_are
@@ -94,7 +95,7 @@ def prune(rep: Replicating, datasets: list[str]) -> None:
             protect_tgt.add(dr.base)  # this dataset still depends on its old base
             if not dr.base_bookmark:
                 protect_src.add(dr.base)
-        if dr.kind == "failed" and dr.bytes:
+        if dr.kind == Outcome.FAILED and dr.bytes:
             # cut mid-stream: the receiver may keep a resume token, which names this snapshot; the
             # next run can resume only while the source still has it
             protect_src.add(report.snapshot)

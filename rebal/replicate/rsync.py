@@ -81,7 +81,7 @@ def warning_files(stderr: str) -> list[str]:
         m = re.search(r'file has vanished: "(.*)"', line)
         if m:
             out.append(f"vanished: {m.group(1)}")
-        elif line.startswith("rsync:") and ("failed" in line or "error" in line.lower()):
+        elif line.startswith("rsync:") and re.search(r"failed|(?i:error)", line):
             out.append(line.strip())
     return out
 
@@ -160,7 +160,7 @@ class RsyncReplicator:
             raise RsyncError(f"{job.source} is not mounted (mountpoint none or legacy): rsync has nothing to read")
         for ds in datasets:
             if self.stop.is_set():
-                raise RsyncError("stopped")
+                raise RsyncError("stopped by request")
             mp = mounts[ds]
             rel = outside_why = None
             if not mp:
@@ -260,7 +260,7 @@ class RsyncReplicator:
             raise classify_ssh(self.ssh.ep, err)
         if rc != 0:
             if self.stop.is_set():
-                raise RsyncError("stopped")
+                raise RsyncError("stopped by request")
             last = [x for x in err.strip().splitlines() if x.strip()]
             raise RsyncError(f"rsync to {dest} failed (exit {rc}): {' '.join(last[-2:]) if last else ''}")
 

@@ -166,4 +166,4 @@ class Transfer:
             raise StreamFailed(f"{what}: stopped", res)
         if 255 in (res.sender_rc, res.receiver_rc) and not self.link.local:
             raise classify_ssh(self.link.ep, res.sender_err or res.receiver_err)  # (a TransportError: exit 3)
-        raise StreamFailed(f"{what} failed: {(res.receiver_err or res.sender_err or 'failed').strip()[-300:]}", res)
+        raise StreamFailed(f"{what} failed: {res.said[-300:]}", res)

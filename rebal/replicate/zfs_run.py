@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from .policy import Buckets, Snap
+from ..outcome import Outcome
 
 if TYPE_CHECKING:
     from ..state import Cache
@@ -66,7 +67,7 @@ class ZfsReport:
 
     @property
     def failed(self) -> list[DatasetReport]:
-        return [d for d in self.datasets if d.kind == "failed"]
+        return [d for d in self.datasets if d.kind == Outcome.FAILED]
 
 
 @dataclass

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from .. import names
 from ..errors import RebalError
+from ..outcome import Outcome
 from ..process.command import Counted, run
 from ..throttle import Throttle
 from ..zfs import argv as zargv
@@ -234,12 +235,12 @@ class ZfsReplicator(Capabilities):
             try:
                 T.make_parents(self, levels[depth], set(datasets))  # after their parents' level: on top of what was received
             except RebalError as e:
-                self.report.datasets.extend(DatasetReport(d, self.target_of(d), "failed", error=str(e)) for d in levels[depth])
+                self.report.datasets.extend(DatasetReport(d, self.target_of(d), Outcome.FAILED, error=str(e)) for d in levels[depth])
                 levels[depth] = []
             with ThreadPoolExecutor(max_workers=max(1, self.job.parallel)) as pool:
                 reports = list(pool.map(lambda d: self._told(self.replicate_dataset(d, snap)), levels[depth]))
             self.report.datasets.extend(reports)
-            failed = {r.source for r in reports if r.kind in ("failed", "renamed")}
+            failed = {r.source for r in reports if r.kind in (Outcome.FAILED, "renamed")}
             # a child of a dataset that failed has no parent on the target: leave it for next time
             for deeper in [k for k in levels if k > depth]:
                 levels[deeper] = [d for d in levels[deeper] if not any(d.startswith(f + "/") for f in failed)]
@@ -315,7 +316,7 @@ class ZfsReplicator(Capabilities):
                 self.target.run(zargv.set_property(target, "readonly", "on"), readonly=False)
         else:
             raise ReplicationError(f"resuming the receive of {info.toname} into {target} failed: "
-                                   f"{res.receiver_err or res.sender_err or 'stopped'}")
+                                   f"{res.said}")
 
     def _source_side(self, ds: str, snap: str) -> tuple[list[Snap], Snap]:
         """The dataset's snapshots and bookmarks here, and the one to send (made up in a dry run)."""
@@ -353,7 +354,7 @@ class ZfsReplicator(Capabilities):
             rep.base = plan.base.name if plan.base else None
             rep.base_bookmark = bool(plan.base and plan.base.bookmark)
             if plan.kind in ("diverged", "unrelated"):
-                rep.kind, rep.error = "failed", plan.message
+                rep.kind, rep.error = Outcome.FAILED, plan.message
                 return rep
             if plan.kind == "nothing":
                 rep.kind = "nothing"
@@ -376,7 +377,7 @@ class ZfsReplicator(Capabilities):
                 return rep
             res = self._stream([send], recv, rep)
             if not res.ok:
-                rep.kind = "failed"
+                rep.kind = Outcome.FAILED
                 if res.stopped:
                     rep.error = "stopped before the transfer ended"
                 elif not self.ssh.local and (res.receiver_rc if self.source.local else res.sender_rc) == 255:
@@ -402,7 +403,7 @@ class ZfsReplicator(Capabilities):
             self._trees_after(ds, target, src, tgt, plan, to, rep.cursor)
             return rep
         except RebalError as e:
-            rep.kind, rep.error = "failed", str(e)
+            rep.kind, rep.error = Outcome.FAILED, str(e)
             return rep
 
     def _say_rollback(self, target: str, plan: SendPlan) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from .. import fill
+from ..outcome import Outcome
 from ..units import human
 from .text import lines, table
 
@@ -204,7 +205,7 @@ def runs_text(runs: list[dict]) -> str:
     for r in runs:
         d = r["details"]
         spread = f"{d['spread_before']:.1f}->{d['spread_after']:.1f}" if "spread_before" in d else ""
-        outcome = r["outcome"] + (f" ({_short(r['error'])})" if r.get("error") and r["outcome"] != "ok" else "")
+        outcome = r["outcome"] + (f" ({_short(r['error'])})" if r.get("error") and r["outcome"] != Outcome.OK else "")
         if d.get("parts", 1) > 1:
             outcome += f" (in {d['parts']} parts: {_short(d.get('continued', 'continued'))})"
         rows.append((str(r["id"]), r["kind"], r["job"] or r["pool"] or "", r["started"][5:16].replace("T", " "),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..outcome import Outcome
 from ..units import human
 from .text import lines
 
@@ -107,7 +108,7 @@ def pairing_text(p) -> str:
     else:
         out.append(f"   (rebal keys {p.job} --install adds it over your own ssh login)")
     if p.dry_run is not None:
-        if not p.dry_run.startswith("failed"):
+        if not p.dry_run.startswith(Outcome.FAILED):
             nxt = (f"nothing: the job has run before (rebal replicate {p.job} runs it now)" if p.replicated
                    else f"rebal replicate {p.job} (the first run)")
         elif p.installed is not None and "refused" in p.dry_run:

@@ -24,7 +24,7 @@ import pytest
 from zfsenv import sh
 
 from rebal.rebalance import durable
-from rebal.rebalance.copier import Copier, FileRef, Outcome, Prepared, tmp_name
+from rebal.rebalance.copier import Copier, FileRef, FileOutcome, Prepared, tmp_name
 
 pytestmark = pytest.mark.zfs
 
@@ -141,7 +141,7 @@ def test_a_cut_right_after_a_batch_was_swapped_keeps_every_swap(cut_pool):
         b = durable.Barrier(dfd)
         b.copies([p.tmp for p in prepared])
         results = [c.swap(p) for p in prepared]
-        assert [x.outcome for x in results] == [Outcome.SWAPPED] * 20
+        assert [x.outcome for x in results] == [FileOutcome.SWAPPED] * 20
         b.renames()  # what the copy pass does before the journal drops the batch's rows
     power_cut_and_back(cut_pool)
     for i, (r, res) in enumerate(zip(refs, results)):

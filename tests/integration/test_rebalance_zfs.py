@@ -162,7 +162,7 @@ def test_a_max_bytes_run_smaller_than_every_file_leaves_its_directories_for_the_
 
 def test_real_enospc_during_a_copy_keeps_the_original(make_pool):
     """zfs-fuse really runs out of space while the copy is written (a filler takes the rest)."""
-    from rebal.rebalance.copier import Copier, FileRef, Outcome
+    from rebal.rebalance.copier import Copier, FileRef, FileOutcome
 
     pool = make_pool([[]], size="128M")
     f = pool.mountpoint / "victim.bin"
@@ -186,7 +186,7 @@ def test_real_enospc_during_a_copy_keeps_the_original(make_pool):
         res = FillThenCopy().copy(dfd, FileRef.from_stat(os.fsencode(pool.mountpoint), b"victim.bin", st))
     finally:
         os.close(dfd)
-    assert res.outcome is Outcome.NOSPACE, res
+    assert res.outcome is FileOutcome.NOSPACE, res
     assert f.read_bytes() == original and os.lstat(f).st_ino == st.st_ino
     assert temp_leftovers(pool.mountpoint) == []
 

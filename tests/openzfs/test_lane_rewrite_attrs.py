@@ -29,7 +29,7 @@ def _acl(path: str) -> str:
 
 
 def test_a_rewrite_never_widens_who_may_read_a_file(make_pool):
-    from rebal.rebalance.copier import Outcome
+    from rebal.rebalance.copier import FileOutcome
 
     pool = make_pool([[]], size="256M")
     ds = f"{pool.name}/acl"
@@ -60,7 +60,7 @@ def test_a_rewrite_never_widens_who_may_read_a_file(make_pool):
 
     for p in (secret, g, nd):
         ino = os.lstat(p).st_ino
-        assert _copy(p).outcome is Outcome.SWAPPED and os.lstat(p).st_ino != ino, p
+        assert _copy(p).outcome is FileOutcome.SWAPPED and os.lstat(p).st_ino != ino, p
     assert _acl(secret) == acl_before and "user:1001" not in _acl(secret)
     r = subprocess.run(["setpriv", "--reuid=1001", "--regid=1001", "--clear-groups", "cat", secret], capture_output=True)
     assert r.returncode != 0, "uid 1001 reads a file it could not read before the rewrite"
@@ -73,6 +73,6 @@ def test_a_rewrite_never_widens_who_may_read_a_file(make_pool):
             f.write(b"l" * 5000)
         subprocess.run(["chattr", flag, locked], check=True)
         try:
-            assert _copy(locked).outcome is Outcome.PROTECTED
+            assert _copy(locked).outcome is FileOutcome.PROTECTED
         finally:
             subprocess.run(["chattr", flag.replace("+", "-"), locked], check=True)

@@ -16,7 +16,7 @@ from rebal.rebalance.copier import (
     F_GETLEASE,
     Copier,
     FileRef,
-    Outcome,
+    FileOutcome,
     old_name,
     tmp_name,
 )
@@ -50,7 +50,7 @@ def test_rewrites_with_a_new_inode_and_keeps_everything(richfs):
     before[b"data.bin"]["mtime_ns"] = 1_500_000_000_987_654_321
     ino = os.lstat(f).st_ino
     res = copy(f)
-    assert res.outcome is Outcome.SWAPPED, res
+    assert res.outcome is FileOutcome.SWAPPED, res
     st = os.lstat(f)
     assert st.st_ino != ino, "the file must be a new inode (new blocks)"
     assert st.st_atime_ns == 1_600_000_000_123_456_789
@@ -72,7 +72,7 @@ def test_holes_are_kept(richfs):
         fh.truncate()  # a hole up to the end too
     before = manifest(richfs)
     blocks = os.lstat(f).st_blocks
-    assert copy(f).outcome is Outcome.SWAPPED
+    assert copy(f).outcome is FileOutcome.SWAPPED
     assert manifest(richfs) == before
     assert os.lstat(f).st_blocks <= blocks  # still sparse: a few KiB, not 200 MiB
     assert os.lstat(f).st_blocks * 512 < 1 * 2**20
@@ -85,8 +85,8 @@ def test_empty_file_and_long_name(richfs):
     g = richfs / ("x" * 255)
     g.write_bytes(b"payload")
     before = manifest(richfs)
-    assert copy(f).outcome is Outcome.SWAPPED
-    assert copy(g).outcome is Outcome.SWAPPED
+    assert copy(f).outcome is FileOutcome.SWAPPED
+    assert copy(g).outcome is FileOutcome.SWAPPED
     assert manifest(richfs) == before
 
 
@@ -95,7 +95,7 @@ def test_verify_modes(richfs, verify):
     f = richfs / "v"
     f.write_bytes(os.urandom(700_000))
     before = manifest(richfs)
-    assert copy(f, verify=verify).outcome is Outcome.SWAPPED
+    assert copy(f, verify=verify).outcome is FileOutcome.SWAPPED
     assert manifest(richfs) == before
 
 
@@ -107,7 +107,7 @@ def test_changed_since_scan_is_not_replaced(richfs):
     dfd = os.open(richfs, os.O_RDONLY)
     res = Copier().copy(dfd, r)
     os.close(dfd)
-    assert res.outcome is Outcome.CHANGED
+    assert res.outcome is FileOutcome.CHANGED
     assert f.read_bytes() == b"two, longer"
     assert temp_leftovers(richfs) == []
 
@@ -120,7 +120,7 @@ def test_deleted_file_is_not_resurrected(richfs):
     dfd = os.open(richfs, os.O_RDONLY)
     res = Copier().copy(dfd, r)
     os.close(dfd)
-    assert res.outcome is Outcome.GONE
+    assert res.outcome is FileOutcome.GONE
     assert not f.exists() and temp_leftovers(richfs) == []
 
 
@@ -176,7 +176,7 @@ def test_file_appended_during_copy_is_not_replaced(richfs, lease):
         t.join()
     else:
         res = run_hooked(f, append, use_lease=False)
-    assert res.outcome in (Outcome.CHANGED, Outcome.IN_USE)
+    assert res.outcome in (FileOutcome.CHANGED, FileOutcome.IN_USE)
     assert f.read_bytes() == b"a" * 100_000 + b"tail"
     assert temp_leftovers(richfs) == []
 
@@ -185,7 +185,7 @@ def test_file_deleted_during_copy_is_not_resurrected(richfs):
     f = richfs / "del"
     f.write_bytes(b"z" * 5000)
     res = run_hooked(f, f.unlink)
-    assert res.outcome is Outcome.GONE
+    assert res.outcome is FileOutcome.GONE
     assert not f.exists() and temp_leftovers(richfs) == []
 
 
@@ -194,7 +194,7 @@ def test_file_open_for_writing_is_skipped(richfs):
     f.write_bytes(b"q" * 10)
     with open(f, "ab"):
         res = copy(f)
-    assert res.outcome is Outcome.IN_USE
+    assert res.outcome is FileOutcome.IN_USE
     assert f.read_bytes() == b"q" * 10
 
 
@@ -204,7 +204,7 @@ def test_temp_name_taken_by_someone_else_is_left_alone(richfs):
     other = richfs / tmp_name(os.lstat(f).st_ino).decode()
     other.write_bytes(b"not ours")
     res = copy(f)
-    assert res.outcome is Outcome.FAILED and "exists" in res.reason
+    assert res.outcome is FileOutcome.FAILED and "exists" in res.reason
     assert other.read_bytes() == b"not ours" and f.read_bytes() == b"data"
 
 
@@ -214,7 +214,7 @@ def test_stop_aborts_and_cleans_up(richfs):
     stop = threading.Event()
     stop.set()
     res = copy(f, stop=stop)
-    assert res.outcome is Outcome.ABORTED
+    assert res.outcome is FileOutcome.ABORTED
     assert temp_leftovers(richfs) == []
 
 
@@ -233,7 +233,7 @@ def test_enospc_keeps_the_original(tmp_path):
         f.write_bytes(os.urandom(5 * 2**20))  # a copy of 5 MiB cannot fit beside it in 8 MiB
         data = f.read_bytes()
         res = copy(f)
-        assert res.outcome is Outcome.NOSPACE
+        assert res.outcome is FileOutcome.NOSPACE
         assert f.read_bytes() == data and temp_leftovers(where) == []
     finally:
         umount(where)
@@ -290,7 +290,7 @@ def test_hardlink_group_is_recreated_as_one_inode(richfs):
     finally:
         for fd in fds:
             os.close(fd)
-    assert res.outcome is Outcome.SWAPPED, res
+    assert res.outcome is FileOutcome.SWAPPED, res
     inos = {os.lstat(p).st_ino for p in paths}
     assert len(inos) == 1 and ino not in inos and seen == [inos.pop()]
     assert os.lstat(paths[0]).st_nlink == 3
@@ -319,7 +319,7 @@ def test_hardlink_group_switched_back_when_a_writer_comes(richfs):
     finally:
         for fd in fds:
             os.close(fd)
-    assert res.outcome is Outcome.IN_USE, res
+    assert res.outcome is FileOutcome.IN_USE, res
     assert switched, "the group was never half switched: the test did not test the switch back"
     assert {os.lstat(p).st_ino for p in paths} == {ino} and os.lstat(paths[0]).st_nlink == 3
     assert files_only(manifest(richfs)) == files_only(before) and temp_leftovers(richfs) == []
@@ -334,7 +334,7 @@ def test_hardlink_group_that_changed_is_left(richfs):
     finally:
         for fd in fds:
             os.close(fd)
-    assert res.outcome is Outcome.CHANGED and temp_leftovers(richfs) == []
+    assert res.outcome is FileOutcome.CHANGED and temp_leftovers(richfs) == []
 
 
 def test_failed_switch_back_keeps_the_original(richfs):
@@ -358,7 +358,7 @@ def test_failed_switch_back_keeps_the_original(richfs):
     finally:
         for fd in fds:
             os.close(fd)
-    assert res.outcome is Outcome.FAILED and "kept as .rebal-" in res.reason
+    assert res.outcome is FileOutcome.FAILED and "kept as .rebal-" in res.reason
     anchor = richfs / "a" / old_name(ino).decode()
     assert anchor.exists() and os.lstat(anchor).st_ino == ino and anchor.read_bytes() == data
     assert all(p.read_bytes() == data for p in paths)
@@ -390,7 +390,7 @@ def test_a_copy_that_differs_is_never_swapped_in(richfs, monkeypatch, size, dama
     monkeypatch.setattr(Copier, "_copy_data", damaged)
     ino = os.lstat(f).st_ino
     res = copy(f)
-    assert res.outcome is Outcome.VERIFY, res
+    assert res.outcome is FileOutcome.VERIFY, res
     assert os.lstat(f).st_ino == ino and f.read_bytes() == data
     assert temp_leftovers(richfs) == []
 
@@ -401,7 +401,7 @@ def test_an_exact_copy_of_every_size_is_swapped_in(richfs, size):
     data = os.urandom(size)
     f.write_bytes(data)
     res = copy(f)
-    assert res.outcome is Outcome.SWAPPED, res
+    assert res.outcome is FileOutcome.SWAPPED, res
     assert f.read_bytes() == data
 
 
@@ -436,7 +436,7 @@ def test_a_default_acl_of_the_directory_never_widens_who_may_read(richfs):
     subprocess.run(["setfacl", "-b", str(f)], check=True)  # the file itself has no ACL (made before the default)
     before, acl = manifest(richfs), _acl(f)
     seen = []  # with an ACL, the copy's group bits are the mask
-    assert _copy_peeking(f, lambda st: seen.append(stat.S_IMODE(st.st_mode))).outcome is Outcome.SWAPPED
+    assert _copy_peeking(f, lambda st: seen.append(stat.S_IMODE(st.st_mode))).outcome is FileOutcome.SWAPPED
     assert _acl(f) == acl and "user:1001" not in _acl(f)
     assert manifest(richfs)[b"shared/secret"] == before[b"shared/secret"]  # (the directory's mtime: the caller's)
     assert seen and seen[0] & 0o077 == 0, seen  # the named user's rwx masked to nothing while written
@@ -455,7 +455,7 @@ def test_a_setgid_directory_does_not_give_the_copy_its_group(richfs):
     os.chown(f, 1000, 1234)
     os.chmod(f, 0o640)
     groups = []
-    assert _copy_peeking(f, lambda st: groups.append(st.st_gid)).outcome is Outcome.SWAPPED
+    assert _copy_peeking(f, lambda st: groups.append(st.st_gid)).outcome is FileOutcome.SWAPPED
     st = os.lstat(f)
     assert groups == [1234] and (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (1000, 1234, 0o640)
 
@@ -469,7 +469,7 @@ def test_nodump_is_kept_and_immutable_or_append_only_files_are_left_alone(richfs
     f.write_bytes(b"n" * 3000)
     if not _chattr("+d", f):
         pytest.fail("this tmpfs takes no inode flags (Linux 6.0+ does)")
-    assert copy(f).outcome is Outcome.SWAPPED
+    assert copy(f).outcome is FileOutcome.SWAPPED
     assert "d" in subprocess.run(["lsattr", "-d", str(f)], capture_output=True, text=True).stdout.split()[0]
     for flag in ("+i", "+a"):
         g = richfs / f"locked{flag[1]}"
@@ -478,7 +478,7 @@ def test_nodump_is_kept_and_immutable_or_append_only_files_are_left_alone(richfs
         assert _chattr(flag, g)
         try:
             res = copy(g)
-            assert res.outcome is Outcome.PROTECTED and os.lstat(g).st_ino == ino, res
+            assert res.outcome is FileOutcome.PROTECTED and os.lstat(g).st_ino == ino, res
             assert temp_leftovers(richfs) == []
         finally:
             _chattr(flag.replace("+", "-"), g)

@@ -11,7 +11,7 @@ import pytest
 from fsenv import manifest, temp_leftovers
 
 from rebal.rebalance import durable
-from rebal.rebalance.copier import Copier, FileRef, Outcome, Prepared, tmp_name
+from rebal.rebalance.copier import Copier, FileRef, FileOutcome, Prepared, tmp_name
 
 TMPFS_MAGIC = 0x01021994
 
@@ -44,7 +44,7 @@ def test_prepare_leaves_a_verified_copy_and_swap_puts_it_in_place(richfs, dfd):
     b.copies([p.tmp for p in prepared])
     results = [c.swap(p) for p in prepared]
     b.renames()
-    assert [x.outcome for x in results] == [Outcome.SWAPPED] * 5
+    assert [x.outcome for x in results] == [FileOutcome.SWAPPED] * 5
     assert [os.lstat(f).st_ino for f in files] == [p.copy_ino for p in prepared]
     assert manifest(richfs) == before and temp_leftovers(richfs) == []
     assert all(p.src == -1 and p.tmp == -1 for p in prepared), "swap closes both descriptors"
@@ -58,7 +58,7 @@ def test_a_file_changed_between_prepare_and_swap_is_not_replaced(richfs, dfd):
     with open(f, "ab") as w:  # written to while the batch waits for its barrier
         w.write(b"b")
     res = c.swap(p)
-    assert res.outcome is Outcome.CHANGED
+    assert res.outcome is FileOutcome.CHANGED
     assert f.read_bytes() == b"a" * 5000 + b"b" and temp_leftovers(richfs) == []
 
 
@@ -78,13 +78,13 @@ def test_a_failed_prepare_is_a_result_and_leaves_nothing(richfs, dfd):
     ref = ref_of(f)
     f.unlink()
     res = Copier().prepare(dfd, ref, fsync=False)
-    assert not isinstance(res, Prepared) and res.outcome is Outcome.GONE
+    assert not isinstance(res, Prepared) and res.outcome is FileOutcome.GONE
     stop = threading.Event()
     stop.set()
     g = richfs / "big"
     g.write_bytes(os.urandom(3 << 20))
     res = Copier(stop=stop).prepare(dfd, ref_of(g), fsync=False)
-    assert res.outcome is Outcome.ABORTED and temp_leftovers(richfs) == []
+    assert res.outcome is FileOutcome.ABORTED and temp_leftovers(richfs) == []
 
 
 def test_syncfs_only_on_openzfs(richfs, dfd, monkeypatch):
@@ -144,12 +144,12 @@ def test_a_writer_is_not_held_up_until_the_batch_is_made_durable(richfs, dfd):
     def writer():  # the rest of the batch ends only once the writer got the file
         with open(f, "ab") as w:
             w.write(b"y")
-        rest_of_batch.set_result(Result(Outcome.SWAPPED))
+        rest_of_batch.set_result(Result(FileOutcome.SWAPPED))
 
     t = threading.Thread(target=writer)
     t.start()
     out = collect(SimpleNamespace(copier=c), [ready, rest_of_batch])
     t.join()
-    assert out[0].outcome is Outcome.IN_USE, out[0]
+    assert out[0].outcome is FileOutcome.IN_USE, out[0]
     assert f.read_bytes() == b"x" * 10000 + b"y" and os.lstat(f).st_ino == p.ref.ino
     assert temp_leftovers(richfs) == []

@@ -16,7 +16,7 @@ FLOORS = {
     "recorded": 4, "notify": 4, "state": 4, "health": 4, "metrics": 4, "where": 4, "oldblocks": 4, "readspeed": 4,
     "config": 3, "sandbox": 3, "zfs": 3,
     "schema": 2, "process": 2, "names": 2, "locks": 2, "units": 2, "ping": 2,
-    "throttle": 1, "errors": 1, "walk": 1, "migrations": 1, "__init__": 1,
+    "throttle": 1, "errors": 1, "outcome": 1, "walk": 1, "migrations": 1, "__init__": 1,
 }
 
 
