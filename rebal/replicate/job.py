@@ -13,6 +13,7 @@ from ..config import Config, Replicate, Retention
 from ..errors import RebalError, UsageError
 from ..locks import FileLock
 from ..outcome import Outcome
+from ..recorded import Run, recorded
 from ..units import parse_size
 from .hooks import run_hook
 from .policy import Buckets, parse_snapshot_name
@@ -118,58 +119,67 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: tu
     with FileLock(cfg.state_db, f"replicate-{name}", f"run of replication job {name}"), \
             Together(cfg.state_db, [name], f"replication job {name}", stop=stop, on_wait=on_wait):
         state.mark_dead_runs(conn, "replicate", job=name)
-        run_id = state.start_run(conn, "replicate", job=name,
-                                 pool=(j.source if j.direction == "push" else j.target).split("/")[0])
-        t0 = time.monotonic()
-        details: dict = {"job": name, "mode": j.mode, "run_id": run_id}
-        outcome, error = Outcome.FAILED, None
-        r = None
-        last = [0.0]
+        with recorded(conn, "replicate", job=name, pool=(j.source if j.direction == "push" else j.target).split("/")[0]) as run:
+            return _recorded_run(j, run, conn, cfg.state_db, every, force_rollback, stop, progress, on_dataset)
 
-        def progress_and_record(n: int, total: int | None = None) -> None:
-            if progress:
-                progress(n, total)
-            now = time.monotonic()
-            if now - last[0] >= 0.5:  # at most twice a second
-                last[0] = now
-                state.set_progress(cfg.state_db, run_id, n)
 
-        hook_env = {"REBAL_JOB": name, "REBAL_SOURCE": j.source, "REBAL_TARGET": j.target,
-                    "REBAL_TARGET_HOST": j.remote_host or "", "REBAL_RUN_ID": str(run_id)}
-        pinged = _ping(j, "start", f"rebal replicate {name}: run {run_id} started")
-        try:
-            if j.pre_command:
-                problem = run_hook(j.pre_command, "pre", hook_env, j.hook_timeout, stop)
-                if problem:  # nothing was snapshot or sent
-                    raise HookFailed(f"{problem}; no snapshot was taken, nothing was sent")
-            with connect(j) as ssh:
-                # a bar's total needs zfs send -nP per stream: asked only when someone watches a bar
-                extra = {"cache": state.Cache(conn), "estimates": progress is not None, "on_dataset": on_dataset,
-                         "landed": {d: s for d, (s, _) in state.replica_points(conn, name).items()}} if j.mode == "zfs" else {}
-                r = replicator(j, ssh, every, force_rollback=force_rollback, stop=stop, progress=progress_and_record, **extra)
-                rep = r.run()
-            details |= asdict(rep)
-            details["bytes"] = rep.bytes
-            outcome, error = _outcome(rep, stop)
-        except (TransportError, ReplicationError, RebalError) as e:
-            error = str(e)
-            details["exit_code"] = e.exit_code  # the command's exit code: 6 for an unreachable host
-            if r is not None:
-                details |= asdict(r.report)
-                details["bytes"] = r.report.bytes
-        except BaseException as e:
-            error = f"{type(e).__name__}: {e}"
-            raise
-        finally:
-            outcome = _after(j, conn, r, outcome, error, details, hook_env)
-            pinged += _ping(j, "success" if outcome in (Outcome.OK, Outcome.WARNING) else "fail", _ping_body(name, outcome, error, details))
-            if pinged:  # the monitor not reached: said, the run's outcome stands
-                details.setdefault("warnings", []).extend(pinged)
-            details["seconds"] = round(time.monotonic() - t0, 2)
-            details["outcome"] = outcome
-            details["error"] = error
-            state.end_run(conn, run_id, outcome, error=error, details=details)
-        return outcome, details
+def _recorded_run(j: Replicate, run: Run, conn: sqlite3.Connection, state_db: str, every: bool,
+                  force_rollback: tuple[str, ...], stop: threading.Event, progress: Callable[..., None] | None,
+                  on_dataset: Callable[[DatasetReport], None] | None) -> tuple[Outcome, dict]:
+    """The run, its record ``run`` (its row's outcome, details and error set here, however it ends)."""
+    assert run.id is not None
+    name, run_id = j.name, run.id
+    t0 = time.monotonic()
+    details: dict = {"job": name, "mode": j.mode, "run_id": run_id}
+    run.details = details
+    outcome, error = Outcome.FAILED, None
+    r = None
+    last = [0.0]
+
+    def progress_and_record(n: int, total: int | None = None) -> None:
+        if progress:
+            progress(n, total)
+        now = time.monotonic()
+        if now - last[0] >= 0.5:  # at most twice a second
+            last[0] = now
+            state.set_progress(state_db, run_id, n)
+
+    hook_env = {"REBAL_JOB": name, "REBAL_SOURCE": j.source, "REBAL_TARGET": j.target,
+                "REBAL_TARGET_HOST": j.remote_host or "", "REBAL_RUN_ID": str(run_id)}
+    pinged = _ping(j, "start", f"rebal replicate {name}: run {run_id} started")
+    try:
+        if j.pre_command:
+            problem = run_hook(j.pre_command, "pre", hook_env, j.hook_timeout, stop)
+            if problem:  # nothing was snapshot or sent
+                raise HookFailed(f"{problem}; no snapshot was taken, nothing was sent")
+        with connect(j) as ssh:
+            # a bar's total needs zfs send -nP per stream: asked only when someone watches a bar
+            extra = {"cache": state.Cache(conn), "estimates": progress is not None, "on_dataset": on_dataset,
+                     "landed": {d: s for d, (s, _) in state.replica_points(conn, name).items()}} if j.mode == "zfs" else {}
+            r = replicator(j, ssh, every, force_rollback=force_rollback, stop=stop, progress=progress_and_record, **extra)
+            rep = r.run()
+        details |= asdict(rep)
+        details["bytes"] = rep.bytes
+        outcome, error = _outcome(rep, stop)
+    except (TransportError, ReplicationError, RebalError) as e:
+        error = str(e)
+        details["exit_code"] = e.exit_code  # the command's exit code: 6 for an unreachable host
+        if r is not None:
+            details |= asdict(r.report)
+            details["bytes"] = r.report.bytes
+    except BaseException as e:
+        error = f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        outcome = _after(j, conn, r, outcome, error, details, hook_env)
+        pinged += _ping(j, "success" if outcome in (Outcome.OK, Outcome.WARNING) else "fail", _ping_body(name, outcome, error, details))
+        if pinged:  # the monitor not reached: said, the run's outcome stands
+            details.setdefault("warnings", []).extend(pinged)
+        details["seconds"] = round(time.monotonic() - t0, 2)
+        details["outcome"] = outcome
+        details["error"] = error
+        run.outcome, run.error = outcome, error
+    return outcome, details
 
 
 def _ping(j: Replicate, event: str, body: str) -> list[str]:
