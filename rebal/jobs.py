@@ -14,6 +14,7 @@ from . import state
 from .config import Config
 from .errors import RebalError
 from .outcome import Outcome
+from .recorded import recorded
 from .zfs import argv
 
 log = logging.getLogger(__name__)
@@ -250,8 +251,8 @@ def rebalance_job(cfg: Config, conn, zpool, zfs, stop: threading.Event, on_wait=
         except RebalError as e:  # a refusal is a run that could not do its job: recorded as failed
             spec = rb.targets[0]
             pool = prep.pool.name if prep else (None if spec.startswith("/") else spec.split("/")[0])
-            rid = state.start_run(conn, "rebalance", pool=pool)  # no key: a refusal is not a run to continue
-            state.end_run(conn, rid, Outcome.FAILED, error=str(e), details={"refused": True})
+            with recorded(conn, "rebalance", pool=pool) as run:  # no key: a refusal is not a run to continue
+                run.outcome, run.error, run.details = Outcome.FAILED, str(e), {"refused": True}
             raise
         rep = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, stop=stop)
     return rep.as_dict()
@@ -317,7 +318,6 @@ def record(conn, kind: str, fn, job: str | None = None):
     """Run ``fn`` as a recorded run of ``kind`` (recorded.py owns the row). The outcome is the one
     ``fn`` returns in its dict (a refresh that failed returns, it does not raise), else ok; an
     exception is a failure."""
-    from .recorded import recorded
 
     with recorded(conn, kind, job=job) as run:
         result = fn()

@@ -26,17 +26,24 @@ class Run:
 
 @contextmanager
 def recorded(conn: sqlite3.Connection | None, kind: str, *, job: str | None = None, pool: str | None = None, key: str | None = None,
-             dry_run: bool = False) -> Iterator[Run]:
+             dry_run: bool = False, resume: int | None = None) -> Iterator[Run]:
     """The block's run, recorded (nothing is, for a dry run). Set ``run.outcome``, ``run.details`` and
     ``run.error`` in the block; an exception ends the row as failed (interrupted for a stop) with
-    what was set so far."""
-    run = Run(None if dry_run else state.start_run(conn, kind, job=job, pool=pool, key=key))
+    what was set so far. ``resume``: the id of an earlier run that this one continues (a rebalance
+    cut short): its row is running again, and ends with this block."""
+    if dry_run:
+        run = Run(None)
+    elif resume is not None:
+        state.reopen_run(conn, resume)
+        run = Run(resume)
+    else:
+        run = Run(state.start_run(conn, kind, job=job, pool=pool, key=key))
     t0 = time.monotonic()
 
     def end(outcome: Outcome, error: str | None) -> None:
         if run.id is not None:
             state.end_run(conn, run.id, Outcome(outcome), error=error,
-                          details=run.details | {"seconds": round(time.monotonic() - t0, 2)})
+                          details={"seconds": round(time.monotonic() - t0, 2)} | run.details)
 
     try:
         yield run

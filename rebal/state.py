@@ -210,16 +210,6 @@ def end_run(conn: sqlite3.Connection, run_id: int, outcome: str, *, error: str |
         )
 
 
-def set_outcome(conn: sqlite3.Connection, run_id: int, outcome: str) -> None:
-    with atomic(conn):
-        conn.execute("UPDATE runs SET outcome = ? WHERE id = ?", (outcome, run_id))
-
-
-def set_details(conn: sqlite3.Connection, run_id: int, details: dict) -> None:
-    with atomic(conn):
-        conn.execute("UPDATE runs SET details = ? WHERE id = ?", (json.dumps(details), run_id))
-
-
 def reopen_run(conn: sqlite3.Connection, run_id: int) -> None:
     """A run continued by a later process: running again."""
     with atomic(conn):

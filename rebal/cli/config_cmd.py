@@ -53,7 +53,7 @@ def _zfs_here() -> tuple[list[str], dict]:
     """What this host's zfs has of what rebal uses, and what rebal does without the rest."""
     import shutil
 
-    from ..replicate.transport import Here
+    from ..transport import Here
     from ..zfs import features as feat
     from ..zfs.cli import Zfs
     from ..zfs.host import ZfsHost

@@ -28,8 +28,8 @@ def gate(
     """The ssh forced command that lets a replication job do its work and nothing else
     (command="rebal gate --receive-into backup/tank-data",restrict in authorized_keys)."""
     from ..errors import UsageError
-    from ..replicate.gate import Policy, Refused, check
-    from ..replicate.gate_serve import serve
+    from ..gate.check import Policy, Refused, check
+    from ..gate.serve import serve
 
     if (receive_into is None) == (send_from is None):
         raise UsageError("give exactly one of --receive-into DATASET or --send-from DATASET")
@@ -38,8 +38,8 @@ def gate(
     policy = Policy("receive" if receive_into else "send", receive_into or send_from, allow_rollback,
                     max_snapshots=max_snapshots)
     if allow_for is not None:
-        from ..replicate.gate import allow_set
-        from ..replicate.transport import Here
+        from ..gate.check import allow_set
+        from ..transport import Here
         from ..zfs.host import ZfsHost
 
         from ..process.command import run

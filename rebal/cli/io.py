@@ -111,6 +111,12 @@ class Signals:
             signal.signal(s, h)
         return False
 
+    def why(self) -> str | None:
+        """Why the run stopped, said as its reason: the first signal's name (None: no signal came)."""
+        import signal
+
+        return f"stopped by signal {signal.Signals(self.got[0]).name}" if self.got else None
+
     def exit_code(self) -> int:
         """130 after SIGINT (as a shell reports ^C), 0 after SIGTERM (a clean, asked-for stop)."""
         import signal

@@ -130,27 +130,22 @@ def rebalance(
     # a rebalance of this pool running already: refused before the scan, and before its files are
     # taken for a crash's leftovers
     prep = prepare.ready(opts, zpool, zfs, conn, free=lambda pool: engine.PoolLock(cfg.state_db, pool).check_free())
-    reads = _read_measure(prep, zpool, zfs, read_bytes) if measure_read else None
+    before = _read_measure(prep, zpool, zfs, read_bytes).as_dict() if measure_read else None
+
+    def reading() -> dict:
+        return {"before": before, "after": _read_measure(prep, zpool, zfs, read_bytes).as_dict()}
+
     with Signals() as sig:
         with _events(prep, as_json) as events:
-            report = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, events, sig.stop)
-    if sig.got:
-        import signal
-
-        from .. import state
-
-        report.outcome, report.reason = Outcome.INTERRUPTED, f"stopped by signal {signal.Signals(sig.got[0]).name}"
-        state.set_outcome(conn, report.run_id, Outcome.INTERRUPTED)
+            report = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, events, sig.stop,
+                                    stopped_by=sig.why, reading=reading if measure_read else None)
     done = report.as_dict()
-    if reads is not None:
-        done["read"] = {"before": reads.as_dict(), "after": _read_measure(prep, zpool, zfs, read_bytes).as_dict()}
-        _record_reads(conn, report.run_id, done["read"])
     if as_json:
         print(json.dumps({"event": "done"} | done), flush=True)
     else:
         out_text(report_text(report))
-        if reads is not None:
-            out_text(_reads_text(done["read"]))
+        if report.read is not None:
+            out_text(_reads_text(report.read))
     if report.outcome == Outcome.INTERRUPTED and sig.exit_code():
         raise typer.Exit(sig.exit_code())
 
@@ -212,15 +207,6 @@ def _read_measure(prep, zpool, zfs, read_bytes: str):
     from ..units import parse_size
 
     return measure_read([os.fsdecode(t.root) for t in prep.targets], zpool, zfs, budget=parse_size(read_bytes))
-
-
-def _record_reads(conn, run_id: int, reads: dict) -> None:
-    """The run's record gets the readings (rebal runs shows them)."""
-    from .. import state
-
-    row = state.run_row(conn, run_id)
-    details = json.loads(row["details"] or "{}") if row else {}
-    state.set_details(conn, run_id, details | {"read": reads})
 
 
 @app.command()

@@ -189,7 +189,7 @@ def watch(
     from .. import health as H
     from .. import watch as W
     from ..errors import UsageError
-    from ..replicate.gate_serve import FALLBACK_LOG
+    from ..gate.serve import FALLBACK_LOG
     from ..state import Cache
     from ..zfs.cli import Zpool
 

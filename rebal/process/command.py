@@ -94,6 +94,9 @@ def line(argv: Argv) -> str:
     return shlex.join(os.fsdecode(a) for a in argv)
 
 
+Runner = Callable[..., Result]  # how a command runs: run() itself, or a test's or a run's counting stand-in
+
+
 def run(
     argv: Argv,
     *,

@@ -14,12 +14,15 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing, nullcontext
+from collections.abc import Callable
 from itertools import takewhile
 
 from .. import state
 from ..errors import RebalError
 from ..locks import FileLock
 from ..outcome import Outcome
+from ..recorded import Run as Record
+from ..recorded import recorded
 from ..zfs.tunable import Parameter
 from . import journal, steer
 from .files import DEFERRED
@@ -42,7 +45,11 @@ class PoolLock(FileLock):
 
 
 def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, events: Events | None = None,
-            stop: threading.Event | None = None) -> Report:
+            stop: threading.Event | None = None, *, stopped_by: Callable[[], str | None] | None = None,
+            reading: Callable[[], dict] | None = None) -> Report:
+    """The run, recorded (one row, continued when ``prep`` resumes one). ``stopped_by``: why the
+    caller stopped the run (a signal), asked as it ends; ``reading``: the read measurement that the
+    record keeps beside it, taken after the run."""
     events = events or Events()
     stop = stop or threading.Event()
     from ..locks import Together
@@ -51,58 +58,74 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
     with PoolLock(state_db, prep.pool.name), Together(state_db, jobs, f"rebalance of pool {prep.pool.name}",
                                                       stop=stop, on_wait=events.note):
         recovered = _recover(conn, prep, events)
-        run_id, earlier = _open_run(conn, prep, events)
-        held: steer.Held | None = None
-        r = Run(prep, opts, zpool, zfs, conn, events, stop)
-        r.report = Report(run_id, Outcome.FAILED, "", spread_before=prep.pool.spread, predicted_after=prep.plan.spread_after,
-                          scan_seconds=prep.scan_seconds)
-        avail_ds = prep.targets[0].dataset
-        if prep.reclaim:
-            zpool.settle(prep.pool.name)
-            r.report.reclaim = {"available_before": _available(zfs, avail_ds),
-                                "predicted": prep.reclaim["reclaim_bytes"]}
-        r.report.recovered = recovered
-        t0 = time.monotonic()
-        timer = None
-        if opts.until is not None:
-            timer = threading.Timer(max(0.0, opts.until - time.time()), lambda: (
-                setattr(r, "stop_reason", r.stop_reason or "the end of the time window (--until) was reached"),
-                stop.set()))
-            timer.daemon = True
-            timer.start()
-        old_sigio = None
-        if threading.current_thread() is threading.main_thread():
-            old_sigio = signal.signal(signal.SIGIO, signal.SIG_IGN)  # lease breaks must not kill us
-        try:
-            held = _steer(conn, prep, run_id, events)
-            r.report.steered = None if held is None else held.record["set"]
-            if held is not None:
-                _steering_ends(r, held, prep, events)
-            r.report.predicted_after = prep.plan.spread_after  # the unsteered plan's where steering was refused
-            ranked = prep.plan.ranked if prep.plan.measured else order_dirs(prep.scan.dirs)  # measured: fullest first
-            dirs = [d for d in ranked if d.path not in prep.done_dirs]
-            events.start(prep, sum(d.files for d in dirs), sum(d.bytes for d in dirs))
-            r.report.outcome, r.report.reason = _loop(r, dirs)
-            failures = {k: n for k, n in r.report.skipped.items() if k not in DEFERRED}
-            if r.report.files == 0 and failures and r.report.outcome != Outcome.INTERRUPTED:
-                # nothing could be rewritten (a read-only sandbox, permissions, every copy failing): not "ok"
-                r.report.outcome, r.report.reason = Outcome.FAILED, "no file could be rewritten: " + ", ".join(
-                    f"{n} {k}" for k, n in failures.items()) + (f" ({r.report.reason})" if r.report.reason else "")
-            elif ((r.report.outcome == Outcome.INCOMPLETE or (r.report.outcome == Outcome.OK and r.all))
-                  and any(r.report.skipped.get(k) for k in DEFERRED)):
-                r.report.outcome, r.report.reason = Outcome.STOPPED, _deferred_reason(r)
-        except BaseException as e:
-            r.report.outcome, r.report.reason = Outcome.FAILED, f"{type(e).__name__}: {e}"
-            raise
-        finally:
-            if held is not None and (problem := held.give_back()):
-                events.note(problem)
-            if timer:
-                timer.cancel()
-            if old_sigio is not None:
-                signal.signal(signal.SIGIO, old_sigio)
-            _finish(r, earlier, avail_ds, t0)
+        earlier = _earlier(conn, prep, events)
+        with recorded(conn, "rebalance", pool=prep.pool.name, key=prep.key, resume=prep.resume_run) as rec:
+            assert rec.id is not None
+            r = Run(prep, opts, zpool, zfs, conn, events, stop)
+            _run(r, rec, recovered, earlier, stopped_by, reading)
         return r.report
+
+
+def _run(r: Run, rec: Record, recovered, earlier: dict | None, stopped_by: Callable[[], str | None] | None,
+         reading: Callable[[], dict] | None) -> None:
+    prep, opts, zpool, zfs, conn, events, stop, run_id = r.prep, r.opts, r.zpool, r.zfs, r.conn, r.events, r.stop, rec.id
+    assert run_id is not None
+    held: steer.Held | None = None
+    r.report = Report(run_id, Outcome.FAILED, "", spread_before=prep.pool.spread, predicted_after=prep.plan.spread_after,
+                      scan_seconds=prep.scan_seconds)
+    avail_ds = prep.targets[0].dataset
+    if prep.reclaim:
+        zpool.settle(prep.pool.name)
+        r.report.reclaim = {"available_before": _available(zfs, avail_ds),
+                            "predicted": prep.reclaim["reclaim_bytes"]}
+    r.report.recovered = recovered
+    t0 = time.monotonic()
+    timer = None
+    if opts.until is not None:
+        timer = threading.Timer(max(0.0, opts.until - time.time()), lambda: (
+            setattr(r, "stop_reason", r.stop_reason or "the end of the time window (--until) was reached"),
+            stop.set()))
+        timer.daemon = True
+        timer.start()
+    old_sigio = None
+    if threading.current_thread() is threading.main_thread():
+        old_sigio = signal.signal(signal.SIGIO, signal.SIG_IGN)  # lease breaks must not kill us
+    try:
+        held = _steer(conn, prep, run_id, events)
+        r.report.steered = None if held is None else held.record["set"]
+        if held is not None:
+            _steering_ends(r, held, prep, events)
+        r.report.predicted_after = prep.plan.spread_after  # the unsteered plan's where steering was refused
+        ranked = prep.plan.ranked if prep.plan.measured else order_dirs(prep.scan.dirs)  # measured: fullest first
+        dirs = [d for d in ranked if d.path not in prep.done_dirs]
+        events.start(prep, sum(d.files for d in dirs), sum(d.bytes for d in dirs))
+        r.report.outcome, r.report.reason = _loop(r, dirs)
+        failures = {k: n for k, n in r.report.skipped.items() if k not in DEFERRED}
+        if r.report.files == 0 and failures and r.report.outcome != Outcome.INTERRUPTED:
+            # nothing could be rewritten (a read-only sandbox, permissions, every copy failing): not "ok"
+            r.report.outcome, r.report.reason = Outcome.FAILED, "no file could be rewritten: " + ", ".join(
+                f"{n} {k}" for k, n in failures.items()) + (f" ({r.report.reason})" if r.report.reason else "")
+        elif ((r.report.outcome == Outcome.INCOMPLETE or (r.report.outcome == Outcome.OK and r.all))
+              and any(r.report.skipped.get(k) for k in DEFERRED)):
+            r.report.outcome, r.report.reason = Outcome.STOPPED, _deferred_reason(r)
+        if reading is not None:
+            try:
+                r.report.read = reading()
+            except RebalError as e:  # the run's outcome stands
+                events.note(f"the read measurement after the run failed: {e}")
+    except BaseException as e:
+        r.report.outcome, r.report.reason = Outcome.FAILED, f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        if held is not None and (problem := held.give_back()):
+            events.note(problem)
+        if timer:
+            timer.cancel()
+        if old_sigio is not None:
+            signal.signal(signal.SIGIO, old_sigio)
+        if stopped_by is not None and (why := stopped_by()):
+            r.report.outcome, r.report.reason = Outcome.INTERRUPTED, why
+        _finish(r, rec, earlier, avail_ds, t0)
 
 
 def _steer(conn, prep: Prepared, run_id: int, events: Events) -> steer.Held | None:
@@ -166,9 +189,9 @@ def _recover(conn, prep: Prepared, events: Events):
     return recovered
 
 
-def _open_run(conn, prep: Prepared, events: Events) -> tuple[int, dict | None]:
-    """(the run's id, what its earlier parts did and how they ended, when it continues one)."""
-    earlier = None  # a run continued: what its earlier parts did, and how they ended
+def _earlier(conn, prep: Prepared, events: Events) -> dict | None:
+    """When the run continues an earlier one: what its earlier parts did, and how they ended."""
+    earlier = None
     if prep.resume_run is not None:
         run_id = prep.resume_run
         row = state.run_row(conn, run_id)
@@ -177,14 +200,11 @@ def _open_run(conn, prep: Prepared, events: Events) -> tuple[int, dict | None]:
         died = row is None or row["outcome"] is None
         earlier = {"parts": old.get("parts", 1), "files": files, "bytes": nbytes,
                    "ended": Outcome.INTERRUPTED if died else row["outcome"], "why": state.DIED if died else row["error"]}
-        state.reopen_run(conn, run_id)
         events.note(f"continuing run {run_id}: {len(prep.done_dirs)} directories already done")
-    else:
-        run_id = state.start_run(conn, "rebalance", pool=prep.pool.name, key=prep.key)
-    return run_id, earlier
+    return earlier
 
 
-def _finish(r: Run, earlier: dict | None, avail_ds: str, t0: float) -> None:
+def _finish(r: Run, rec: Record, earlier: dict | None, avail_ds: str, t0: float) -> None:
     """The run's last figures (the spread settled, the reclaimed space, where the rewritten data went)
     and its record, however it ended."""
     prep, opts, zpool, zfs, conn, run_id = r.prep, r.opts, r.zpool, r.zfs, r.conn, r.report.run_id
@@ -221,8 +241,8 @@ def _finish(r: Run, earlier: dict | None, avail_ds: str, t0: float) -> None:
                     "continued": f"continued after the part before ended {earlier['ended']}"
                                  + (f": {earlier['why']}" if earlier["why"] else ""),
                     "this_part": {"files": r.report.files, "bytes": r.report.bytes, "dirs": r.report.dirs}}
-    state.end_run(conn, run_id, r.report.outcome, error=r.report.reason if r.report.outcome == Outcome.FAILED else None,
-                  details=details)
+    rec.outcome, rec.error, rec.details = (r.report.outcome, r.report.reason if r.report.outcome == Outcome.FAILED else None,
+                                           details)
 
 
 def _available(zfs, dataset: str) -> int:

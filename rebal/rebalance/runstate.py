@@ -58,10 +58,12 @@ class Report:
     placement: dict | None = None  # measured: where the rewritten directories' data was, and is now
     done_dirs: list[bytes] = field(default_factory=list)
     steered: int | None = None  # the zfs_mg_noalloc_threshold the run held (None: not steered)
+    read: dict | None = None  # `--measure-read`: each vdev's share of reading the tree, before and after
 
     def as_dict(self) -> dict:
         return ({"reclaim": self.reclaim} if self.reclaim else {}) | (
             {"placement": self.placement} if self.placement else {}) | (
+            {"read": self.read} if self.read else {}) | (
             {"growth": self.growth, "waiting_on": self.waiting_on, "spread_when_freed": self.spread_when_freed}
             if self.growth else {}) | {
             "run_id": self.run_id,

@@ -16,7 +16,7 @@ from ..config import Config, Replicate
 from ..errors import UsageError
 from ..outcome import Outcome
 from .job import connect, find_job
-from .transport import Wire
+from ..transport import Wire
 
 if TYPE_CHECKING:
     from .verify import VerifyReport

@@ -12,7 +12,7 @@ from ..zfs import argv as zargv
 from ..zfs.host import ZfsHost
 from .policy import SendFeatures, receive_has_o, receive_has_u, receive_resumable, send_features
 from .remote import ReplicationError
-from .transport import Wire
+from ..transport import Wire
 
 if TYPE_CHECKING:
     from ..state import Cache
@@ -37,7 +37,7 @@ class Capabilities:
     recv_o: bool
 
     def detect(self) -> None:
-        from .gate import marker
+        from ..gate.check import marker
 
         send_usage, recv_usage = self._usage(self.source, "send"), self._usage(self.target, "receive")
         self.send = send_features(send_usage)

@@ -25,7 +25,7 @@ from ..zfs.snaps import Snap
 from .job import connect
 from .sides import job_hosts
 from .stream import StreamFailed, Transfer
-from .transport import Wire
+from ..transport import Wire
 
 
 class HealError(RebalError):
@@ -230,7 +230,7 @@ def heal(cfg: Config, pool: str, *, job: str | None = None, dry_run: bool = Fals
     names.pool(pool)
     from ..errors import NoSuchPool
     from ..zfs import argv
-    from .transport import Here
+    from ..transport import Here
 
     # the pool is on this host for a push job (the usual case): not there is no such pool (README:
     # exit 5), said before anything is recorded

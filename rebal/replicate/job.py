@@ -18,7 +18,7 @@ from ..units import parse_size
 from .hooks import run_hook
 from .policy import Buckets, parse_snapshot_name
 from .rsync import RsyncJob, RsyncReplicator, RsyncReport
-from .transport import Endpoint, Here, Ssh, TransportError, Wire
+from ..transport import Endpoint, Here, Ssh, TransportError, Wire
 from .zfs_send import DatasetReport, Job, ReplicationError, ZfsReplicator, ZfsReport, kill_all
 
 

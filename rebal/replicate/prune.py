@@ -11,11 +11,11 @@ from .. import names
 from ..errors import CommandFailed, NoSuchPool, RebalError
 from ..process.command import run
 from ..zfs import argv
-from ..zfs.cli import Runner
+from ..process.command import Runner
 from ..zfs.host import ZfsHost
 from ..zfs.snaps import guid_query, tree_from
 from . import guard
-from .transport import Here
+from ..transport import Here
 from .policy import Buckets, is_ours, retain, snapshot_time
 
 

@@ -13,7 +13,7 @@ from ..config import Config, Replicate
 from ..errors import RebalError
 from ..outcome import Outcome
 from ..zfs.host import ZfsHost
-from .transport import Wire
+from ..transport import Wire
 from .verify import VerifyReport
 from .rebuild_record import NOT_SET_AGAIN, Record, RebuildError, RebuildRefused, save
 

@@ -16,7 +16,7 @@ class ReplicationError(RebalError):
 def gate_info(host: ZfsHost) -> dict | None:
     """What a gate on ``host`` allows; None where there is none (a shell answers that no such
     command exists)."""
-    from .gate import INFO  # noqa: PLC0415
+    from ..gate.check import INFO  # noqa: PLC0415
 
     res = host.run([INFO], check=False)
     if res.returncode != 0:

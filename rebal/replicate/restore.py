@@ -15,8 +15,8 @@ from ..errors import RebalError, UsageError
 from ..process.command import run
 from .policy import parse_snapshot_name
 from .rsync import PARTIAL_DIR
-from .snapview import SnapView
-from .transport import Ssh, Wire, classify_ssh
+from ..zfs.snapview import SnapView
+from ..transport import Ssh, Wire, classify_ssh
 
 
 class RestoreError(RebalError):

@@ -28,7 +28,7 @@ from .policy import parse_snapshot_name
 from .restore import PointNotFound, RestoreError, RestorePoint, RestoreRefused
 from .sides import job_hosts
 from .stream import StreamFailed, Transfer
-from .transport import TransportError, Wire
+from ..transport import TransportError, Wire
 
 
 

@@ -21,15 +21,15 @@ from .. import names
 from ..errors import RebalError
 from ..process.command import run
 from ..zfs import argv as zargv
-from ..zfs.cli import Runner
+from ..process.command import Runner
 from ..zfs.host import ZfsHost, here_host
 from . import guard
 from . import source_snaps as S
 from .remote import gate_info
 from .policy import Buckets, is_ours, retain, snapshot_name, snapshot_time
 from .select import BAD_NAME, select
-from .snapview import SnapView, cleanup_views
-from .transport import Here, Wire, classify_ssh
+from ..zfs.snapview import SnapView, cleanup_views
+from ..transport import Here, Wire, classify_ssh
 
 PARTIAL_DIR = ".rebal-partial"
 

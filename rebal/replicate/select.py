@@ -24,7 +24,7 @@ from typing import Protocol
 
 from .. import names
 from ..zfs import argv
-from ..zfs.cli import Runner
+from ..process.command import Runner
 
 PROPERTY = "rebal:backup"
 OFF = ("false", "off", "no", "none")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..config import Replicate
 from ..zfs.host import ZfsHost
-from .transport import Here, Wire
+from ..transport import Here, Wire
 
 
 def job_hosts(j: Replicate, link: Wire) -> tuple[ZfsHost, ZfsHost]:

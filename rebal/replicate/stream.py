@@ -21,7 +21,7 @@ from ..process.pipeline import StreamResult, pump
 from ..throttle import Throttle
 from ..units import parse_size
 from ..zfs.host import ZfsHost
-from .transport import Wire, classify_ssh
+from ..transport import Wire, classify_ssh
 
 
 class StreamJob(Protocol):  # config.Replicate, and the replicator's copy of it (read only)

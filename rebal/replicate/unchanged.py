@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..zfs import argv
-from ..zfs.cli import Runner
+from ..process.command import Runner
 from .policy import Snap, is_ours, newest_common
 
 if TYPE_CHECKING:

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from ..config import Replicate
 from ..health import CRITICAL, OK, WARNING, Finding
 from ..process.command import run
-from ..zfs.cli import Runner
+from ..process.command import Runner
 from ..zfs.host import HostError, ZfsHost
 from .policy import is_ours
-from .snapview import SnapView
-from .transport import Here, Wire, classify_ssh
+from ..zfs.snapview import SnapView
+from ..transport import Here, Wire, classify_ssh
 
 
 @dataclass
@@ -107,8 +107,8 @@ def choose_sample(inv: dict[str, int], n: int | None, seed: int) -> list[str]:
 def gated_compare(rep: VerifyReport, subject: str, view: str, there: ZfsHost, name: str, sample_n: int | None,
                   source_here: bool) -> None:
     """compare() where the other end is gated: its inventory and the sample's hashes come from the gate
-    (gate_verify.py) in one round trip; the sample is drawn from this end's inventory."""
-    from .gate_verify import VERIFY, parse_answer
+    (gate/verify.py) in one round trip; the sample is drawn from this end's inventory."""
+    from ..gate.verify import VERIFY, parse_answer
 
     mine = local_inventory(view)
     sample = choose_sample(mine, sample_n, rep.seed)

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ..state import Cache
     from ..zfs.host import ZfsHost
     from .select import Selection
-    from .transport import Wire
+    from ..transport import Wire
 
 
 @dataclass

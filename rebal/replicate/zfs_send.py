@@ -26,8 +26,9 @@ from ..outcome import Outcome
 from ..process.command import Counted, run
 from ..throttle import Throttle
 from ..zfs import argv as zargv
-from ..zfs.cli import Runner
+from ..process.command import Runner
 from ..zfs.host import ZfsHost, here_host
+from ..zfs.token import parse_token_check
 from . import source_snaps as S
 from . import targets as T
 from .capabilities import Capabilities
@@ -39,14 +40,13 @@ from .policy import (
     explain_receive_error,
     newest_common,
     parse_send_size,
-    parse_token_check,
     plan_send,
     snapshot_name,
 )
 from .remote import ReplicationError
 from .retention import keep_cursor
 from .select import BAD_NAME, select
-from .transport import Here, Wire
+from ..transport import Here, Wire
 from .zfs_run import DatasetReport, Job, ZfsReport  # noqa: F401  (imported from here too)
 
 if TYPE_CHECKING:
@@ -381,7 +381,7 @@ class ZfsReplicator(Capabilities):
                 if res.stopped:
                     rep.error = "stopped before the transfer ended"
                 elif not self.ssh.local and (res.receiver_rc if self.source.local else res.sender_rc) == 255:
-                    from .transport import classify_ssh  # (the far end's ssh: the sender's in a pull job)
+                    from ..transport import classify_ssh  # (the far end's ssh: the sender's in a pull job)
 
                     rep.error = str(classify_ssh(self.ssh.ep, res.receiver_err if self.source.local else res.sender_err))
                 elif res.receiver_rc != 0:

@@ -14,12 +14,11 @@ from dataclasses import dataclass
 
 from .. import names
 from ..errors import CommandFailed, NoSuchPool, UnsupportedOption, UsageError
-from ..process.command import Result, run
+from ..process.command import Result, Runner, run
 from . import parse, queries
 from .model import Pool, PoolStatus
 from .queries import mounted_dataset
 
-Runner = Callable[..., Result]
 
 FLAVOURS = ("json", "parsable", "iostat")
 

@@ -8,7 +8,7 @@ from zfsenv import sh
 
 from rebal.replicate.policy import snapshot_name
 from rebal.replicate.source_snaps import take_snapshot
-from rebal.replicate.transport import Here
+from rebal.transport import Here
 from rebal.zfs.host import NoBookmarks, ZfsHost, here_hosts
 
 pytestmark = [pytest.mark.zfs, pytest.mark.lane]

@@ -164,7 +164,7 @@ def test_an_unreachable_host_exits_6_and_says_why_on_stderr(pools, backup_host, 
 def test_retention_prunes_only_this_jobs_snapshots(pools, backup_host, tmp_path):
     from rebal import config
     from rebal.replicate.job import endpoint, replicator
-    from rebal.replicate.transport import Ssh
+    from rebal.transport import Ssh
 
     src, dst = pools
     cfg_path = cfg_for(tmp_path, backup_host, name="keep", source=f"{src.name}/data", target=f"{dst.name}/copy",

@@ -13,8 +13,8 @@ from fsenv import manifest
 from test_replicate import cfg_for, fill, mountpoint, pools, snaps  # noqa: F401  (fixtures)
 from zfsenv import sh
 
-from rebal.replicate.snapview import SnapView
-from rebal.replicate.transport import Here
+from rebal.zfs.snapview import SnapView
+from rebal.transport import Here
 from rebal.zfs.host import ZfsHost
 
 pytestmark = pytest.mark.zfs

@@ -11,13 +11,13 @@ import time
 
 import pytest
 
-from rebal.replicate.transport import OWNER, Endpoint, Ssh, _started
+from rebal.transport import OWNER, Endpoint, Ssh, _started
 
 pytestmark = pytest.mark.zfs  # the backup_host fixture: sshd on 127.0.0.1
 
 CHILD = """
 import sys
-from rebal.replicate.transport import Endpoint, Ssh
+from rebal.transport import Endpoint, Ssh
 s = Ssh(Endpoint("127.0.0.1", port={port}, identity_file={key!r}, known_hosts={kh!r}))
 s.run(["true"])
 print(s._master.pid, s._dir, flush=True)

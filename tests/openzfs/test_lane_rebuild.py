@@ -69,7 +69,7 @@ def test_the_printed_zpool_create_runs_as_printed(make_pool, tmp_path):
     put a pool comment into the admin's shell unquoted. The line is run here exactly as printed (the
     layout placeholder replaced by the new vdevs), through a shell as the admin would."""
     from rebal.replicate.rebuild_steps import create_command
-    from rebal.replicate.transport import Here
+    from rebal.transport import Here
     from rebal.zfs.host import ZfsHost
 
     pool = make_pool([[]], size="256M")

@@ -72,7 +72,7 @@ def test_log_cache_special_spare_not_counted(make_pool, cfg_file):
 
 
 def test_pyzfs_backend_loads_here():
-    from rebal.replicate.transport import Here
+    from rebal.transport import Here
     from rebal.zfs.host import here_hosts
 
     hosts = here_hosts(Here())

@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from rebal.replicate.gate import INFO, Policy, Refused, check
+from rebal.gate.check import INFO, Policy, Refused, check
 
 RECV = Policy("receive", "bk/copy", mountpoint="/bk/copy")
 SEND = Policy("send", "tank/data")
@@ -264,7 +264,7 @@ TOKEN_OK = "1-10a4f3e1d6-f0-789c636064000310a500c4ec50360710e72765a5269730300"
 
 
 def test_receive_may_set_readonly_on_and_nothing_else():
-    from rebal.replicate.gate import Policy, Refused, check
+    from rebal.gate.check import Policy, Refused, check
 
     pol = Policy("receive", "backup/t")
     assert check(pol, "zfs receive -s -u -o readonly=on backup/t/new")[0][-3:] == ["-o", "readonly=on", "backup/t/new"]
@@ -275,7 +275,7 @@ def test_receive_may_set_readonly_on_and_nothing_else():
 
 
 def test_a_pull_job_may_ask_what_was_written_since_its_bases():
-    from rebal.replicate.gate import Policy, check
+    from rebal.gate.check import Policy, check
     from rebal.replicate.policy import Snap
     from rebal.replicate.unchanged import query
 
@@ -295,7 +295,7 @@ def test_a_pull_job_may_ask_what_was_written_since_its_bases():
 
 def test_a_refusal_is_logged_somewhere_without_syslog_or_log(tmp_path, monkeypatch):
     """Issue 63: with no /dev/log and no --log, a refusal was logged nowhere on the gated host."""
-    from rebal.replicate import gate_serve
+    from rebal.gate import serve as gate_serve
 
     real_exists = gate_serve.os.path.exists
     monkeypatch.setattr(gate_serve.os.path, "exists", lambda p: False if p == "/dev/log" else real_exists(p))

@@ -1,4 +1,4 @@
-"""rebal-gate-verify (rebal/replicate/gate_verify.py, issue 69) as an attacker would use it: only a
+"""rebal-gate-verify (rebal/gate/verify.py, issue 69) as an attacker would use it: only a
 snapshot under the gate's root, and only files the snapshot's own walk found are hashed, never a
 path the caller makes up, never through a link; contents never leave, only sizes and hashes."""
 
@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from rebal.replicate.gate import Policy, Refused, split
-from rebal.replicate.gate_verify import answer, check_verify, parse_answer
+from rebal.gate.check import Policy, Refused, split
+from rebal.gate.verify import answer, check_verify, parse_answer
 
 RECV = Policy("receive", "bk/copy")
 

@@ -7,7 +7,7 @@ import pytest
 
 from rebal.errors import HostError
 from rebal.process.command import Result
-from rebal.replicate.transport import Here
+from rebal.transport import Here
 from rebal.zfs.host import ZfsHost
 
 OZ = FIXTURES / "openzfs"

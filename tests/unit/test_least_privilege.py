@@ -4,7 +4,7 @@ gate prints for this host's zfs (receive:append from OpenZFS 2.3.2, send:encrypt
 import pytest
 
 from rebal.errors import RebalError
-from rebal.replicate.gate import allow_set
+from rebal.gate.check import allow_set
 from rebal.zfs.host import delegations
 
 # `zfs allow pool/b/push` on OpenZFS 2.4.4 (the lane's guest), with grants on the parents as well

@@ -57,3 +57,14 @@ def test_the_count_sees_a_bare_outcome(tmp_path):
 
 def test_an_outcome_reads_as_its_word():
     assert f"{Outcome.FAILED}" == "failed" and str(Outcome.OK) == "ok" and Outcome("warning") is Outcome.WARNING
+
+
+def test_one_owner_writes_a_runs_row():
+    """Every kind of run is started and ended by recorded.py, nowhere else."""
+    writers = set()
+    for p in ROOT.rglob("*.py"):
+        for n in ast.walk(ast.parse(p.read_text())):
+            if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                    and n.func.attr in ("start_run", "end_run", "reopen_run")):
+                writers.add(str(p.relative_to(ROOT.parent)))
+    assert writers == {"rebal/recorded.py"}

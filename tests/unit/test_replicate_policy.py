@@ -7,7 +7,8 @@ from conftest import FIXTURES, fixture_text
 
 from rebal.replicate import policy as P
 from rebal.replicate.rsync import parse_stats, warning_files
-from rebal.replicate.transport import (
+from rebal.zfs.token import TokenInfo, parse_token_check
+from rebal.transport import (
     Endpoint,
     HostKeyError,
     Ssh,
@@ -81,11 +82,11 @@ def test_usage_detection_openzfs_and_zfs_fuse():
 
 
 def test_token_check_and_send_size_from_recorded_output():
-    full = P.parse_token_check(fixture_text("recv-resume_zfs-send-t-nvP.txt"))
-    assert full == P.TokenInfo("tank/src@s1", "full", 23283752, 0x3caee52f04c2c9d6)
-    inc = P.parse_token_check(fixture_text("recv-resume-incr_zfs-send-t-nvP.txt"))
+    full = parse_token_check(fixture_text("recv-resume_zfs-send-t-nvP.txt"))
+    assert full == TokenInfo("tank/src@s1", "full", 23283752, 0x3caee52f04c2c9d6)
+    inc = parse_token_check(fixture_text("recv-resume-incr_zfs-send-t-nvP.txt"))
     assert inc.toname == "tank/src@s2" and inc.kind == "incremental" and inc.size == 4360536
-    assert P.parse_token_check("cannot resume send: 'tank/src@s1' used in the initial send no longer exists") is None
+    assert parse_token_check("cannot resume send: 'tank/src@s1' used in the initial send no longer exists") is None
     assert P.parse_send_size(fixture_text("send-full_zfs-send-nvP.txt")) == 25257584
     assert P.parse_send_size(fixture_text("send-incr_zfs-send-nvP-I.txt")) == 9525408
 
@@ -225,7 +226,7 @@ def test_a_runs_own_host_imports_pyzfs_only_at_its_first_call(monkeypatch):
     where it does not load, the host is the zfs command's."""
     import sys
 
-    from rebal.replicate.transport import Here
+    from rebal.transport import Here
     from rebal.zfs.host import here_host
 
     tried = []

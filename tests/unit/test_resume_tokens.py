@@ -6,9 +6,9 @@ from conftest import FIXTURES, fixture_text
 
 from rebal.process.command import Result
 from rebal.process.pipeline import StreamResult
-from rebal.replicate.transport import Here
+from rebal.transport import Here
 from rebal.zfs.host import ZfsHost
-from rebal.replicate.transport import Endpoint
+from rebal.transport import Endpoint
 from rebal.replicate.zfs_send import Job, ZfsReplicator
 
 USAGE = (FIXTURES / "openzfs-usage-send-receive.txt").read_text()

@@ -3,7 +3,7 @@
 import pytest
 
 from rebal.names import pattern_problem, ssh_option_problem
-from rebal.replicate.gate import Policy, Refused, check
+from rebal.gate.check import Policy, Refused, check
 from rebal.replicate.select import decide, rows_from
 
 

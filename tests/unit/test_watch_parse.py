@@ -1,5 +1,5 @@
 """rebal watch's pure parts: the gated roots of an authorized_keys text, and the gate's refusals in
-its log file's and the journal's lines (the forms rebal gate writes: gate_serve's formatter)."""
+its log file's and the journal's lines (the forms rebal gate writes: gate/serve.py's formatter)."""
 
 from rebal.watch import gated_roots, refusals
 

@@ -57,7 +57,7 @@ class Policy:
     root: str  # the dataset everything must be under
     allow_rollback: bool = False
     mountpoint: str | None = None  # receive mode: where an rsync server may write (resolved by serve)
-    max_snapshots: int = 500  # rebal's own snapshots per dataset a key may make (gate_serve counts)
+    max_snapshots: int = 500  # rebal's own snapshots per dataset a key may make (serve.py counts)
 
     def __post_init__(self) -> None:
         if self.mode not in ("receive", "send"):
@@ -67,7 +67,7 @@ class Policy:
     def info(self) -> dict:
         return {"rebal_gate": 1, "mode": self.mode, "root": self.root, "allow_rollback": self.allow_rollback,
                 "mountpoint": self.mountpoint, "filters": [f for f in ("zstd", "mbuffer") if shutil.which(f)],
-                "verify": 1}  # rebal-gate-verify: a snapshot's inventory and hashes (gate_verify.py)
+                "verify": 1}  # rebal-gate-verify: a snapshot's inventory and hashes (verify.py)
 
 
 def marker(text: str) -> dict | None:

@@ -17,7 +17,7 @@ import hashlib
 import os
 from typing import BinaryIO
 
-from .gate import Policy, Refused, _snap
+from .check import Policy, Refused, _snap
 
 VERIFY = "rebal-gate-verify"
 MAX_ASKED = 64 << 20  # bytes of names a caller may send
@@ -59,8 +59,8 @@ def serve_verify(name: str, stdin: BinaryIO, stdout: BinaryIO) -> int:
     """Run an allowed request (``name`` from check_verify) on this host."""
     from ..errors import RebalError
     from ..zfs.host import ZfsHost
-    from .snapview import SnapView
-    from .transport import Here
+    from ..zfs.snapview import SnapView
+    from ..transport import Here
 
     data = stdin.read(MAX_ASKED + 1)
     if len(data) > MAX_ASKED:

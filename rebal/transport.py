@@ -17,10 +17,9 @@ import tempfile
 import threading
 from dataclasses import dataclass
 
-from .. import names
-from ..errors import CommandFailed, RebalError
-from ..process.command import Result, end, run, spawn
-from ..zfs.cli import Runner
+from . import names
+from .errors import CommandFailed, RebalError
+from .process.command import Result, Runner, end, run, spawn
 
 
 class TransportError(RebalError):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 
-from ..zfs.host import HostError, ZfsHost
+from .host import HostError, ZfsHost
 
 VIEW_PREFIX = "rebal-view-"
 _n = itertools.count()

@@ -24,9 +24,9 @@ from dataclasses import replace
 from ..process.command import run
 from ..process.pipeline import connect
 from ..zfs import argv as zargv
-from . import gate_rsync
-from .gate import INFO, Policy, Refused, check, rsync_destination, send_token, split
-from .gate_verify import VERIFY, check_verify, serve_verify
+from . import rsync as gate_rsync
+from .check import INFO, Policy, Refused, check, rsync_destination, send_token, split
+from .verify import VERIFY, check_verify, serve_verify
 
 # properties a hostile stream could set on the backup host (mount it over /etc, setuid binaries)
 UNSAFE_PROPS = ("mountpoint", "canmount", "sharenfs", "sharesmb", "setuid", "exec", "devices", "overlay")
@@ -88,7 +88,7 @@ def _info(policy: Policy) -> dict:
 
         from ..errors import RebalError
         from ..zfs.host import ZfsHost
-        from .transport import Here
+        from ..transport import Here
 
         pw = pwd.getpwuid(os.geteuid())
         groups = tuple(g.gr_name for g in grp.getgrall() if pw.pw_name in g.gr_mem) + (grp.getgrgid(pw.pw_gid).gr_name,)
@@ -141,7 +141,7 @@ def reset_received(target: str) -> list[str]:
 def _snapshot_room(policy: Policy, stage: list[str]) -> None:
     """A flood of snapshots through a gate would pin the other host's space: at most
     ``policy.max_snapshots`` of rebal's own per dataset."""
-    from .gate import OWN_SNAPSHOT, snapshots_made
+    from .check import OWN_SNAPSHOT, snapshots_made
 
     made, recursive = snapshots_made(stage)
     for snap in made:
@@ -225,8 +225,8 @@ def _check_token(policy: Policy, token: str) -> None:
     the snapshot to send by the token's toguid (searching from toname's dataset up to the pool), not
     by toname: ask zfs (dry run) what the token holds, and allow it only when toname lies under the
     root and is the very snapshot whose guid the token carries."""
-    from .gate import token_target
-    from .policy import parse_token_check
+    from .check import token_target
+    from ..zfs.token import parse_token_check
 
     r = run(zargv.send_resume(token, estimate=True), check=False)
     info = parse_token_check(r.stdout + r.stderr) if r.returncode == 0 else None

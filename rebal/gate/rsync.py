@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 from .confine import Unconfinable, open_beneath, writes_beneath
-from .gate import Refused
+from .check import Refused
 
 # what rsync receives from a sender that could give a program root on the backup host
 STRIP_PRIVILEGE = ["--chmod=ug-s", "--filter=-x security.capability"]
