@@ -153,3 +153,15 @@ def test_zfs_command_lines_are_built_in_fewer_places():
     assert found <= BUILDS_ZFS, sorted(found - BUILDS_ZFS)
     assert BUILDS_ZFS - found == set(), f"no longer builds any: take it off the list {sorted(BUILDS_ZFS - found)}"
     assert found == set(), sorted(found)  # none left outside rebal/zfs/
+
+
+# what a hostile key meets on a backup host is rebal/gate and only what it imports: the names it
+# checks with, the processes it starts, the zfs command lines it recognises, the local link
+GATE_MAY_IMPORT = {"names", "errors", "process", "zfs", "transport", "walk", "gate"}
+
+
+def test_the_gate_imports_as_little_as_it_can():
+    g = graph()
+    reached = {m.split(".")[1] for n, deps in g.items() if n.startswith("rebal.gate") for m in deps}
+    assert reached <= GATE_MAY_IMPORT, sorted(reached - GATE_MAY_IMPORT)
+    assert "rebal.gate.check" in g["rebal.gate.serve"]  # (the graph is read: a sanity check)
