@@ -31,9 +31,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=20)
     a = ap.parse_args()
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-    from rebal.zfs.cli import Zpool
+    from rebal.zfs.host import ZfsHost
 
-    z = Zpool()
+    z = ZfsHost.here()
     z.pools([a.pool])
     flavour = z.flavour
     calls = {

@@ -8,6 +8,7 @@ import logging
 import re
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from . import health as H
 from . import state
@@ -17,60 +18,54 @@ from .outcome import Outcome
 from .recorded import recorded
 from .zfs import argv
 
+if TYPE_CHECKING:
+    from .zfs.host import ZfsHost
+
 log = logging.getLogger(__name__)
 
 
-def watched_pools(cfg: Config, zpool) -> list:
-    return zpool.pools(list(cfg.pools))
+def watched_pools(cfg: Config, host: ZfsHost) -> list:
+    return host.pools(list(cfg.pools))
 
 
-def fill_job(cfg: Config, conn, zpool) -> dict:
-    pools = watched_pools(cfg, zpool)
+def fill_job(cfg: Config, conn, host: ZfsHost) -> dict:
+    pools = watched_pools(cfg, host)
     for p in pools:
         state.record_sample(conn, p)
     return {"pools": {p.name: round(p.spread, 2) for p in pools}}
 
 
-def pool_created(names: list[str], runner=None) -> dict[str, float]:
+def pool_created(names: list[str], host: ZfsHost) -> dict[str, float]:
     """When each pool was made: the creation time of its root dataset (zpool has no such property)."""
-    from .process.command import run
-
-    if not names:
-        return {}
-    res = (runner or run)(argv.creation(names), check=False)
-    out = {}
-    for line in res.stdout.splitlines():
-        name, _, value = line.partition("\t")
-        if value.strip().isdigit():
-            out[name] = float(value.strip())
-    return out
+    return host.creation(names)
 
 
-def sector_mismatches(pool: str, runner=None) -> list:
+def sector_mismatches(pool: str, host: ZfsHost) -> list:
     """The pool's vdevs with an ashift below their disks' physical sectors (zdb -C, lsblk); [] where
     zdb cannot read the pool's configuration."""
     from .process.command import run
     from .zfs.placement import parse_config
     from .zfs.sectors import mismatches, physical_sector
 
-    res = (runner or run)(argv.zdb_config(pool), check=False)
-    if res.returncode != 0:
+    try:
+        config = host.zdb(["-C", pool])
+    except RebalError:
         return []
-    return mismatches(parse_config(res.stdout), lambda p: physical_sector(p, runner or run))
+    return mismatches(parse_config(config), lambda p: physical_sector(p, run))
 
 
-def check_health(cfg: Config, conn, zpool, now: float | None = None,
+def check_health(cfg: Config, conn, host: ZfsHost, now: float | None = None,
                  extra: dict | None = None) -> tuple[list[H.Finding], list, list]:
     """Findings, pools, replication. ``extra`` (a dict) is filled with what metrics also show:
     "scrub" (pool -> end of its last scrub) and "created" (pool -> creation)."""
     # every imported pool, then the watched ones among them: a watched pool that is not imported is
     # the check's most critical finding, in its report (an error would print no report at all)
-    imported = zpool.pools()
+    imported = host.pools()
     pools = [p for p in imported if not cfg.pools or p.name in cfg.pools]
     # status of every pool, by no name: a pool exported or destroyed since the listing is then left
     # out, where naming it would make `zpool status` fail the whole check
-    statuses = {s.name: s for s in zpool.status()} if pools else {}
-    created = pool_created([p.name for p in pools])
+    statuses = {s.name: s for s in host.status()} if pools else {}
+    created = pool_created([p.name for p in pools], host)
     findings: list[H.Finding] = [
         H.Finding(H.CRITICAL, name, "the pool is not imported: `zpool import " + name + "` (or take it out of "
                   "`pools` in the config if it is gone for good)")
@@ -83,7 +78,7 @@ def check_health(cfg: Config, conn, zpool, now: float | None = None,
                                     target_spread=cfg.rebalance.target_spread,
                                     scrub_max_age_days=cfg.health.scrub_max_age_days, now=now,
                                     created=created.get(p.name))
-        findings += H.sector_findings(p.name, sector_mismatches(p.name))
+        findings += H.sector_findings(p.name, sector_mismatches(p.name, host))
     if extra is not None:
         extra["created"] = created
         extra["scrub"] = {n: t for n, st in statuses.items() if (t := H.scrub_time(st.scan)) is not None}
@@ -94,7 +89,7 @@ def check_health(cfg: Config, conn, zpool, now: float | None = None,
         r["points"] = next((a for a in ages if a["job"] == r["job"]), None)
     findings += H.snapshot_age_findings(ages, time.time() if now is None else now)
     findings += verify_findings(cfg, conn, now)
-    findings += rebalance_findings(conn)
+    findings += rebalance_findings(conn, host)
     return findings, pools, repl
 
 
@@ -126,13 +121,11 @@ def _steer_left(conn) -> str | None:
     return left_behind(conn, Parameter(NAME))
 
 
-def rebalance_findings(conn, runner=None) -> list[H.Finding]:
+def rebalance_findings(conn, host: ZfsHost) -> list[H.Finding]:
     """The last rebalance of each pool: one that failed is a warning until a later run succeeds; one
     that rewrote data snapshots still hold is waiting for them (said, not a problem) until they go.
     First, the allocator's threshold a killed steered run left set is put back."""
     import json
-
-    from .process.command import run
 
     out = []
     said = _steer_left(conn)
@@ -147,8 +140,7 @@ def rebalance_findings(conn, runner=None) -> list[H.Finding]:
         snaps = d.get("waiting_on") or []
         if not snaps:
             continue
-        res = (runner or run)(argv.snapshot_names(snaps), check=False)
-        there = [n for n in res.stdout.split() if n in snaps]
+        there = host.snapshots_there(snaps)
         if there:
             then = d.get("spread_when_freed")
             out.append(H.Finding(H.OK, pool, f"rebalance run {rid} waiting for {len(there)} snapshot(s) to go "
@@ -185,12 +177,12 @@ def digest(findings: list[H.Finding]) -> str:
     return "|".join(sorted({re.sub(r"\d+(\.\d+)?", "#", f.line()) for f in findings if f.level > H.OK}))
 
 
-def health_job(cfg: Config, conn, zpool, now: float | None = None,
+def health_job(cfg: Config, conn, host: ZfsHost, now: float | None = None,
                checked: list | None = None) -> tuple[int, list[H.Finding], dict | None]:
     """``checked`` (a list) gets what was checked, found wrong or not: a line per pool and job."""
     from .notify import channels, maybe_notify
 
-    findings, pools, repl = check_health(cfg, conn, zpool, now)
+    findings, pools, repl = check_health(cfg, conn, host, now)
     if checked is not None:
         checked += [{"pool": p.name, "health": p.health, "cap": round(p.cap, 1), "spread": round(p.spread, 1),
                      "vdevs": len(p.data_vdevs)} for p in pools]
@@ -206,14 +198,14 @@ def health_job(cfg: Config, conn, zpool, now: float | None = None,
     return level, findings, sent
 
 
-def scrub_job(cfg: Config, conn, zpool) -> dict:
+def scrub_job(cfg: Config, conn, host: ZfsHost) -> dict:
     out = {}
-    for p in watched_pools(cfg, zpool):
-        out[p.name] = zpool.scrub(p.name)
+    for p in watched_pools(cfg, host):
+        out[p.name] = "running" if host.scrub(p.name) == "running" else "started"
     return out
 
 
-def rebalance_job(cfg: Config, conn, zpool, zfs, stop: threading.Event, on_wait=None) -> dict:
+def rebalance_job(cfg: Config, conn, host: ZfsHost, stop: threading.Event, on_wait=None) -> dict:
     from contextlib import ExitStack
 
     from .locks import Together
@@ -242,11 +234,11 @@ def rebalance_job(cfg: Config, conn, zpool, zfs, stop: threading.Event, on_wait=
 
             held.enter_context(Together(cfg.state_db, jobs, f"rebalance of pool {p.pool.name}", stop=stop, on_wait=told))
             if waited:  # (no run was under way: the snapshots stay, and the plan stands)
-                return prepare(opts, zpool, zfs, conn)
+                return prepare(opts, host, conn)
             return p
 
         try:
-            prep = prepare(opts, zpool, zfs, conn)
+            prep = prepare(opts, host, conn)
             prep = checked(prep, opts, pins=pins)
         except RebalError as e:  # a refusal is a run that could not do its job: recorded as failed
             spec = rb.targets[0]
@@ -254,7 +246,7 @@ def rebalance_job(cfg: Config, conn, zpool, zfs, stop: threading.Event, on_wait=
             with recorded(conn, "rebalance", pool=pool) as run:  # no key: a refusal is not a run to continue
                 run.outcome, run.error, run.details = Outcome.FAILED, str(e), {"refused": True}
             raise
-        rep = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, stop=stop)
+        rep = engine.execute(prep, opts, host, conn, cfg.state_db, stop=stop)
     return rep.as_dict()
 
 
@@ -265,16 +257,16 @@ def _own_pins(prep) -> list[str]:
     return sorted({s["owner"][6:] for s in (prep.costs or {}).get("snapshots", []) if s["owner"].startswith("rebal:")})
 
 
-def refresh_job(cfg: Config, conn, zpool, zfs, stop: threading.Event) -> dict:
+def refresh_job(cfg: Config, conn, host: ZfsHost, stop: threading.Event) -> dict:
     """`rebal refresh` of [refresh].targets (datasets or directories), with [rebalance]'s settings."""
     from . import refresh
 
     rf = cfg.refresh
     if not rf.targets:
         return {"skipped": "no [refresh] targets configured"}
-    paths = [t if t.startswith("/") else zfs.mountpoint(t) for t in rf.targets]
+    paths = [t if t.startswith("/") else host.mounted_at(t) for t in rf.targets]
     given = {"max_bytes": rf.max_bytes, "until": cfg.schedule.refresh_end}
-    return refresh.refresh(cfg, paths, zpool, zfs, conn, given=given, stop=stop)
+    return refresh.refresh(cfg, paths, host, conn, given=given, stop=stop)
 
 
 def rebalance_summary(conn) -> list[dict]:
@@ -288,15 +280,15 @@ def rebalance_summary(conn) -> list[dict]:
     return out
 
 
-def metrics_text(cfg: Config, conn, zpool) -> str:
-    return "\n".join(metrics_doc(cfg, conn, zpool).lines) + "\n"
+def metrics_text(cfg: Config, conn, host: ZfsHost) -> str:
+    return "\n".join(metrics_doc(cfg, conn, host).lines) + "\n"
 
 
-def metrics_doc(cfg: Config, conn, zpool):
+def metrics_doc(cfg: Config, conn, host: ZfsHost):
     from .metrics import document
 
     extra: dict = {}
-    findings, pools, repl = check_health(cfg, conn, zpool, extra=extra)
+    findings, pools, repl = check_health(cfg, conn, host, extra=extra)
     levels = {p.name: max((f.level for f in findings if f.subject == p.name), default=0) for p in pools}
     limits = {"target_spread": cfg.rebalance.target_spread, "scrub_max_age_days": cfg.health.scrub_max_age_days,
               "replication_max_age_hours": cfg.health.replication_max_age_hours}
@@ -304,12 +296,12 @@ def metrics_doc(cfg: Config, conn, zpool):
                     created=extra.get("created", {}), limits=limits)
 
 
-def metrics_job(cfg: Config, conn, zpool) -> dict:
+def metrics_job(cfg: Config, conn, host: ZfsHost) -> dict:
     """Write the metrics file for node_exporter's textfile collector (schedule.metrics)."""
     from .metrics import atomic_file
 
     with atomic_file(cfg.metrics_file) as put:  # a place it cannot write fails before the work
-        text = metrics_text(cfg, conn, zpool)
+        text = metrics_text(cfg, conn, host)
         put(text)
     return {"file": cfg.metrics_file, "series": sum(1 for ln in text.splitlines() if ln and not ln.startswith("#"))}
 

@@ -29,14 +29,17 @@ import time
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .errors import RebalError, ToolMissing
-from .process.command import PIPE, run, spawn
-from .where import BATCH, FileObj, collect, read_objects, stratify, zdb
-from .zfs import argv
+from .process.command import PIPE, spawn
+from .where import BATCH, FileObj, collect, read_objects, stratify
 from .zfs.blocks import Block, ObjectBlocks, expected_checksum, expected_compression
 from .zfs.expansion import deflate_ratio, raidz_asize
 from .zfs.placement import parse_config
+
+if TYPE_CHECKING:
+    from .zfs.host import ZfsHost
 
 # zfs rewrite applies these (raidz: a block at the ratio of before an expansion); recordsize needs a copy
 REWRITE_APPLIES = ("compression", "checksum", "copies", "dedup", "raidz")
@@ -58,12 +61,9 @@ class Wanted:
 ANY = Wanted("", "", 0, False, 0)  # properties not judged (a raidz ratio measurement alone)
 
 
-def wanted(ds: str, runner=run) -> Wanted:
-    out = runner(argv.properties(ds, ["compression", "checksum", "copies", "recordsize", "dedup"])).stdout
-    v = dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
-    pool = ds.split("/")[0]
-    lz4 = runner(argv.pool_feature(pool, "lz4_compress"), check=False)
-    has_lz4 = lz4.returncode == 0 and lz4.stdout.strip() in ("active", "enabled")
+def wanted(ds: str, host: ZfsHost) -> Wanted:
+    v = host.properties(ds, ["compression", "checksum", "copies", "recordsize", "dedup"])
+    has_lz4 = host.pool_features(ds.split("/")[0], ["lz4_compress"]).get("lz4_compress") in ("active", "enabled")
     return Wanted(expected_compression(v.get("compression", "off"), has_lz4),
                   expected_checksum(v.get("checksum", "on"), v.get("dedup", "off")),
                   int(v.get("copies", "1") or 1), v.get("dedup", "off") not in ("off", "-"),
@@ -208,15 +208,15 @@ class Measured:
     raidz: dict = field(default_factory=dict)  # top-level vdev id -> placement.TopVdev, the raidz ones
 
 
-def measure(paths: list[str], zpool, zfs, *, sample: int | None = 2000, seed: int = 0, runner=run,
-            progress=None, properties: bool = True) -> Measured:
+def measure(paths: list[str], host: ZfsHost, *, sample: int | None = 2000, seed: int = 0, progress=None,
+            properties: bool = True) -> Measured:
     """Read the block pointers of the files under ``paths`` (all of them with ``sample=None``).
     ``properties`` False: only the raidz ratio is judged (no property asked, no data read)."""
     t0 = time.monotonic()
-    pool, objs = collect(paths, zfs)
+    pool, objs = collect(paths, host)
     if shutil.which("zdb") is None:
         raise ToolMissing("zdb is not installed: it ships with zfsutils-linux (OpenZFS) and zfs-fuse")
-    zpool.settle(pool)  # the newest writes show in the block pointers once their transaction group is on disk
+    host.settle(pool)  # the newest writes show in the block pointers once their transaction group is on disk
     notes: list[str] = []
     if sample is None or len(objs) <= sample:
         whole, rest, chosen = list(objs), [], list(objs)
@@ -224,8 +224,8 @@ def measure(paths: list[str], zpool, zfs, *, sample: int | None = 2000, seed: in
         whole, rest, chosen = stratify(objs, sample, seed)
         notes.append(f"the {len(whole)} largest file(s) measured whole and a random sample of "
                      f"{len(chosen) - len(whole)} of {len(rest)} other files (seed {seed})")
-    wants = {ds: wanted(ds, runner) if properties else ANY for ds in sorted({o.dataset for o in chosen})}
-    tops = parse_config(zdb(["-C", pool], runner))
+    wants = {ds: wanted(ds, host) if properties else ANY for ds in sorted({o.dataset for o in chosen})}
+    tops = parse_config(host.zdb(["-C", pool]))
     raidz = {t.id: t for t in tops if t.type == "raidz" and t.nparity and t.width > t.nparity}
     min_alloc = 1 << min((t.ashift for t in tops if t.ashift), default=9)  # spa_min_alloc
     in_whole = {id(o) for o in whole}
@@ -236,7 +236,7 @@ def measure(paths: list[str], zpool, zfs, *, sample: int | None = 2000, seed: in
     done = 0
     for ds, group in sorted(by_ds.items()):
         for batch in batches(group):
-            found, gone = read_objects(ds, [o.ino for o in batch], runner, full=True)
+            found, gone = read_objects(ds, [o.ino for o in batch], host, full=True)
             for o in batch:
                 if o.ino in gone:
                     continue
@@ -267,11 +267,11 @@ def reclaim_estimate(m: Measured, made: dict[int, int]) -> dict | None:
             "reclaim_bytes": int(back), "files_measured": len(m.sampled)}
 
 
-def measure_reclaim(roots: list[str], zpool, zfs, widths_before: dict[str, int], sample: int = 2000) -> dict | None:
+def measure_reclaim(roots: list[str], host: ZfsHost, widths_before: dict[str, int], sample: int = 2000) -> dict | None:
     """The plan's RAIDZ-expansion figures measured from the block pointers of (a sample of) the files
     under ``roots``; ``widths_before``: expanded vdev name (raidz1-0) -> its width before, as
     `zpool status` says (the trailing number of the name is the vdev's id)."""
-    m = measure(roots, zpool, zfs, sample=sample, properties=False)
+    m = measure(roots, host, sample=sample, properties=False)
     made = {int(name.rsplit("-", 1)[1]): w for name, w in widths_before.items() if name.rsplit("-", 1)[-1].isdigit()}
     out = reclaim_estimate(m, made)
     if out is not None:

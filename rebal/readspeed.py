@@ -17,12 +17,15 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .errors import RebalError
-from .process.command import PIPE, end, spawn
+from .process.command import end
 from .where import collect
-from .zfs import argv
 from .zfs.parse import ParseError, parse_human
+
+if TYPE_CHECKING:
+    from .zfs.host import ZfsHost
 
 CHUNK = 1 << 20
 HEADER = "capacity"
@@ -103,8 +106,8 @@ def top_rows(rep: Report, data_names: list[str]) -> dict[str, tuple[int, int]]:
     return out
 
 
-def pick_files(paths: list[str], zfs, budget: int, seed: int):
-    pool, objs = collect(paths, zfs)
+def pick_files(paths: list[str], host: ZfsHost, budget: int, seed: int):
+    pool, objs = collect(paths, host)
     objs.sort(key=lambda o: o.path)
     random.Random(seed).shuffle(objs)
     chosen, total = [], 0
@@ -135,15 +138,15 @@ def read_cold(path: bytes) -> int:
         os.close(fd)
 
 
-def measure_read(paths: list[str], zpool, zfs, *, budget: int = 1 << 30, seed: int = 0,
+def measure_read(paths: list[str], host: ZfsHost, *, budget: int = 1 << 30, seed: int = 0,
                  settle_timeout: float = 10.0) -> ReadResult:
-    pool, files = pick_files(paths, zfs, budget, seed)
-    [p] = zpool.pools([pool])
+    pool, files = pick_files(paths, host, budget, seed)
+    [p] = host.pools([pool])
     names = [v.name for v in p.data_vdevs]
     res = ReadResult(pool, [os.path.realpath(x) for x in paths])
     lines: list[tuple[float, str]] = []
     seen = threading.Condition()
-    proc = spawn(argv.iostat(pool), stdout=PIPE)
+    proc = host.iostat(pool)
 
     def reader():
         for raw in iter(proc.stdout.readline, b""):

@@ -14,12 +14,14 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from .oldblocks import REWRITE_APPLIES, Measured, measure, predict_compression, total
 from .outcome import Outcome
-from .process.command import run
 from .units import parse_size
-from .zfs import argv
+
+if TYPE_CHECKING:
+    from .zfs.host import ZfsHost
 
 REASONS = (*REWRITE_APPLIES, "recordsize")
 TOP_DIRS = 20
@@ -77,29 +79,25 @@ def left_alone(m: Measured, hardlinks: bool, in_place: bool) -> list[dict]:
             if f.stale and o.nlink > 1 and (f.method == "copy" or not in_place)]
 
 
-def plan(paths: list[str], zpool, zfs, *, sample: int = 2000, seed: int = 0, hardlinks: bool = False,
+def plan(paths: list[str], host: ZfsHost, *, sample: int = 2000, seed: int = 0, hardlinks: bool = False,
          method: str | None = None) -> dict:
-    m = measure(paths, zpool, zfs, sample=sample, seed=seed)
+    m = measure(paths, host, sample=sample, seed=seed)
     out = summary(m)
     out["compression"] = predict_compression(m, seed)
-    out["left"] = left_alone(m, hardlinks, _in_place(zfs, method))
+    out["left"] = left_alone(m, hardlinks, _in_place(host, method))
     return out
 
 
-def _in_place(zfs, method: str | None) -> bool:
+def _in_place(host: ZfsHost, method: str | None) -> bool:
     """Whether the files zfs rewrite can refresh are refreshed in place (else by copy)."""
-    return method != "copy" and zfs.rewrite_support()[0]
+    return method != "copy" and host.rewrite_support()[0]
 
 
-def usage(datasets: list[str], runner=run) -> dict[str, dict]:
+def usage(datasets: list[str], host: ZfsHost) -> dict[str, dict]:
     """`used` and `compressratio` of each dataset, and `logicalused` where the ZFS has it (not zfs-fuse)."""
     out = {}
     for ds in datasets:
-        v = {}
-        for props, check in (("used,compressratio", True), ("logicalused", False)):
-            res = runner(argv.properties(ds, props.split(",")), check=check)
-            if res.returncode == 0:
-                v |= dict(line.split("\t", 1) for line in res.stdout.splitlines() if "\t" in line)
+        v = host.properties(ds, ["used", "compressratio"]) | host.properties(ds, ["logicalused"], check=False)
         out[ds] = {"used": int(v.get("used", 0) or 0), "compressratio": v.get("compressratio", "")} | (
             {"logicalused": int(v["logicalused"])} if v.get("logicalused", "").isdigit() else {})
     return out
@@ -140,7 +138,7 @@ def leave_out(m: Measured, filters) -> Measured:
     return m
 
 
-def run_passes(cfg, paths: list[str], zpool, zfs, conn, todo: dict[str, list[tuple]], given: dict, *, purpose: str,
+def run_passes(cfg, paths: list[str], host: ZfsHost, conn, todo: dict[str, list[tuple]], given: dict, *, purpose: str,
                whys: dict[str, str], events=None, stop=None, dry_run: bool = False) -> list[dict]:
     """Rewrite exactly the files of ``todo`` (method -> (path, st_dev, st_ino)) through the rebalance's
     machinery (journal, limits, snapshot budget, resume): one run per method, ``--max-bytes`` shared;
@@ -163,14 +161,14 @@ def run_passes(cfg, paths: list[str], zpool, zfs, conn, todo: dict[str, list[tup
             this["max_bytes"] = str(budget)  # (the run's limit, shared by both passes)
         opts = options_from(cfg, paths, **this, rewrite_all=True, listing=not dry_run)
         opts = replace(opts, purpose=purpose, filters=replace(opts.filters, only=frozenset((d, i) for _p, d, i in files)))
-        prep = prepare(opts, zpool, zfs, conn)
+        prep = prepare(opts, host, conn)
         one = {"method": prep.method, "files": len(files), "why": whys[method], "planned_files": prep.plan.files,
                "planned_bytes": prep.plan.bytes}
         if dry_run:
             passes.append(one | {"notes": prep.notes, "warnings": prep.warnings})
             continue
         prep = checked(prep, opts)
-        rep = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, events, stop)
+        rep = engine.execute(prep, opts, host, conn, cfg.state_db, events, stop)
         passes.append(one | {"run_id": rep.run_id, "outcome": rep.outcome, "reason": rep.reason,
                              "rewritten_files": rep.files, "rewritten_bytes": rep.bytes, "skipped": dict(rep.skipped or {})})
         if budget is not None:
@@ -178,16 +176,16 @@ def run_passes(cfg, paths: list[str], zpool, zfs, conn, todo: dict[str, list[tup
     return passes
 
 
-def refresh(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, events=None, stop=None,
+def refresh(cfg, paths: list[str], host: ZfsHost, conn, *, given: dict, events=None, stop=None,
             dry_run: bool = False, progress=None) -> dict:
     """Measure every file, rewrite the old ones (rewrite pass, then copy pass), measure again."""
     from .rebalance.prepare import options_from
 
     filters = options_from(cfg, paths, **given).filters  # (the run's excludes: out of the count as of the run)
-    before_m = leave_out(measure(paths, zpool, zfs, sample=None, progress=progress), filters)
+    before_m = leave_out(measure(paths, host, sample=None, progress=progress), filters)
     todo = passes(before_m)
     datasets = sorted(before_m.wants)
-    left = left_alone(before_m, cfg.rebalance.hardlinks, _in_place(zfs, given.get("method")))
+    left = left_alone(before_m, cfg.rebalance.hardlinks, _in_place(host, given.get("method")))
     out = {"pool": before_m.pool, "paths": before_m.paths, "files": before_m.files, "dry_run": dry_run,
            "before": summary(before_m), "passes": [], "left": left}
     if left:  # not rewritten by any pass (the scan skips them): said, not left to look like success
@@ -198,9 +196,9 @@ def refresh(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, events=None
         out["reason"] = (f"nothing to rewrite: {len(left)} old file(s) left as they are ({HARDLINKED})" if left
                          else "nothing was written under old properties")
         return out
-    used_before = usage(datasets)
+    used_before = usage(datasets, host)
     whys = {"copy": "block size", "rewrite": "compression, checksum, copies, dedup or an old raidz ratio"}
-    out["passes"] = run_passes(cfg, paths, zpool, zfs, conn, todo, given, purpose="refresh", whys=whys,
+    out["passes"] = run_passes(cfg, paths, host, conn, todo, given, purpose="refresh", whys=whys,
                                events=events, stop=stop, dry_run=dry_run)
     if stop is not None and stop.is_set():  # not measured again: asked to stop
         out["outcome"], out["reason"] = Outcome.INTERRUPTED, "stopped by a signal; the next refresh continues"
@@ -209,8 +207,8 @@ def refresh(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, events=None
         out["outcome"] = Outcome.OK
         out["reason"] = f"would rewrite {sum(len(f) for f in todo.values())} file(s) in {len(out['passes'])} pass(es)"
         return out
-    after_m = leave_out(measure(paths, zpool, zfs, sample=None), filters)
-    used_after = usage(datasets)
+    after_m = leave_out(measure(paths, host, sample=None), filters)
+    used_after = usage(datasets, host)
     left = summary(after_m)
     eligible = sum(d["old_bytes"] for d in out["before"]["datasets"])
     still = sum(d["old_bytes"] for d in left["datasets"])

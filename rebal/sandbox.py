@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .zfs.host import ZfsHost
 
 UNITS = ("rebal.service", "rebal-due.service")
 DROP_IN = "50-rebal-paths.conf"
@@ -22,7 +26,7 @@ class DropIn:
     text: str
 
 
-def writable_paths(cfg, zfs) -> list[str]:
+def writable_paths(cfg, host: ZfsHost) -> list[str]:
     """The state directory, every rebalance and refresh target's directory (a dataset's mount point) and, where
     the metrics schedule writes, the metrics file's directory ("-" before it: a unit still starts
     while it does not exist, e.g. before node_exporter is installed)."""
@@ -37,7 +41,7 @@ def writable_paths(cfg, zfs) -> list[str]:
             paths.append(os.path.normpath(spec))
         else:
             names.dataset(spec)
-            paths.append(zfs.mountpoint(spec))
+            paths.append(host.mounted_at(spec))
     out: list[str] = []
     for p in sorted(set(paths) | set(optional), key=len):  # a path under another listed one adds nothing
         if not any(p == q.lstrip("-") or p.startswith(q.lstrip("-").rstrip("/") + "/") for q in out):
@@ -45,8 +49,8 @@ def writable_paths(cfg, zfs) -> list[str]:
     return out
 
 
-def drop_ins(cfg, zfs, unit_dir: str, source: str) -> list[DropIn]:
-    paths = writable_paths(cfg, zfs)
+def drop_ins(cfg, host: ZfsHost, unit_dir: str, source: str) -> list[DropIn]:
+    paths = writable_paths(cfg, host)
     for p in paths:
         if any(c.isspace() for c in p) or '"' in p:
             from .errors import UsageError

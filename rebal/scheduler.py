@@ -12,12 +12,16 @@ import logging
 import signal
 import threading
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
 from . import jobs, state
 from .config import Config, cron_trigger
 from .errors import RebalError, UsageError
 from .notify import notify_outcome
 from .outcome import Outcome
+
+if TYPE_CHECKING:
+    from .zfs.host import ZfsHost
 
 log = logging.getLogger(__name__)
 BUILTIN = ("fill", "health", "scrub", "rebalance", "refresh", "metrics")
@@ -65,11 +69,11 @@ def due(cfg: Config, conn, now: datetime | None = None) -> list[str]:
 
 def run_one(cfg: Config, name: str, stop: threading.Event | None = None) -> str:
     """Run one job now; returns its outcome. Records the run; notifies on failure."""
-    from .zfs.cli import Zfs, Zpool
+    from .zfs.host import ZfsHost
 
     stop = stop or threading.Event()
     conn = state.connect(cfg.state_db)
-    zpool = Zpool()
+    host = ZfsHost.here()
     jlog = logging.getLogger(f"rebal.job.{name}")
     jlog.info("start")
     try:
@@ -87,15 +91,15 @@ def run_one(cfg: Config, name: str, stop: threading.Event | None = None) -> str:
                     return Outcome.FAILED  # the unit (timer mode) fails: the chained part did not do its job
             return outcome
         if name == "fill":
-            res = jobs.record(conn, "fill", lambda: jobs.fill_job(cfg, conn, zpool))
+            res = jobs.record(conn, "fill", lambda: jobs.fill_job(cfg, conn, host))
         elif name == "health":
-            res = jobs.record(conn, "health", lambda: _health(cfg, conn, zpool))
+            res = jobs.record(conn, "health", lambda: _health(cfg, conn, host))
         elif name == "scrub":
-            res = jobs.record(conn, "scrub", lambda: jobs.scrub_job(cfg, conn, zpool))
+            res = jobs.record(conn, "scrub", lambda: jobs.scrub_job(cfg, conn, host))
         elif name == "metrics":
-            res = jobs.record(conn, "metrics", lambda: jobs.metrics_job(cfg, conn, zpool))
+            res = jobs.record(conn, "metrics", lambda: jobs.metrics_job(cfg, conn, host))
         elif name == "refresh":
-            res = jobs.record(conn, "refresh", lambda: jobs.refresh_job(cfg, conn, zpool, Zfs(), stop))
+            res = jobs.record(conn, "refresh", lambda: jobs.refresh_job(cfg, conn, host, stop))
             outcome = res.get("outcome", Outcome.OK)
             if outcome in (Outcome.FAILED, Outcome.INTERRUPTED):
                 jlog.error("%s: %s", outcome, res.get("reason"))
@@ -105,7 +109,7 @@ def run_one(cfg: Config, name: str, stop: threading.Event | None = None) -> str:
             notify_outcome(cfg.notify, conn, "job:refresh", Outcome.OK, None)
             return Outcome.OK
         elif name == "rebalance":
-            res = jobs.rebalance_job(cfg, conn, zpool, Zfs(), stop, on_wait=jlog.info)
+            res = jobs.rebalance_job(cfg, conn, host, stop, on_wait=jlog.info)
             outcome = res.get("outcome", Outcome.OK)
             if outcome in (Outcome.FAILED, Outcome.INTERRUPTED):
                 jlog.error("%s: %s (run %s)", outcome, res.get("reason"), res.get("run_id"))
@@ -134,8 +138,8 @@ def run_one(cfg: Config, name: str, stop: threading.Event | None = None) -> str:
         conn.close()
 
 
-def _health(cfg, conn, zpool) -> dict:
-    level, findings, sent = jobs.health_job(cfg, conn, zpool)
+def _health(cfg, conn, host: ZfsHost) -> dict:
+    level, findings, sent = jobs.health_job(cfg, conn, host)
     for f in findings:
         logging.getLogger("rebal.job.health").log(
             logging.ERROR if f.level == 2 else logging.WARNING, "%s", f.line())

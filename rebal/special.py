@@ -18,15 +18,17 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .errors import RebalError, ToolMissing
 from .outcome import Outcome
-from .process.command import run
-from .where import FileObj, collect, read_objects, stratify, zdb
-from .zfs import argv
+from .where import FileObj, collect, read_objects, stratify
 from .zfs.placement import data_vdev_ids, parse_config
 from .zfs.special import RESERVE_PCT, Bound, parse_bound, room, small_limit
 from .zfs.tunable import Parameter
+
+if TYPE_CHECKING:
+    from .zfs.host import ZfsHost
 
 MIN_SHARE = 0.02  # a file is worth rewriting for the special class when this share of it moves
 TOP_DIRS = 10
@@ -63,26 +65,26 @@ def special_class(pool) -> dict:
     return {"vdevs": [v.name for v in vs], "size": sum(v.size for v in vs), "alloc": sum(v.alloc for v in vs)}
 
 
-def measure(paths: list[str], zpool, zfs, *, sample: int | None = None, seed: int = 0, runner=run,
+def measure(paths: list[str], host: ZfsHost, *, sample: int | None = None, seed: int = 0,
             progress=None) -> Measured:
     """Read the block pointers of the files under ``paths`` (a stratified sample of ``sample`` files
     where given and the tree is bigger)."""
     from .rebalance.prepare import resolve_targets
 
     t0 = time.monotonic()
-    paths = [os.fsdecode(t.root) for t in resolve_targets(zfs, paths)]  # a dataset's name: its mountpoint
-    pool_name, objs = collect(paths, zfs)
+    paths = [os.fsdecode(t.root) for t in resolve_targets(host, paths)]  # a dataset's name: its mountpoint
+    pool_name, objs = collect(paths, host)
     if shutil.which("zdb") is None:
         raise ToolMissing("zdb is not installed: it ships with zfsutils-linux (OpenZFS)")
-    zpool.settle(pool_name)  # the newest writes show in the block pointers once on disk
-    [pool] = zpool.pools([pool_name])
+    host.settle(pool_name)  # the newest writes show in the block pointers once on disk
+    [pool] = host.pools([pool_name])
     special = special_class(pool)
     # the normal vdevs by guid: zdb -C does not say which vdev is special (the vdev's ZAP does)
     guids = {v.guid for v in pool.data_vdevs if v.guid}
     if not guids:
         raise NoSpecialError(f"this zpool does not say its vdevs' guids (zpool list -j: OpenZFS 2.3+): which of "
                              f"pool {pool_name}'s vdevs is special cannot be told from the block pointers")
-    normal = set(data_vdev_ids(parse_config(zdb(["-C", pool_name], runner)), guids))
+    normal = set(data_vdev_ids(parse_config(host.zdb(["-C", pool_name])), guids))
     notes: list[str] = []
     if sample is None or len(objs) <= sample:
         chosen, rest, whole_ids = list(objs), [], {id(o) for o in objs}
@@ -93,8 +95,7 @@ def measure(paths: list[str], zpool, zfs, *, sample: int | None = None, seed: in
                      f"{len(chosen) - len(whole)} of {len(rest)} other files (seed {seed})")
     small = {}
     for ds in sorted({o.dataset for o in chosen}):
-        got = dict(line.split("\t", 1) for line in runner(argv.properties(ds, ["special_small_blocks"]),
-                                                          check=False).stdout.splitlines() if "\t" in line)
+        got = host.properties(ds, ["special_small_blocks"], check=False)
         small[ds] = small_limit(got.get("special_small_blocks", "0"))
     rows: list[tuple[FileObj, Bound, bool]] = []
     by_ds: dict[str, list[FileObj]] = {}
@@ -105,7 +106,7 @@ def measure(paths: list[str], zpool, zfs, *, sample: int | None = None, seed: in
     done = 0
     for ds, group in sorted(by_ds.items()):
         for batch in batches(group):
-            found, gone = read_objects(ds, [o.ino for o in batch], runner,
+            found, gone = read_objects(ds, [o.ino for o in batch], host,
                                        parse=lambda text, s=small[ds]: parse_bound(text, normal, s))
             rows += [(o, found.get(o.ino) or Bound(), id(o) in whole_ids) for o in batch if o.ino not in gone]
             done += len(batch)
@@ -165,8 +166,8 @@ def summary(m: Measured, everything: bool = False) -> dict:
             "seconds": round(m.seconds, 2), "notes": m.notes, "warnings": warnings}
 
 
-def plan(paths: list[str], zpool, zfs, *, sample: int = 2000, seed: int = 0, everything: bool = False) -> dict:
-    return summary(measure(paths, zpool, zfs, sample=sample, seed=seed), everything)
+def plan(paths: list[str], host: ZfsHost, *, sample: int = 2000, seed: int = 0, everything: bool = False) -> dict:
+    return summary(measure(paths, host, sample=sample, seed=seed), everything)
 
 
 def _todo(chosen) -> list[tuple]:
@@ -182,15 +183,15 @@ def _todo(chosen) -> list[tuple]:
     return out
 
 
-def rebalance(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, everything: bool = False, events=None,
+def rebalance(cfg, paths: list[str], host: ZfsHost, conn, *, given: dict, everything: bool = False, events=None,
               stop=None, dry_run: bool = False, progress=None) -> dict:
     """Measure every file, rewrite the chosen ones, measure again: what left the normal vdevs."""
     from .refresh import _in_place, run_passes
 
-    before = measure(paths, zpool, zfs, progress=progress)
+    before = measure(paths, host, progress=progress)
     out = {"dry_run": dry_run, "before": summary(before, everything)}
     chosen, _total = choose(before, everything)
-    in_place = _in_place(zfs, given.get("method"))
+    in_place = _in_place(host, given.get("method"))
     method = "rewrite" if in_place else "copy"
     left = []
     if method == "copy" and not cfg.rebalance.hardlinks:
@@ -203,7 +204,7 @@ def rebalance(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, everythin
                                                "normal vdevs worth a rewrite")
         return out
     special_before = before.special["alloc"]
-    out["passes"] = run_passes(cfg, paths, zpool, zfs, conn, todo, given, purpose="special",
+    out["passes"] = run_passes(cfg, paths, host, conn, todo, given, purpose="special",
                                whys={method: "metadata and small blocks to the special class"},
                                events=events, stop=stop, dry_run=dry_run)
     if dry_run:
@@ -212,7 +213,7 @@ def rebalance(cfg, paths: list[str], zpool, zfs, conn, *, given: dict, everythin
     if stop is not None and stop.is_set():
         out["outcome"], out["reason"] = Outcome.INTERRUPTED, "stopped by a signal; the next run continues"
         return out
-    after = measure(paths, zpool, zfs)
+    after = measure(paths, host)
     out["after"] = summary(after, everything)
     was, now = out["before"]["bound_bytes"], out["after"]["bound_bytes"]
     out["moved"] = {"bound_before": was, "bound_after": now, "left_normal_bytes": was - now,

@@ -15,6 +15,7 @@ import shutil
 import signal
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import names
@@ -156,11 +157,13 @@ class Ssh:
         return self.ep.host
 
     def run(self, *parts: list[str], readonly: bool = True, dry_run: bool = False, check: bool = True,
-            timeout: float | None = 300, input: str | None = None) -> Result:
+            timeout: float | None = 300, input: str | None = None, stop: threading.Event | None = None,
+            on_out: Callable[[bytes], None] | None = None) -> Result:
         with self._count:
             self.runs += 1
         try:
-            res = run(self.argv(*parts), readonly=readonly, dry_run=dry_run, check=False, timeout=timeout, input=input)
+            res = run(self.argv(*parts), readonly=readonly, dry_run=dry_run, check=False, timeout=timeout, input=input,
+                      stop=stop, on_out=on_out)
         except CommandFailed as e:  # a timeout
             raise TransportError(f"{self.ep.host}: {e}") from None
         if res.returncode == 255:
@@ -258,13 +261,14 @@ class Here:
         return list(parts[0])
 
     def run(self, *parts: list[str], readonly: bool = True, dry_run: bool = False, check: bool = True,
-            timeout: float | None = 300, input: str | None = None) -> Result:
+            timeout: float | None = 300, input: str | None = None, stop: threading.Event | None = None,
+            on_out: Callable[[bytes], None] | None = None) -> Result:
+        extra: dict[str, object] = {k: v for k, v in (("input", input), ("stop", stop), ("on_out", on_out))
+                                    if v is not None}
         if self._runner is not None:
-            extra: dict[str, object] = {"dry_run": True} if dry_run else {}
-            if input is not None:
-                extra["input"] = input
-            return self._runner(self.argv(*parts), readonly=readonly, check=check, timeout=timeout, **extra)
-        return run(self.argv(*parts), readonly=readonly, dry_run=dry_run, check=check, timeout=timeout, input=input)
+            return self._runner(self.argv(*parts), readonly=readonly, check=check, timeout=timeout,
+                                **extra, **({"dry_run": True} if dry_run else {}))
+        return run(self.argv(*parts), readonly=readonly, dry_run=dry_run, check=check, timeout=timeout, **extra)  # type: ignore[arg-type]
 
     def rsync_remote(self) -> list[str]:
         return []

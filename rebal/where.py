@@ -14,12 +14,15 @@ import stat
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .errors import RebalError, ToolMissing, UsageError
-from .process.command import run
 from .walk import regular_files
 from .zfs import blocks, placement
 from .zfs import argv as zfs_argv
+
+if TYPE_CHECKING:
+    from .zfs.host import ZfsHost
 
 BATCH = 1000  # objects per zdb process (each costs about a second of start-up on zfs-fuse, whatever its size)
 
@@ -52,7 +55,7 @@ class WhereReport:
                 "seconds": round(self.seconds, 2), "notes": self.notes}
 
 
-def collect(paths: list[str], zfs) -> tuple[str, list[FileObj]]:
+def collect(paths: list[str], host: ZfsHost) -> tuple[str, list[FileObj]]:
     """The regular files under ``paths`` (not crossing into other file systems) with their dataset."""
     objs: list[FileObj] = []
     pools: set[str] = set()
@@ -69,7 +72,7 @@ def collect(paths: list[str], zfs) -> tuple[str, list[FileObj]]:
             st = os.lstat(real)
         except OSError as e:
             raise UsageError(f"{spec}: {e.strerror}") from None
-        ds, _mp = zfs.dataset_for_path(real)
+        ds, _mp = host.dataset_for_path(real)
         pools.add(ds.split("/")[0])
         if stat.S_ISREG(st.st_mode):
             add(ds, st, os.fsencode(real))
@@ -83,36 +86,10 @@ def collect(paths: list[str], zfs) -> tuple[str, list[FileObj]]:
     return pools.pop(), objs
 
 
-def zdb(argv: list[str], runner=run, timeout: float | None = 300) -> str:
-    try:
-        r = runner(zfs_argv.zdb(argv), check=False, timeout=timeout)
-    except ToolMissing:
-        raise ToolMissing("zdb is not installed: it ships with zfsutils-linux (OpenZFS) and zfs-fuse") from None
-    if r.returncode != 0:
-        last = [x for x in (r.stderr or r.stdout).strip().splitlines() if x.strip()]
-        raise RebalError(f"zdb {' '.join(argv[:2])} failed: {last[-1] if last else f'exit {r.returncode}'} "
-                         "(zdb reads the pool from its disks: it needs root and the pool in its cache file)")
-    return r.stdout
-
-
 _MISSING = re.compile(r"dmu_(?:bonus_hold|object_info)\w*\((\d+)\) failed")
 
 
-_ROOT_FORM: dict[str, str] = {}  # pool -> how this zdb names its root dataset
-
-
-def _zdb_name(ds: str, runner) -> str:
-    """How zdb names a dataset. A pool's root dataset is `pool/` to OpenZFS's zdb (a bare pool name
-    means its MOS there); zfs-fuse's zdb knows only the bare name. Asked once per pool."""
-    if "/" in ds:
-        return ds
-    if ds not in _ROOT_FORM:
-        r = runner(zfs_argv.zdb(["-d", ds + "/"]), check=False, timeout=120)
-        _ROOT_FORM[ds] = ds + "/" if r.returncode == 0 else ds
-    return _ROOT_FORM[ds]
-
-
-def read_objects(ds: str, inos: list[int], runner=run, full: bool = False, parse=None) -> tuple[dict, list[int]]:
+def read_objects(ds: str, inos: list[int], host: ZfsHost, full: bool = False, parse=None) -> tuple[dict, list[int]]:
     """Block placement of these objects of ``ds`` (one zdb for the lot). An object that went away (a
     file deleted since it was listed) makes zdb stop: it is dropped and the rest read again.
     ``full``: every block pointer in full instead (zfs/blocks.py: compression, checksum, copies, birth);
@@ -125,7 +102,7 @@ def read_objects(ds: str, inos: list[int], runner=run, full: bool = False, parse
         if not todo:
             return {}, gone
         try:
-            return parse(zdb([*argv, _zdb_name(ds, runner), *map(str, todo)], runner)), gone
+            return parse(host.zdb([*argv, host.zdb_name(ds), *map(str, todo)])), gone
         except RebalError as e:
             m = _MISSING.search(str(e))
             if not m or int(m.group(1)) not in todo:
@@ -135,25 +112,25 @@ def read_objects(ds: str, inos: list[int], runner=run, full: bool = False, parse
     raise RebalError(f"zdb: too many objects of {ds} went away while being read")
 
 
-def vdev_names(pool, runner=run) -> tuple[dict[int, str], set[int]]:
+def vdev_names(pool, host: ZfsHost) -> tuple[dict[int, str], set[int]]:
     """vdev id -> `rebal status` name, and the ids of the data vdevs, of ``pool`` (a zfs.model.Pool)."""
-    tops = placement.parse_config(zdb(["-C", pool.name], runner))
+    tops = placement.parse_config(host.zdb(["-C", pool.name]))
     guids = [v.guid for v in pool.data_vdevs]
     return (placement.name_map(tops, [v.name for v in pool.data_vdevs], guids),
             set(placement.data_vdev_ids(tops, {g for g in guids if g} or None)))
 
 
-def where(paths: list[str], zpool, zfs, *, sample: int = 2000, seed: int = 0, time_limit: float = 60.0,
-          runner=run, settle: bool = True, keep_files: bool = False, ids: tuple | None = None) -> WhereReport:
+def where(paths: list[str], host: ZfsHost, *, sample: int = 2000, seed: int = 0, time_limit: float = 60.0,
+          settle: bool = True, keep_files: bool = False, ids: tuple | None = None) -> WhereReport:
     """``ids``: vdev_names as read earlier in this run (read again where it lacks a data vdev now)."""
     t0 = time.monotonic()
-    pool, objs = collect(paths, zfs)
+    pool, objs = collect(paths, host)
     rep = WhereReport(pool, [os.path.realpath(p) for p in paths], files=len(objs))
     if settle:
-        zpool.settle(pool)  # recent writes show to zdb once their transaction group is on disk
-    [p] = zpool.pools([pool])
+        host.settle(pool)  # recent writes show to zdb once their transaction group is on disk
+    [p] = host.pools([pool])
     if ids is None or not {v.name for v in p.data_vdevs} <= set(ids[0].values()):
-        ids = vdev_names(p, runner)
+        ids = vdev_names(p, host)
     names, data_ids = ids
     whole, rest, chosen = stratify(objs, sample, seed)
     if len(chosen) < len(objs):
@@ -170,7 +147,7 @@ def where(paths: list[str], zpool, zfs, *, sample: int = 2000, seed: int = 0, ti
                 rep.notes.append(f"the time limit ({time_limit:g} s) ended the measurement after {len(measured)} files")
                 break
             batch = group[i:i + BATCH]
-            found, gone = read_objects(ds, [o.ino for o in batch], runner)
+            found, gone = read_objects(ds, [o.ino for o in batch], host)
             for o in batch:
                 if o.ino not in gone:
                     measured.append((o, found.get(o.ino, Counter())))

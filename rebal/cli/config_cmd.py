@@ -53,17 +53,15 @@ def _zfs_here() -> tuple[list[str], dict]:
     """What this host's zfs has of what rebal uses, and what rebal does without the rest."""
     import shutil
 
-    from ..transport import Here
     from ..zfs import features as feat
-    from ..zfs.cli import Zfs
     from ..zfs.host import ZfsHost
 
     if shutil.which("zfs") is None:
         return ([f"zfs on this host: not installed (rebal needs OpenZFS {'.'.join(map(str, feat.MINIMUM))}+: "
                  "zfsutils-linux)"], {"installed": False})
-    host = ZfsHost(Here())
+    host = ZfsHost.here()
     version = host.version()
-    found = feat.features(version, host.abilities(), Zfs().rewrite_support())
+    found = feat.features(version, host.abilities(), host.rewrite_support())
     return feat.summary(version, found), {
         "installed": True, "version": ".".join(map(str, version)) or None,
         "missing": [{"feature": f.name, "since": f.since, "without": f.without} for f in found if not f.have]}
@@ -78,10 +76,10 @@ def units(
     """Write the systemd drop-ins that let the shipped units write where rebal must (ReadWritePaths of
     the state directory and the [rebalance] targets), for rebal.service and rebal-due.service."""
     from .. import config, sandbox
-    from ..zfs.cli import Zfs
+    from ..zfs.host import ZfsHost
 
     cfg = load_config()
-    found = sandbox.drop_ins(cfg, Zfs(), unit_dir, config.config_path(OPTS.config)[0])
+    found = sandbox.drop_ins(cfg, ZfsHost.here(), unit_dir, config.config_path(OPTS.config)[0])
     try:
         changed = [] if dry_run else [d.path for d in found if sandbox.write(d)]
     except OSError as e:

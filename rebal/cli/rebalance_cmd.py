@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Annotated, Optional
+from typing import Annotated, Optional, TYPE_CHECKING
 
 import typer
 
@@ -16,6 +16,9 @@ from .app import JsonOpt, app
 from ..errors import UsageError
 from ..outcome import Outcome
 from .io import Signals, end_of_run, load_config, open_state, out_json, out_text, state_or_none
+
+if TYPE_CHECKING:
+    from ..zfs.host import ZfsHost
 
 TargetsArg = Annotated[list[str], typer.Argument(help="Datasets (tank/data) or directories inside mounted datasets.",
                                                  autocompletion=complete.datasets)]
@@ -60,20 +63,20 @@ def plan(
     """Dry run: what a rebalance would rewrite, and the predicted CAP per vdev after. Changes nothing."""
     from ..rebalance.prepare import prepare
     from ..views.rebalance import plan_json, plan_text
-    from ..zfs.cli import Zfs, Zpool
+    from ..zfs.host import ZfsHost
 
     if _to(to):
         from .. import special
         from ..views.special import plan_text as special_text
 
-        s = special.plan(targets, Zpool(), Zfs())
+        s = special.plan(targets, ZfsHost.here())
         if as_json:
             out_json(s)
         else:
             out_text(special_text(s))
         return
     cfg = load_config()
-    prep = prepare(_options(ctx, cfg), Zpool(), Zfs(), state_or_none(cfg))
+    prep = prepare(_options(ctx, cfg), ZfsHost.here(), state_or_none(cfg))
     if as_json:
         out_json(plan_json(prep))
     else:
@@ -110,15 +113,15 @@ def rebalance(
     """Rewrite files so ZFS spreads them over every vdev, until the spread is under the target."""
     from ..rebalance import engine, prepare
     from ..views.rebalance import plan_json, plan_text, report_text
-    from ..zfs.cli import Zfs, Zpool
+    from ..zfs.host import ZfsHost
 
     cfg = load_config()
     if _to(to):
         return _to_special(cfg, ctx.params)
     opts = _options(ctx, cfg, listing=not dry_run)
-    zpool, zfs = Zpool(), Zfs()
+    host = ZfsHost.here()
     if dry_run:
-        prep = prepare.prepare(opts, zpool, zfs, state_or_none(cfg))
+        prep = prepare.prepare(opts, host, state_or_none(cfg))
         if as_json:
             out_json(plan_json(prep) | {"dry_run": True})
         else:
@@ -129,15 +132,15 @@ def rebalance(
     conn = open_state(cfg)
     # a rebalance of this pool running already: refused before the scan, and before its files are
     # taken for a crash's leftovers
-    prep = prepare.ready(opts, zpool, zfs, conn, free=lambda pool: engine.PoolLock(cfg.state_db, pool).check_free())
-    before = _read_measure(prep, zpool, zfs, read_bytes).as_dict() if measure_read else None
+    prep = prepare.ready(opts, host, conn, free=lambda pool: engine.PoolLock(cfg.state_db, pool).check_free())
+    before = _read_measure(prep, host, read_bytes).as_dict() if measure_read else None
 
     def reading() -> dict:
-        return {"before": before, "after": _read_measure(prep, zpool, zfs, read_bytes).as_dict()}
+        return {"before": before, "after": _read_measure(prep, host, read_bytes).as_dict()}
 
     with Signals() as sig:
         with _events(prep, as_json) as events:
-            report = engine.execute(prep, opts, zpool, zfs, conn, cfg.state_db, events, sig.stop,
+            report = engine.execute(prep, opts, host, conn, cfg.state_db, events, sig.stop,
                                     stopped_by=sig.why, reading=reading if measure_read else None)
     done = report.as_dict()
     if as_json:
@@ -180,7 +183,7 @@ def _to_special(cfg, params: dict) -> None:
     targets, everything, dry_run, as_json = params["targets"], params["rewrite_all"], params["dry_run"], params["as_json"]
     from ..rebalance.prepare import RefusedError
     from ..views.special import report_text
-    from ..zfs.cli import Zfs, Zpool
+    from ..zfs.host import ZfsHost
 
     if os.geteuid() != 0 and not dry_run:
         raise RefusedError("rebal rebalance runs as root: it must keep every file's owner")
@@ -190,7 +193,7 @@ def _to_special(cfg, params: dict) -> None:
     with Signals() as sig:
         events = JsonEvents() if as_json else LineEvents()
         with events:
-            rep = special.rebalance(cfg, targets, Zpool(), Zfs(), conn, given=given, everything=everything,
+            rep = special.rebalance(cfg, targets, ZfsHost.here(), conn, given=given, everything=everything,
                                     events=events, stop=sig.stop, dry_run=dry_run,
                                     progress=getattr(events, "measuring", None))
     end_of_run(rep, as_json, report_text, sig)
@@ -202,11 +205,11 @@ def _reads_text(read: dict) -> str:
     return reads_text(read)
 
 
-def _read_measure(prep, zpool, zfs, read_bytes: str):
+def _read_measure(prep, host: ZfsHost, read_bytes: str):
     from ..readspeed import measure_read
     from ..units import parse_size
 
-    return measure_read([os.fsdecode(t.root) for t in prep.targets], zpool, zfs, budget=parse_size(read_bytes))
+    return measure_read([os.fsdecode(t.root) for t in prep.targets], host, budget=parse_size(read_bytes))
 
 
 @app.command()

@@ -34,12 +34,12 @@ def refresh(
     dedup, recordsize), measured from the block pointers: `zfs rewrite` where it can apply the change,
     a verified copy where the block size changes."""
     from .. import refresh as refresh_run
-    from ..zfs.cli import Zfs, Zpool
+    from ..zfs.host import ZfsHost
 
-    zpool, zfs = Zpool(), Zfs()
+    host = ZfsHost.here()
     if plan:
         hardlinks = load_config().rebalance.hardlinks  # which files a run would leave depends on it
-        p = refresh_run.plan(paths, zpool, zfs, sample=sample, seed=seed, hardlinks=hardlinks, method=method)
+        p = refresh_run.plan(paths, host, sample=sample, seed=seed, hardlinks=hardlinks, method=method)
         if as_json:
             out_json(p)
         else:
@@ -63,7 +63,7 @@ def refresh(
         events = JsonEvents() if as_json else LineEvents()
         with events:
             def go() -> dict:
-                return refresh_run.refresh(cfg, paths, zpool, zfs, conn, given=given, events=events, stop=sig.stop,
+                return refresh_run.refresh(cfg, paths, host, conn, given=given, events=events, stop=sig.stop,
                                            dry_run=dry_run, progress=getattr(events, "measuring", None))
 
             rep = go() if dry_run else record(conn, "refresh", go)  # a run by hand is recorded as the timer's is

@@ -18,11 +18,11 @@ def health(as_json: JsonOpt = False) -> None:
     """Pool, device, error, scrub, fill and replication checks; exit 0 OK, 1 warning, 2 critical."""
     from .. import health as H
     from .. import jobs
-    from ..zfs.cli import Zpool
+    from ..zfs.host import ZfsHost
 
     cfg = load_config()
     checked: list = []
-    level, findings, sent = jobs.health_job(cfg, open_state(cfg), Zpool(), checked=checked)
+    level, findings, sent = jobs.health_job(cfg, open_state(cfg), ZfsHost.here(), checked=checked)
     if as_json:
         out_json({"level": H.LEVEL_NAMES[level], "findings": [f.as_dict() for f in findings], "notified": sent,
                   "checked": checked})
@@ -76,11 +76,11 @@ def metrics(
 
     from .. import jobs
     from ..metrics import atomic_file
-    from ..zfs.cli import Zpool
+    from ..zfs.host import ZfsHost
 
     cfg = load_config()
     with atomic_file(output) if output else nullcontext() as put:  # a place it cannot write: said first
-        doc = jobs.metrics_doc(cfg, open_state(cfg), Zpool())
+        doc = jobs.metrics_doc(cfg, open_state(cfg), ZfsHost.here())
         text = "\n".join(doc.lines) + "\n"
         if put is not None:
             put(text)
@@ -102,9 +102,9 @@ def scrub(
     if bool(pool) == bool(job):
         raise UsageError("give a POOL, or --job JOB for the backup host's pool")
     if pool:
-        from ..zfs.cli import Zpool
+        from ..zfs.host import ZfsHost
 
-        what = Zpool().scrub(pool)
+        what = "running" if ZfsHost.here().scrub(pool) == "running" else "started"
         out_json({"pool": pool, "host": None, "scrub": what}) if as_json else out_text(f"{pool}: scrub {what}\n")
         return
     from ..replicate.backups import scrub_backup
@@ -191,7 +191,7 @@ def watch(
     from ..errors import UsageError
     from ..gate.serve import FALLBACK_LOG
     from ..state import Cache
-    from ..zfs.cli import Zpool
+    from ..zfs.host import ZfsHost
 
     cfg = load_config()
     roots = [W.Root(r, "--root") for r in root or []]
@@ -208,15 +208,16 @@ def watch(
         raise UsageError("nothing to watch: no gated key (rebal gate --receive-into ROOT) in the authorized_keys "
                          "read, and no --root")
     now = W.now()
-    from ..zfs.cli import Zfs
+    from ..zfs.host import ZfsHost
 
+    host = ZfsHost.here()
     for r in roots:
-        r.datasets = Zfs().newest_snapshots(r.dataset)
+        r.datasets = host.newest_snapshots(r.dataset)
     limit = max_age_hours or cfg.health.replication_max_age_hours
     findings = W.age_findings(roots, limit, now)
     pools = sorted({r.dataset.split("/")[0] for r in roots})
-    found = {p.name: p for p in Zpool().pools()}
-    statuses = {s.name: s for s in Zpool().status()}
+    found = {p.name: p for p in host.pools()}
+    statuses = {s.name: s for s in host.status()}
     for p in pools:
         if p not in found or p not in statuses:
             continue  # (its roots said so: not there)

@@ -23,10 +23,11 @@ def status(
     from ..errors import RebalError
     from ..health import sector_findings
     from ..jobs import rebalance_findings, sector_mismatches
-    from ..zfs.cli import Zpool
+    from ..zfs.host import ZfsHost
 
     cfg = load_config()
-    found = Zpool().pools(list(pools or cfg.pools))
+    host = ZfsHost.here()
+    found = host.pools(list(pools or cfg.pools))
     target = cfg.rebalance.target_spread
     replication: list[dict] = []
     waiting: list[dict] = []
@@ -36,10 +37,10 @@ def status(
                 state.record_sample(conn, p)
             if cfg.replicate:
                 replication = state.last_successes(conn, cfg)
-            waiting = [f.as_dict() for f in rebalance_findings(conn)]
+            waiting = [f.as_dict() for f in rebalance_findings(conn, host)]
     except RebalError as e:
         warn(f"sample not recorded: {e}")
-    sectors = [f.as_dict() for p in found for f in sector_findings(p.name, sector_mismatches(p.name))]
+    sectors = [f.as_dict() for p in found for f in sector_findings(p.name, sector_mismatches(p.name, host))]
     if as_json:
         out_json({"pools": [fill.pool_json(p, target) for p in found], "replication": replication,
                   "rebalance": waiting, "sectors": sectors})
@@ -64,10 +65,10 @@ def history(
     conn = open_state(cfg)
     rows = state.samples(conn, pool, fill.parse_since(since) if since else None)
     if not rows and not state.samples(conn, pool, None):
-        from ..zfs.cli import Zpool
+        from ..zfs.host import ZfsHost
 
         try:
-            pools = Zpool().pool_names()
+            pools = ZfsHost.here().pool_names()
         except RebalError:  # no ZFS answering here: nothing says the pool exists
             pools = []
         if pool not in pools:  # never sampled and not here: a typo, or a pool of another machine
@@ -94,13 +95,13 @@ def where(
     block pointers with zdb (a sample of a big tree, with a 95% interval). --read: the share of the
     reads each vdev serves, and the throughput, measured while reading a sample."""
     from ..where import where as measure
-    from ..zfs.cli import Zfs, Zpool
+    from ..zfs.host import ZfsHost
 
     if read:
         from ..readspeed import measure_read
         from ..units import parse_size
 
-        got = measure_read(paths, Zpool(), Zfs(), budget=parse_size(read_bytes), seed=seed)
+        got = measure_read(paths, ZfsHost.here(), budget=parse_size(read_bytes), seed=seed)
         if as_json:
             out_json(got.as_dict())
         else:
@@ -108,7 +109,7 @@ def where(
 
             out_text(read_text(got))
         return
-    rep = measure(paths, Zpool(), Zfs(), sample=sample, seed=seed, time_limit=time_limit)
+    rep = measure(paths, ZfsHost.here(), sample=sample, seed=seed, time_limit=time_limit)
     if as_json:
         out_json(rep.as_dict())
         return

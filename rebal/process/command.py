@@ -207,6 +207,9 @@ def _run_watched(argv: tuple[str | bytes, ...], timeout: float | None, stop: thr
     return Result(argv, proc.returncode, text(b"".join(chunks[out_fd])), text(b"".join(chunks[err_fd])))
 
 
+Process = subprocess.Popen  # a process started by spawn, for the layers above to name
+
+
 def spawn(argv: list[str], *, stdin: Stream = DEVNULL, stdout: Stream = DEVNULL, stderr: Stream = DEVNULL, new_session: bool = True) -> subprocess.Popen:
     """Start a process that lives beside rebal (an ssh master connection, a stage of a pipeline) and
     hand it back; `end` ends it. ``stdin``/``stdout``/``stderr``: DEVNULL, PIPE, None (rebal's own)

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing, nullcontext
 from collections.abc import Callable
 from itertools import takewhile
+from typing import TYPE_CHECKING
 
 from .. import state
 from ..errors import RebalError
@@ -34,6 +35,9 @@ from .planner import (
 from .prepare import Options, Prepared
 from .runstate import DirReport, Events, Report, Run
 
+if TYPE_CHECKING:
+    from ..zfs.host import ZfsHost
+
 # -- execute ------------------------------------------------------------------------------------
 
 
@@ -44,7 +48,7 @@ class PoolLock(FileLock):
         super().__init__(state_db, f"rebalance-{pool}", f"rebalance of pool {pool}")
 
 
-def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, events: Events | None = None,
+def execute(prep: Prepared, opts: Options, host: ZfsHost, conn, state_db: str, events: Events | None = None,
             stop: threading.Event | None = None, *, stopped_by: Callable[[], str | None] | None = None,
             reading: Callable[[], dict] | None = None) -> Report:
     """The run, recorded (one row, continued when ``prep`` resumes one). ``stopped_by``: why the
@@ -61,22 +65,22 @@ def execute(prep: Prepared, opts: Options, zpool, zfs, conn, state_db: str, even
         earlier = _earlier(conn, prep, events)
         with recorded(conn, "rebalance", pool=prep.pool.name, key=prep.key, resume=prep.resume_run) as rec:
             assert rec.id is not None
-            r = Run(prep, opts, zpool, zfs, conn, events, stop)
+            r = Run(prep, opts, host, conn, events, stop)
             _run(r, rec, recovered, earlier, stopped_by, reading)
         return r.report
 
 
 def _run(r: Run, rec: Record, recovered, earlier: dict | None, stopped_by: Callable[[], str | None] | None,
          reading: Callable[[], dict] | None) -> None:
-    prep, opts, zpool, zfs, conn, events, stop, run_id = r.prep, r.opts, r.zpool, r.zfs, r.conn, r.events, r.stop, rec.id
+    prep, opts, host, conn, events, stop, run_id = r.prep, r.opts, r.host, r.conn, r.events, r.stop, rec.id
     assert run_id is not None
     held: steer.Held | None = None
     r.report = Report(run_id, Outcome.FAILED, "", spread_before=prep.pool.spread, predicted_after=prep.plan.spread_after,
                       scan_seconds=prep.scan_seconds)
     avail_ds = prep.targets[0].dataset
     if prep.reclaim:
-        zpool.settle(prep.pool.name)
-        r.report.reclaim = {"available_before": _available(zfs, avail_ds),
+        host.settle(prep.pool.name)
+        r.report.reclaim = {"available_before": _available(host, avail_ds),
                             "predicted": prep.reclaim["reclaim_bytes"]}
     r.report.recovered = recovered
     t0 = time.monotonic()
@@ -207,7 +211,7 @@ def _earlier(conn, prep: Prepared, events: Events) -> dict | None:
 def _finish(r: Run, rec: Record, earlier: dict | None, avail_ds: str, t0: float) -> None:
     """The run's last figures (the spread settled, the reclaimed space, where the rewritten data went)
     and its record, however it ended."""
-    prep, opts, zpool, zfs, conn, run_id = r.prep, r.opts, r.zpool, r.zfs, r.conn, r.report.run_id
+    prep, opts, host, conn, run_id = r.prep, r.opts, r.host, r.conn, r.report.run_id
     r.report.seconds = time.monotonic() - t0
     r.report.growth = r.growth
     if r.growth:  # the snapshots that hold the old copies: the space and balance come when they go
@@ -229,9 +233,9 @@ def _finish(r: Run, rec: Record, earlier: dict | None, avail_ds: str, t0: float)
     if prep.plan.measured and r.report.files:
         from .measure import rewritten_placement
 
-        r.report.placement = rewritten_placement(prep.plan, r.report.done_dirs, zpool, zfs, ids=prep.vdev_ids)
+        r.report.placement = rewritten_placement(prep.plan, r.report.done_dirs, host, ids=prep.vdev_ids)
     if r.report.reclaim is not None:
-        after = _available(zfs, avail_ds)
+        after = _available(host, avail_ds)
         r.report.reclaim |= {"available_after": after,
                              "reclaimed": after - r.report.reclaim["available_before"]}
     details = r.report.as_dict() | {"method": prep.method, "jobs": prep.jobs}
@@ -245,8 +249,8 @@ def _finish(r: Run, rec: Record, earlier: dict | None, avail_ds: str, t0: float)
                                            details)
 
 
-def _available(zfs, dataset: str) -> int:
-    v = zfs.get(dataset, ["available"]).get("available", "0")
+def _available(host: ZfsHost, dataset: str) -> int:
+    v = host.get(dataset, ["available"]).get("available", "0")
     return int(v) if v.isdigit() else 0
 
 

@@ -350,7 +350,7 @@ class _Pipeline:
                 except InvalidStateError:  # the other lane's first files, at the same moment
                     pass
 
-        fut = self.workers.submit(lambda: (paths, r.zfs.rewrite(handed, r.prep.physical, self.stop, on_out=feed)
+        fut = self.workers.submit(lambda: (paths, r.host.rewrite(handed, r.prep.physical, self.stop, on_out=feed)
                                            if not self.stop.is_set() else None))
         self.running[fut] = part
         self.named[fut] = (named, sizes)

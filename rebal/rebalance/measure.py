@@ -8,17 +8,20 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from ..errors import RebalError
-from ..process.command import run
 from .planner import DirEntry
 from .scan import Filters, candidates
+
+if TYPE_CHECKING:
+    from ..zfs.host import ZfsHost
 
 PER_DIR = 16  # files measured per directory
 
 
-def measure_dirs(dirs: list[DirEntry], targets, pool, zpool, filters: Filters, *, time_limit: float = 30.0,
-                 runner=run) -> tuple[list[DirEntry], str, tuple | None]:
+def measure_dirs(dirs: list[DirEntry], targets, pool, host: ZfsHost, filters: Filters, *,
+                 time_limit: float = 30.0) -> tuple[list[DirEntry], str, tuple | None]:
     """``dirs`` with ``placement`` set where measured; a note saying what was measured; and the pool's
     vdev ids (where.vdev_names: read once a run, the run's last measurement uses them again)."""
     from concurrent.futures import ThreadPoolExecutor
@@ -31,10 +34,10 @@ def measure_dirs(dirs: list[DirEntry], targets, pool, zpool, filters: Filters, *
         return dirs, "placement not measured (zdb needs root): the plan uses the model", None
     # zdb -C and the objects' zdb at once: each pays zdb's start (the pool opened from its disks)
     with ThreadPoolExecutor(1) as ex:
-        ids_asked = ex.submit(vdev_names, pool, runner)
+        ids_asked = ex.submit(vdev_names, pool, host)
         try:
-            zpool.settle(pool.name)
-            got, stopped = _read_dirs(dirs, targets, filters, t0, time_limit, runner, BATCH, read_objects)
+            host.settle(pool.name)
+            got, stopped = _read_dirs(dirs, targets, filters, t0, time_limit, host, BATCH, read_objects)
             names, data_ids = ids_asked.result()
         except RebalError as e:
             return dirs, f"placement not measured ({e}): the plan uses the model", None
@@ -62,7 +65,7 @@ def measure_dirs(dirs: list[DirEntry], targets, pool, zpool, filters: Filters, *
     return out, note, (names, data_ids)
 
 
-def _read_dirs(dirs, targets, filters, t0: float, time_limit: float, runner, batch_size: int,
+def _read_dirs(dirs, targets, filters, t0: float, time_limit: float, host: ZfsHost, batch_size: int,
                read_objects) -> tuple[dict[bytes, Counter], bool]:
     """Each measured directory's bytes by vdev id (its up to PER_DIR largest files, one zdb per
     dataset and batch), and whether the time limit stopped it."""
@@ -78,14 +81,14 @@ def _read_dirs(dirs, targets, filters, t0: float, time_limit: float, runner, bat
             if time.monotonic() - t0 > time_limit:
                 return got, True
             batch = items[i:i + batch_size]
-            found, _gone = read_objects(ds, [ino for _d, ino in batch], runner)
+            found, _gone = read_objects(ds, [ino for _d, ino in batch], host)
             for dpath, ino in batch:
                 got.setdefault(dpath, Counter()).update(found.get(ino, Counter()))
     return got, False
 
 
-def rewritten_placement(plan, done: list[bytes], zpool, zfs, *, sample: int = 500, time_limit: float = 30.0,
-                        runner=run, ids: tuple | None = None) -> dict | None:
+def rewritten_placement(plan, done: list[bytes], host: ZfsHost, *, sample: int = 500, time_limit: float = 30.0,
+                        ids: tuple | None = None) -> dict | None:
     """Where the data of the directories a run rewrote was (the plan's measurement) and is now (read
     again from the block pointers, a sample): {"before": {vdev: share}, "after": {...}, ...}.
     ``ids``: the vdev ids the plan's measurement read (not asked of zdb again)."""
@@ -102,8 +105,7 @@ def rewritten_placement(plan, done: list[bytes], zpool, zfs, *, sample: int = 50
     if not sum(tot):
         return None
     try:
-        rep = where([os.fsdecode(p) for p in done], zpool, zfs, sample=sample, time_limit=time_limit, runner=runner,
-                    ids=ids)
+        rep = where([os.fsdecode(p) for p in done], host, sample=sample, time_limit=time_limit, ids=ids)
     except RebalError as e:
         return {"before": dict(zip(names, (round(b / sum(tot), 4) for b in tot))), "after": None, "error": str(e)}
     return {"before": dict(zip(names, (round(b / sum(tot), 4) for b in tot))),

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from ..errors import RebalError, UsageError
 from ..units import human
@@ -22,6 +23,9 @@ from . import journal, rewrite
 from .planner import Plan, VdevFill, make_plan
 from .steer import Choice, steer_plan
 from .scan import AHEAD, Filters, ScanResult, scan
+
+if TYPE_CHECKING:
+    from ..zfs.host import ZfsHost
 
 
 class RefusedError(RebalError):
@@ -103,7 +107,7 @@ def fills(pool: Pool) -> list[VdevFill]:
     return [VdevFill(v.name, v.size, v.alloc, v.alloc + v.free if v.exact else 0) for v in pool.data_vdevs]
 
 
-def resolve_targets(zfs, specs: list[str]) -> list[Target]:
+def resolve_targets(host: ZfsHost, specs: list[str]) -> list[Target]:
     """Each TARGET is a dataset name or a directory inside a mounted dataset."""
     from .. import names
 
@@ -113,11 +117,11 @@ def resolve_targets(zfs, specs: list[str]) -> list[Target]:
             path = os.path.realpath(spec)
             if not os.path.isdir(path):
                 raise UsageError(f"{spec}: not a directory")
-            ds, mp = zfs.dataset_for_path(path)
+            ds, mp = host.dataset_for_path(path)
             out.append(Target(ds, mp, os.fsencode(path)))
         else:
             names.dataset(spec)
-            mp = zfs.mountpoint(spec)
+            mp = host.mounted_at(spec)
             out.append(Target(spec, mp, os.fsencode(mp)))
     # a target inside another one would be walked twice
     out.sort(key=lambda t: len(t.root))
@@ -131,7 +135,7 @@ def resolve_targets(zfs, specs: list[str]) -> list[Target]:
     return kept
 
 
-def _measured(opts: Options, dirs, targets, pool, zpool, filters, notes: list[str]) -> tuple[list, tuple | None]:
+def _measured(opts: Options, dirs, targets, pool, host: ZfsHost, filters, notes: list[str]) -> tuple[list, tuple | None]:
     """The directories with their measured placement (opts.placement), a note of what was done, and
     the vdev ids read (or None)."""
     if opts.placement == "model" or not dirs or len(pool.data_vdevs) < 2:
@@ -147,7 +151,7 @@ def _measured(opts: Options, dirs, targets, pool, zpool, filters, notes: list[st
         return dirs, None
     from .measure import measure_dirs
 
-    out, note, ids = measure_dirs(dirs, targets, pool, zpool, filters, time_limit=opts.measure_seconds)
+    out, note, ids = measure_dirs(dirs, targets, pool, host, filters, time_limit=opts.measure_seconds)
     if opts.placement == "measured" and not any(d.placement is not None for d in out):
         raise RebalError(f"--placement measured: {note}")
     notes.append(note)
@@ -183,19 +187,19 @@ class _Queried:
         return sorted({t.dataset for t in self.targets})
 
 
-def _query(opts: Options, zpool, zfs) -> _Queried:
+def _query(opts: Options, host: ZfsHost) -> _Queried:
     """The pool's queries at once, each a process of its own: one after the other they would be a
     good part of a small run's fixed cost."""
-    targets = resolve_targets(zfs, opts.targets)
+    targets = resolve_targets(host, opts.targets)
     pool_name = targets[0].dataset.split("/")[0]
     datasets = sorted({t.dataset for t in targets})
     with ThreadPoolExecutor(max_workers=4 + 2 * len(datasets), thread_name_prefix="rebal-query") as ex:
         may_rewrite = opts.method in ("auto", "rewrite")
-        f_pool = ex.submit(zpool.pools, [pool_name], features(may_rewrite))
-        f_feat = ex.submit(_features, zpool, pool_name, f_pool, features(may_rewrite))
-        f_exp = ex.submit(_expansions, zpool, pool_name, f_feat)
-        f_snaps = [ex.submit(zfs.snapshots_and, ds, SNAPSHOT_PROPS) for ds in datasets]
-        f_rw = ex.submit(lambda: rewrite.detect(zfs, zpool, pool_name, f_feat.result())) if may_rewrite else None
+        f_pool = ex.submit(host.pools, [pool_name], features(may_rewrite))
+        f_feat = ex.submit(_features, host, pool_name, f_pool, features(may_rewrite))
+        f_exp = ex.submit(_expansions, host, pool_name, f_feat)
+        f_snaps = [ex.submit(host.snapshot_costs, ds, SNAPSHOT_PROPS) for ds in datasets]
+        f_rw = ex.submit(lambda: rewrite.detect(host, pool_name, f_feat.result())) if may_rewrite else None
         [pool] = f_pool.result()  # in the order they ran before: the first failure is the same
         expansions = f_exp.result()
         snap_lists, dedups = zip(*[f.result() for f in f_snaps]) if f_snaps else ((), ())
@@ -243,14 +247,14 @@ def _resume(conn, pool_name: str, targets: list[Target], opts: Options, reclaim_
     return resume_run, done
 
 
-def prepare(opts: Options, zpool, zfs, conn=None, *, free: Callable[[str], None] | None = None) -> Prepared:
+def prepare(opts: Options, host: ZfsHost, conn=None, *, free: Callable[[str], None] | None = None) -> Prepared:
     """Measure, scan and plan. ``conn``: the state database (None: no resume, as a plan without one).
     ``free(pool)``: raises where another rebalance of the pool runs, asked before the scan."""
     import time
 
     from .prepare_say import reclaim_estimate, scan_warnings
 
-    q = _query(opts, zpool, zfs)
+    q = _query(opts, host)
     pool, pool_name, targets = q.pool, q.pool_name, q.targets
     if free is not None:
         free(pool_name)
@@ -286,7 +290,7 @@ def prepare(opts: Options, zpool, zfs, conn=None, *, free: Callable[[str], None]
     # allowed to rewrite what snapshots hold: the old copies stay until they go, and the goal is the
     # spread then (while they stay, the new copies only add to every vdev)
     waits = bool(opts.allow_snapshots and sc.pinned_bytes)
-    remaining, vdev_ids = _measured(opts, remaining, targets, pool, zpool, filters, notes)
+    remaining, vdev_ids = _measured(opts, remaining, targets, pool, host, filters, notes)
     def planned(threshold: int | None = None) -> Plan:
         return make_plan(fills(pool), remaining, opts.target_spread, max_bytes=opts.max_bytes, threshold=threshold,
                          pinned_fraction=0.0 if waits else pinned_fraction, everything=opts.rewrite_all or reclaim_only)
@@ -295,7 +299,7 @@ def prepare(opts: Options, zpool, zfs, conn=None, *, free: Callable[[str], None]
     # --all steered as well: everything is rewritten, but what the first stretch writes lands on the
     # emptier vdevs, so it ends balanced instead of near where it began
     if opts.steer and opts.purpose == "balance" and not reclaim_only and plan.dirs:
-        steered, plan, unsteered = steer_plan(pool, plan, planned, lambda: zpool.pools([]))
+        steered, plan, unsteered = steer_plan(pool, plan, planned, lambda: host.pools([]))
         notes.append(steered.reason)
     if waits:
         from .planner import simulate, spread
@@ -308,7 +312,7 @@ def prepare(opts: Options, zpool, zfs, conn=None, *, free: Callable[[str], None]
     warnings += scan_warnings(sc, snaps, reserve, avail, notes)
     reclaim = None
     if expanded:
-        reclaim = reclaim_estimate(opts, targets, zpool, zfs, expanded, remaining, sc, reclaim_only, notes)
+        reclaim = reclaim_estimate(opts, targets, host, expanded, remaining, sc, reclaim_only, notes)
     if plan.needed_bytes is None and plan.spread_before > opts.target_spread:
         warnings.append(
             f"rewriting all {human(plan.candidate_bytes)} under the targets is predicted to leave the spread at "
@@ -325,23 +329,23 @@ def prepare(opts: Options, zpool, zfs, conn=None, *, free: Callable[[str], None]
     return prep
 
 
-def _features(zpool, pool_name: str, f_pool, wanted) -> dict[str, str]:
+def _features(host: ZfsHost, pool_name: str, f_pool, wanted) -> dict[str, str]:
     """The pool's feature states: as `zpool list -j` gave them with the figures, else (an older
     zpool, zfs-fuse) from `zpool get`."""
     try:
         [pool] = f_pool.result()
     except Exception:  # noqa: BLE001 - the figures' error is the run's, raised where they are read
         return {}
-    return dict(pool.features) if pool.features is not None else zpool.features(pool_name, wanted)
+    return dict(pool.features) if pool.features is not None else host.pool_features(pool_name, wanted)
 
 
-def _expansions(zpool, pool_name: str, f_feat=None) -> list:
+def _expansions(host: ZfsHost, pool_name: str, f_feat=None) -> list:
     """The pool's RAIDZ expansions from `zpool status`, asked only where the expansion feature may be
     active: while it is enabled or disabled, no vdev was ever expanded (one process less a run)."""
     if f_feat is not None and f_feat.result().get(EXPANSION_FEATURE) in ("enabled", "disabled"):
         return []
     try:
-        statuses = zpool.status([pool_name])
+        statuses = host.status([pool_name])
     except RebalError:
         return []
     if not any("expan" in st.scan for st in statuses):  # neither "expanded" nor "expansion of": none
@@ -424,12 +428,12 @@ def until_epoch(hhmm: str, now: datetime | None = None) -> float:
     return t.timestamp()
 
 
-def ready(opts: Options, zpool, zfs, conn=None, *, pins=None, free: Callable[[str], None] | None = None) -> Prepared:
+def ready(opts: Options, host: ZfsHost, conn=None, *, pins=None, free: Callable[[str], None] | None = None) -> Prepared:
     """Prepared and checked, for every caller that goes on to run (the command, the schedule, each
     refresh pass): the targets writable, snapshot-pinned data refused unless allowed. ``pins``: given
     the prepared run, may wait for the replication jobs that pin its data and return a new
     preparation (the schedule: a run of those jobs may drop their snapshots)."""
-    return checked(prepare(opts, zpool, zfs, conn, free=free), opts, pins=pins)
+    return checked(prepare(opts, host, conn, free=free), opts, pins=pins)
 
 
 def checked(prep: Prepared, opts: Options, *, pins=None) -> Prepared:

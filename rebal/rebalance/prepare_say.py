@@ -5,9 +5,13 @@ capacity a RAIDZ expansion holds back at the old data:parity ratio."""
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from ..errors import RebalError
 from ..units import human
+
+if TYPE_CHECKING:
+    from ..zfs.host import ZfsHost
 
 
 def scan_warnings(sc, snaps: list[tuple[str, int, int]], reserve: float, avail: int, notes: list[str]) -> list[str]:
@@ -45,7 +49,7 @@ def scan_warnings(sc, snaps: list[tuple[str, int, int]], reserve: float, avail: 
     return warnings
 
 
-def reclaim_estimate(opts, targets, zpool, zfs, expanded, remaining, sc, reclaim_only: bool,
+def reclaim_estimate(opts, targets, host: ZfsHost, expanded, remaining, sc, reclaim_only: bool,
                      notes: list[str]) -> dict:
     """What rewriting returns after a RAIDZ expansion: the old-ratio bytes, estimated from file times,
     measured from block pointers where zdb can read them; a note saying so."""
@@ -64,7 +68,7 @@ def reclaim_estimate(opts, targets, zpool, zfs, expanded, remaining, sc, reclaim
         "reclaim_bytes": int(old_alloc * e.reclaim_fraction),
         "goal": "reclaim" if reclaim_only else "spread and reclaim (with --all)",
     }
-    measured = _measured_reclaim(opts, targets, zpool, zfs, expanded, notes)
+    measured = _measured_reclaim(opts, targets, host, expanded, notes)
     if measured:
         reclaim["estimated"] = {k: reclaim[k] for k in ("old_ratio_files", "old_ratio_bytes", "reclaim_bytes")}
         reclaim.update({k: measured[k] for k in ("old_ratio_files", "old_ratio_bytes", "reclaim_bytes")})
@@ -79,7 +83,7 @@ def reclaim_estimate(opts, targets, zpool, zfs, expanded, remaining, sc, reclaim
     return reclaim
 
 
-def _measured_reclaim(opts, targets, zpool, zfs, expanded, notes: list[str]) -> dict | None:
+def _measured_reclaim(opts, targets, host: ZfsHost, expanded, notes: list[str]) -> dict | None:
     """The old-ratio bytes from block pointers where zdb can read them (else None: the estimate stands)."""
     import shutil
 
@@ -88,7 +92,7 @@ def _measured_reclaim(opts, targets, zpool, zfs, expanded, notes: list[str]) -> 
     from ..oldblocks import measure_reclaim
 
     try:
-        return measure_reclaim([os.fsdecode(t.root) for t in targets], zpool, zfs,
+        return measure_reclaim([os.fsdecode(t.root) for t in targets], host,
                                {e.vdev: e.width_before for e in expanded})
     except RebalError as err:
         notes.append(f"old-ratio bytes not measured ({err}): estimated from file times")

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import logging
 import time
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from ..errors import RebalError
 from ..outcome import Outcome
@@ -19,6 +20,9 @@ from . import journal
 from .files import FileRef, Result
 from .planner import DirEntry, DirModel, bytes_to_target, simulate, simulate_dirs, spread
 from .prepare import Prepared, fills
+
+if TYPE_CHECKING:
+    from ..zfs.host import ZfsHost
 
 SETTLE_EVERY = 10.0  # seconds: settle at least this often between directories
 MEASURE_BYTES = 64 << 20  # re-measure the pool after at least this much was rewritten (or SETTLE_EVERY)
@@ -101,8 +105,8 @@ class Run:
     and budgets; what both passes (copy_pass, inplace_pass) and the engine's loop share."""
 
 
-    def __init__(self, prep, opts, zpool, zfs, conn, events, stop):
-        self.prep, self.opts, self.zpool, self.zfs, self.conn = prep, opts, zpool, zfs, conn
+    def __init__(self, prep, opts, host: ZfsHost, conn, events, stop):
+        self.prep, self.opts, self.host, self.conn = prep, opts, host, conn
         self.events, self.stop = events, stop
         self.pool_name = prep.pool.name
         self.reserve = prep.pool.size * opts.reserve_percent / 100
@@ -175,12 +179,12 @@ class Run:
         self.flush_done()
         self.moved_at_measure, self.last_measure = self.moved, time.monotonic()
         if settle:
-            pool = self.zpool.settled(self.pool_name)
+            pool = self.host.settled(self.pool_name)
             self.last_settle = time.monotonic()
             self.settled_at = (self.moved, pool.spread)
             self._past_best(pool.spread)
         else:
-            [pool] = self.zpool.pools([self.pool_name])
+            [pool] = self.host.pools([self.pool_name])
             if self._guarded() and pool.spread > self.best + max(1.0, self.opts.target_spread / 2):
                 return self.measure(settle=True)  # a rise is looked at settled before the run stops on it
         self.spread_now = pool.spread

@@ -202,9 +202,7 @@ def scrub_backup(cfg: Config, job: str) -> tuple[str, str, str]:
         target_pool = ds.split("/")[0]
         backup = job_hosts(j, ssh)[1]  # the backup's host: this one for a pull job
         try:
-            backup.scrub(target_pool)
+            what = backup.scrub(target_pool)
         except HostError as e:
-            if ("scrub" in str(e) and "progress" in str(e)) or "currently scrubbing" in str(e):
-                return backup.where, target_pool, "running"
             raise UsageError(f"backup host: {str(e).split(': ', 1)[-1]}") from None
-        return backup.where, target_pool, "started"
+        return backup.where, target_pool, "running" if what == "running" else "started"

@@ -99,7 +99,7 @@ def create_command(pool: str, ashift: int, pool_props: dict[str, str], root_prop
 def record_pool(rec: Record, j: Replicate, here: ZfsHost, ashift: int) -> None:
     allp = here.pool_props(rec.pool, local_only=False)
     rec.pool_guid, rec.ashift = allp.get("guid", ""), allp.get("ashift", "")
-    rec.layout = here.status(rec.pool)
+    rec.layout = here.status_text(rec.pool)
     rec.pool_props = {k: v for k, v in here.pool_props(rec.pool).items() if k not in ("ashift", "guid")}
     props = here.local_props(rec.pool)
     keep = set(rec.datasets) | {rec.pool}

@@ -1,7 +1,7 @@
-"""The zfs, zpool and zdb command lines rebal runs outside `Zfs`, `Zpool` and `ZfsHost` (cli.py,
-host.py), built here so that every command line rebal sends to ZFS is written under rebal/zfs
-(tests/unit/test_layers.py holds the list of modules that still build their own). Each returns an
-argument list for the process layer or a host's runner; none runs anything."""
+"""The zfs, zpool and zdb command lines rebal runs outside `ZfsHost`'s own methods (host.py and its
+parts), built here so that every command line rebal sends to ZFS is written under rebal/zfs
+(tests/unit/test_layers.py fails on one built anywhere else). Each returns an argument list for a
+host's runner; none runs anything."""
 
 from __future__ import annotations
 

@@ -18,16 +18,17 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, Protocol
 
 from .. import names
 from ..errors import CommandFailed, HostError
-from ..process.command import Result
+from ..process.command import Result, Runner
 from . import argv as zargv
 from .abilities import Abilities, delegations, flags
 from .destroy import Batches, chunks, destroy_argv, release_argv
+from .host_fs import FileSystems
 from .host_list import Listings
 from .host_pool import PoolCalls
 from .snaps import Snap, Tree, parse_guid_txg, snapshots_from
@@ -50,20 +51,35 @@ class Link(Protocol):
     def argv(self, *parts: list[str]) -> list[str]: ...
 
     def run(self, *parts: list[str], readonly: bool = True, dry_run: bool = False, check: bool = True,
-            timeout: float | None = 300, input: str | None = None) -> Result: ...
+            timeout: float | None = 300, input: str | None = None, stop: threading.Event | None = None,
+            on_out: Callable[[bytes], None] | None = None) -> Result: ...
 
 
-class ZfsHost(PoolCalls, Listings):
+class ZfsHost(PoolCalls, Listings, FileSystems):
+    """The one door to ZFS: every zfs, zpool and zdb command rebal runs goes through a ZfsHost, on
+    this host (`ZfsHost.here()`) or another through a job's ssh."""
+
     def __init__(self, link: Link, lzc: ModuleType | None = None, *, lzc_when_needed: bool = False) -> None:
         """``lzc``: pyzfs's libzfs_core, for a host reached through this process (see here_hosts).
         ``lzc_when_needed``: loaded at its first call instead (here_host), else the zfs command."""
         self.link = link
+        self.flavour: str | None = None  # the form of `zpool list` this zpool takes (host_pool.pools)
+        self._rewrite: tuple[bool, bool] | None = None  # what `zfs rewrite` takes (host_fs)
+        self._zdb_roots: dict[str, str] = {}  # how zdb names a pool's root dataset (host_fs.zdb_name)
         self._lzc = lzc if link.local else None
         self._lzc_pending = lzc_when_needed and link.local and lzc is None
         self._lzc_lock = threading.Lock()
         self.batches = Batches(self.run)
         self._abilities: Abilities | None = None
         self.lists_fast: bool | None = None  # see fast_listing
+
+    @classmethod
+    def here(cls, runner: Runner | None = None) -> ZfsHost:
+        """This host's ZFS through the zfs and zpool commands (``runner``: how a command runs, for a
+        test's recorded answers or a run's counting; process.command.run where None)."""
+        from ..transport import Here
+
+        return cls(Here(runner))
 
     @property
     def lzc(self) -> ModuleType | None:

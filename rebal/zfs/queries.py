@@ -1,6 +1,6 @@
 """The command lines of the read-only queries a rebalance starts with, built in one place, and the
-mount table's answer to "which dataset holds this directory". `Zpool` and `Zfs` (cli.py) run these
-command lines; `prepare` runs the first ones at once, each a process of its own."""
+mount table's answer to "which dataset holds this directory". A `ZfsHost` (host_pool.py, host_fs.py)
+runs these command lines; `prepare` runs the first ones at once, each a process of its own."""
 
 from __future__ import annotations
 

@@ -17,17 +17,18 @@ from zfsenv import sh
 from rebal import state
 from rebal.rebalance import engine
 from rebal.rebalance.prepare import Options, RefusedError, prepare
-from rebal.zfs.cli import Zfs, Zpool
+from rebal.transport import Here
+from rebal.zfs.host import ZfsHost
 from rebal.zfs.parse import parse_zpool_status
 
 pytestmark = pytest.mark.zfs
 
 
-class ExpandedZpool(Zpool):
+class ExpandedZpool(ZfsHost):
     """The real pool, but `zpool status` answers with a recorded expansion of raidz1-0."""
 
     def __init__(self, pool, fixture, ended: float | None = None):
-        super().__init__()
+        super().__init__(Here())
         text = fixture_text(fixture).replace("  pool: rz", f"  pool: {pool.name}")
         text = text.replace("\trz  ", f"\t{pool.name}  ")
         if ended is not None:
@@ -68,11 +69,11 @@ def test_plan_reports_the_reclaim_and_the_rewrite_takes_only_old_files(raidz, tm
     # measured from the block pointers, the recorded expansion is seen for what it is here: this vdev
     # was never expanded, no block is stored wider than it stores one now; the file-time estimate
     # (what the plan falls back on where zdb cannot run) is kept beside it
-    seen = prepare(Options(targets=[f"{pool.name}/data"], target_spread=10, method="copy"), zpool, Zfs(), conn).reclaim
+    seen = prepare(Options(targets=[f"{pool.name}/data"], target_spread=10, method="copy"), zpool, conn).reclaim
     assert seen["how"].startswith("measured from the block pointers of 31 file(s)"), seen
     assert (seen["old_ratio_files"], seen["reclaim_bytes"], seen["estimated"]["old_ratio_files"]) == (0, 0, 30), seen
     opts = Options(targets=[f"{pool.name}/data"], target_spread=10, method="copy", placement="model")
-    prep = prepare(opts, zpool, Zfs(), conn)
+    prep = prepare(opts, zpool, conn)
     rc = prep.reclaim
     assert prep.reclaim_only and rc["goal"] == "reclaim"
     assert rc["vdevs"][0]["vdev"] == "raidz1-0"
@@ -82,15 +83,15 @@ def test_plan_reports_the_reclaim_and_the_rewrite_takes_only_old_files(raidz, tm
     assert prep.scan.skips.counts["written since the RAIDZ expansion (already at the new ratio)"] == 1
     before = manifest(data)
     new_ino = os.lstat(data / "d0" / "new-after-expansion").st_ino
-    rep = engine.execute(prep, opts, zpool, Zfs(), conn, str(tmp_path / "s.db"))
+    rep = engine.execute(prep, opts, zpool, conn, str(tmp_path / "s.db"))
     assert rep.outcome == "ok" and rep.files == 30, rep
     assert "available_before" in rep.reclaim and "available_after" in rep.reclaim
     assert manifest(data) == before and temp_leftovers(data) == []
     assert os.lstat(data / "d0" / "new-after-expansion").st_ino == new_ino, "new data is left alone"
     # a second run rewrites nothing again: the directories were rewritten after the expansion
-    prep2 = prepare(opts, zpool, Zfs(), conn)
+    prep2 = prepare(opts, zpool, conn)
     assert prep2.reclaim["old_ratio_files"] == 0
-    rep2 = engine.execute(prep2, opts, zpool, Zfs(), conn, str(tmp_path / "s.db"))
+    rep2 = engine.execute(prep2, opts, zpool, conn, str(tmp_path / "s.db"))
     assert rep2.files == 0
 
 
@@ -98,6 +99,6 @@ def test_running_expansion_and_plain_single_vdev_are_refused_clearly(raidz, tmp_
     pool, _data = raidz
     with pytest.raises(RefusedError, match="still running.*zpool wait -t raidz_expand"):
         prepare(Options(targets=[f"{pool.name}/data"]),
-                       ExpandedZpool(pool, "rz-expanding_zpool-status-v.txt"), Zfs())
+                       ExpandedZpool(pool, "rz-expanding_zpool-status-v.txt"))
     with pytest.raises(RefusedError, match="1 data vdev and no expanded RAIDZ vdev"):
-        prepare(Options(targets=[f"{pool.name}/data"]), Zpool(), Zfs())
+        prepare(Options(targets=[f"{pool.name}/data"]), ZfsHost.here())

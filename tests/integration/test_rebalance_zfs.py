@@ -294,7 +294,7 @@ def test_time_window_end_stops_cleanly(make_pool, tmp_path):
     from rebal import state
     from rebal.rebalance import engine
     from rebal.rebalance.prepare import Options, prepare
-    from rebal.zfs.cli import Zfs, Zpool
+    from rebal.zfs.host import ZfsHost
 
     pool, data = grown_pool(make_pool, tmp_path, size="128M",
                             tree=lambda root: mixed_tree(root, small=100, large=6, large_mib=(6, 8), seed=13))
@@ -303,9 +303,9 @@ def test_time_window_end_stops_cleanly(make_pool, tmp_path):
     from dataclasses import replace
 
     opts = Options(targets=[f"{pool.name}/data"], target_spread=0.01, max_rate=10 * 2**20)
-    prep = prepare(opts, Zpool(), Zfs(), conn)
+    prep = prepare(opts, ZfsHost.here(), conn)
     opts = replace(opts, until=time.time() + 1.0)  # the window opens once the plan is made
-    rep = engine.execute(prep, opts, Zpool(), Zfs(), conn, str(tmp_path / "s.db"))
+    rep = engine.execute(prep, opts, ZfsHost.here(), conn, str(tmp_path / "s.db"))
     assert rep.outcome == "stopped" and "time window" in rep.reason, rep
     assert 0 < rep.bytes < prep.scan.bytes
     assert manifest(data) == before and temp_leftovers(data) == []

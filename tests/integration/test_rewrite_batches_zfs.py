@@ -16,17 +16,21 @@ from rebal import state
 from rebal.rebalance import engine
 from rebal.rebalance.prepare import Options, prepare
 from rebal.rebalance.runstate import Run
-from rebal.zfs.cli import Zfs, Zpool, parse_rewrite_answer
+from rebal.transport import Here
+from rebal.zfs.host import ZfsHost
+from rebal.zfs.host_fs import parse_rewrite_answer
 
 pytestmark = pytest.mark.zfs
 
 
-class ReplayZfs(Zfs):
-    """`zfs rewrite -v` replayed: answers as the real command does; ``stop_after``: after that many
-    files in all, the run's stop is set and the process 'ends' on SIGTERM (exit -15)."""
+class ReplayZfs(ZfsHost):
+    """zfs-fuse's zfs and zpool, with `zfs rewrite -v` replayed: answers as the real command does;
+    ``stop_after``: after that many files in all, the run's stop is set and the process 'ends' on
+    SIGTERM (exit -15). Its zpool says what OpenZFS 2.4's does of `physical_rewrite` (zfs-fuse's
+    `zpool list` has no -j, so the features are asked on their own: `pool_features`)."""
 
     def __init__(self, stop_after=None):
-        super().__init__()
+        super().__init__(Here())
         self.handed: list[list[bytes]] = []
         self.answered: list[bytes] = []
         self.stop_after = stop_after
@@ -35,7 +39,7 @@ class ReplayZfs(Zfs):
     def rewrite_support(self):
         from conftest import fixture_text
 
-        from rebal.zfs.cli import parse_rewrite_usage
+        from rebal.zfs.host_fs import parse_rewrite_usage
 
         return parse_rewrite_usage(fixture_text("zfs-rewrite-noargs.txt.stderr"))
 
@@ -62,13 +66,10 @@ class ReplayZfs(Zfs):
                         on_out(p + b"\n")
         return parse_rewrite_answer("".join(out), "".join(err), paths, rc)
 
-
-class FeatureZpool(Zpool):
-    """zfs-fuse's zpool, saying what OpenZFS 2.4's does of `physical_rewrite` (zfs-fuse's `zpool list`
-    has no -j, so the features are asked on their own: `features`)."""
-
-    def features(self, pool_name, features):
+    def pool_features(self, pool_name, features):
         return {"physical_rewrite": "enabled"} if "physical_rewrite" in features else {}
+
+
 
 
 def grown(make_pool, small=120, seed=9):
@@ -84,9 +85,9 @@ def run(pool, tmp_path, zfs, stop=None, **kw):
     conn = state.connect(tmp_path / "s.db")
     kw.setdefault("jobs", 1)
     opts = Options(targets=[f"{pool.name}/data"], target_spread=0.01, rewrite_all=True, listing=True, **kw)
-    prep = prepare(opts, FeatureZpool(), zfs, conn)
+    prep = prepare(opts, zfs, conn)
     assert prep.method == "rewrite" and prep.physical
-    rep = engine.execute(prep, opts, FeatureZpool(), zfs, conn, str(tmp_path / "s.db"), stop=stop)
+    rep = engine.execute(prep, opts, zfs, conn, str(tmp_path / "s.db"), stop=stop)
     return prep, rep, conn
 
 
@@ -238,8 +239,8 @@ def test_the_directories_answered_when_the_target_is_reached_are_recorded_done(m
     zfs = ReplayZfs()
     conn = state.connect(tmp_path / "s.db")
     opts = Options(targets=[f"{pool.name}/data"], target_spread=0.01, jobs=1)
-    prep = prepare(opts, FeatureZpool(), zfs, conn)
-    rep = engine.execute(prep, opts, FeatureZpool(), zfs, conn, str(tmp_path / "s.db"))
+    prep = prepare(opts, zfs, conn)
+    rep = engine.execute(prep, opts, zfs, conn, str(tmp_path / "s.db"))
     assert rep.outcome == "ok" and len(calls) == 1, rep
     assert len(zfs.handed) == 1 and rep.files == len(zfs.answered) == len(zfs.handed[0])
     every = {d.path for d in prep.scan.dirs}
@@ -261,8 +262,8 @@ def test_the_pre_scan_listing_is_rewritten_without_listing_it_again(make_pool, t
     conn = state.connect(tmp_path / "s.db")
     opts = Options(targets=[f"{pool.name}/data"], target_spread=0.01, rewrite_all=True, jobs=2, listing=True)
     zfs = ReplayZfs()
-    assert prepare(Options(targets=opts.targets), FeatureZpool(), zfs, conn).scan.listings == {}  # a plan
-    prep = prepare(opts, FeatureZpool(), zfs, conn)
+    assert prepare(Options(targets=opts.targets), zfs, conn).scan.listings == {}  # a plan
+    prep = prepare(opts, zfs, conn)
     listed = {d: len(v) for d, v in prep.scan.listings.items()}
     assert listed and sum(listed.values()) <= keep
     if keep < prep.scan.files:
@@ -282,7 +283,7 @@ def test_the_pre_scan_listing_is_rewritten_without_listing_it_again(make_pool, t
         return real(dirpath, *a, **k)
 
     monkeypatch.setattr(scan_mod, "candidates", counting)
-    rep = engine.execute(prep, opts, FeatureZpool(), zfs, conn, str(tmp_path / "s.db"))
+    rep = engine.execute(prep, opts, zfs, conn, str(tmp_path / "s.db"))
     assert rep.outcome == "ok", rep
     assert set(relisted) == {d.path for d in prep.scan.dirs} - set(listed)  # only what was not kept
     handed = [p for part in zfs.handed for p in part]
@@ -347,8 +348,8 @@ def test_progress_is_told_while_a_part_runs_and_adds_up_at_the_end(make_pool, tm
     zfs = Halfway()
     conn = state.connect(tmp_path / "s.db")
     opts = Options(targets=[f"{pool.name}/data"], target_spread=0.01, rewrite_all=True, jobs=1)
-    prep = prepare(opts, FeatureZpool(), zfs, conn)
-    rep = engine.execute(prep, opts, FeatureZpool(), zfs, conn, str(tmp_path / "s.db"), events=Events())
+    prep = prepare(opts, zfs, conn)
+    rep = engine.execute(prep, opts, zfs, conn, str(tmp_path / "s.db"), events=Events())
     assert rep.outcome == "ok" and zfs.waited, "progress was only told once the process had ended"
     mid = [t for t in told if 0 < t[0] < rep.files]
     # (a name holding a newline is two lines of `-v`: counted twice while its part runs, so the

@@ -376,17 +376,17 @@ def test_health_goes_on_when_a_pool_goes_away_during_the_check(make_pool, cfg_fi
     from dataclasses import replace
 
     from rebal import config, jobs, state
-    from rebal.zfs.cli import Zpool
+    from rebal.zfs.host import ZfsHost
 
     pool = make_pool([[]], size="128M")
 
-    class Listing(Zpool):
+    class Listing(ZfsHost):
         def pools(self, names=()):
             real = super().pools(names)
             return real + [replace(real[0], name="gone" + pool.name)]
 
     cfg = config.load(str(cfg_file))
-    findings, pools, _ = jobs.check_health(cfg, state.connect(cfg.state_db), Listing())
+    findings, pools, _ = jobs.check_health(cfg, state.connect(cfg.state_db), Listing.here())
     assert {p.name for p in pools} >= {pool.name, "gone" + pool.name}
     assert not [f for f in findings if f.subject == "gone" + pool.name], findings
 

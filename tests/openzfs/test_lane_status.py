@@ -11,9 +11,9 @@ pytestmark = pytest.mark.openzfs
 
 
 def check(pool, cfg_file, extra_sections=()):
-    from rebal.zfs.cli import Zpool
+    from rebal.zfs.host import ZfsHost
 
-    z = Zpool()
+    z = ZfsHost.here()
     [p] = z.pools([pool.name])
     assert z.flavour == "json", "OpenZFS 2.4 must be read with zpool list -j"
     # the pool's figures move while a txg of its own commits (after a `zpool add`, a few KiB of

@@ -33,7 +33,7 @@ def a_run(n: int) -> Run:
     plan = SimpleNamespace(measured=True, ranked=ranked, pinned_fraction=0.0, threshold=None)
     prep = SimpleNamespace(pool=p, plan=plan, snapshots=[], filters=None, reclaim_only=False, scan=None, done_dirs=set())
     opts = SimpleNamespace(reserve_percent=5, max_rate=None, filters=None, rewrite_all=False, target_spread=5.0)
-    r = Run(prep, opts, None, None, None, None, None)
+    r = Run(prep, opts, None, None, None, None)
     r.report = SimpleNamespace(done_dirs=[])
     return r
 

@@ -85,7 +85,7 @@ def test_no_modules_import_each_other_in_a_loop():
 
 def test_the_graph_is_read():
     g = graph()
-    assert "rebal.process.command" in g["rebal.zfs.cli"]
+    assert "rebal.process.command" in g["rebal.zfs.host"]
     assert "rebal.rebalance.runstate" in g["rebal.rebalance.engine"]
     assert len(g) > 60
 

@@ -5,7 +5,8 @@ import os
 
 from conftest import fixture_text
 
-from rebal.zfs.cli import Zfs, mounted_dataset
+from rebal.zfs.host import ZfsHost
+from rebal.zfs.queries import mounted_dataset
 
 MI = fixture_text("mounts-bind-space-snapshot_proc-self-mountinfo.txt")
 
@@ -44,7 +45,7 @@ def test_dataset_for_path_falls_back_to_zfs_list_where_mountinfo_does_not_say(tm
         calls.append(tuple(argv))
         return Result(tuple(argv), 0, f"tank\t-\ntank/ds\t{tmp_path}\n", "")
 
-    z = Zfs(runner)
+    z = ZfsHost.here(runner)
     z.mountinfo = str(tmp_path / "no-such-file")
     assert z.dataset_for_path(str(tmp_path)) == ("tank/ds", str(tmp_path))
     assert calls and calls[0][:2] == ("zfs", "list")

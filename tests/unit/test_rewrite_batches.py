@@ -9,7 +9,7 @@ from conftest import fixture_text
 
 from rebal.process.command import run
 from rebal.rebalance.inplace_pass import procs_for
-from rebal.zfs.cli import parse_rewrite_answer
+from rebal.zfs.host_fs import parse_rewrite_answer
 
 D = b"/var/tmp/fx/mnt/a dir/"
 HANDED = [D + b"f1", D + b"name: with colon", D + b"empty", D + b"fifo", D + b"link", D + b"new\nline",
@@ -75,10 +75,10 @@ def test_processes_at_once():
 def test_paths_must_be_absolute():
     import pytest
 
-    from rebal.zfs.cli import Zfs
+    from rebal.zfs.host import ZfsHost
 
     with pytest.raises(ValueError):
-        Zfs(lambda *a, **k: None).rewrite([b"-r"], True, threading.Event())
+        ZfsHost.here(lambda *a, **k: None).rewrite([b"-r"], True, threading.Event())
 
 
 def test_a_name_that_is_not_utf8_comes_back_as_the_same_bytes():
@@ -92,7 +92,7 @@ def test_a_name_that_is_not_utf8_comes_back_as_the_same_bytes():
 
 def test_rewrite_hands_the_paths_to_the_command_as_bytes():
     from rebal.process.command import Result
-    from rebal.zfs.cli import Zfs
+    from rebal.zfs.host import ZfsHost
 
     seen = []
 
@@ -101,7 +101,7 @@ def test_rewrite_hands_the_paths_to_the_command_as_bytes():
         return Result(tuple(argv), 0, "".join(os.fsdecode(p) + "\n" for p in argv[4:]), "")
 
     paths = [b"/p/a", b"/p/\xff b"]
-    ans = Zfs(runner).rewrite(paths, True, threading.Event())
+    ans = ZfsHost.here(runner).rewrite(paths, True, threading.Event())
     assert seen == [["zfs", "rewrite", "-v", "-P", *paths]]
     assert all(a is p for a, p in zip(seen[0][4:], paths))  # not decoded and encoded again, file by file
     assert ans.done == paths

@@ -1,0 +1,232 @@
+"""The file-system side of a `ZfsHost` that a rebalance and `rebal where` read: which dataset holds a
+path, one dataset's properties, the snapshots and what they hold, and `zfs rewrite` (run in place,
+by lanes of processes, inplace_pass.py). A mixin: ZfsHost gives it `run` (its link's runner) and
+its listings; the parsers of `zfs rewrite`'s answers are pure and live beside it."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import names
+from ..errors import CommandFailed, NoSuchPool, RebalError, ToolMissing, UsageError
+from ..process.command import Result
+from . import argv as zargv
+from . import queries
+from .queries import mounted_dataset
+
+
+class FileSystems:
+    # what ZfsHost (host.py) gives this mixin
+    run: Callable[..., Result]
+    filesystems: Callable[..., dict[str, str]]
+    pool_names: Callable[[], list[str]]
+    _rewrite: tuple[bool, bool] | None
+    _zdb_roots: dict[str, str]
+
+    mountinfo = "/proc/self/mountinfo"
+
+    def dataset_for_path(self, path: str) -> tuple[str, str]:
+        """(dataset, mountpoint) of the mounted ZFS file system that holds ``path`` (on this host)."""
+        try:
+            dev = os.stat(path).st_dev
+        except OSError as e:
+            raise UsageError(f"{path}: {e.strerror}") from None
+        try:  # the kernel's table names it at once (OpenZFS); a `zfs list` was 0.13 s of a run's start
+            with open(self.mountinfo, "rb") as f:
+                found = mounted_dataset(os.fsdecode(f.read()), dev, os.path.realpath(path))
+        except OSError:
+            found = None
+        if found is not None:
+            return found
+        best: tuple[str, str] | None = None
+        for name, mp in self.filesystems().items():
+            try:
+                if not mp.startswith("/") or os.stat(mp).st_dev != dev:
+                    continue
+            except OSError:
+                continue
+            if best is None or len(mp) > len(best[1]):
+                best = (name, mp)
+        if best is None:
+            raise UsageError(f"{path} is not on a mounted ZFS file system")
+        return best
+
+    def mounted_at(self, dataset: str) -> str:
+        """Where ``dataset`` is mounted; a UsageError where it is not."""
+        names.dataset(dataset)
+        props = self.get(dataset, ["mountpoint", "mounted"])
+        if props.get("mounted") != "yes" or not props.get("mountpoint", "").startswith("/"):
+            raise UsageError(f"dataset {dataset} is not mounted")
+        return props["mountpoint"]
+
+    def get(self, dataset: str, props: list[str]) -> dict[str, str]:
+        """{property: value} of one dataset; a missing pool or dataset said in words."""
+        try:
+            res = self.run(["zfs", "get", "-Hp", "-o", "property,value", ",".join(props), dataset])
+        except CommandFailed as e:
+            if "dataset does not exist" in e.stderr:
+                pool = dataset.split("/")[0].split("@")[0]
+                pools = self.pool_names()
+                if pool not in pools:
+                    raise NoSuchPool(f"no such pool: {pool} (imported pools: {', '.join(pools) or 'none'})") from None
+                raise UsageError(f"no such dataset: {dataset}") from None
+            raise
+        out = {}
+        for line in res.stdout.splitlines():
+            k, _, v = line.partition("\t")
+            out[k] = v
+        return out
+
+    def properties(self, dataset: str, props: Sequence[str], *, check: bool = True) -> dict[str, str]:
+        """{property: value} of ``props`` of one dataset, exact numbers, as `zfs get` gives them: a
+        property this zfs does not know fails the command ({} where ``check`` is False)."""
+        res = self.run(zargv.properties(dataset, props), check=check)
+        if res.returncode != 0:
+            return {}
+        return dict(line.split("\t", 1) for line in res.stdout.splitlines() if "\t" in line)
+
+    def creation(self, names_: Sequence[str]) -> dict[str, float]:
+        """When each dataset or snapshot was made (seconds); those not there are left out."""
+        if not names_:
+            return {}
+        res = self.run(zargv.creation(names_), check=False)
+        out = {}
+        for line in res.stdout.splitlines():
+            name, _, value = line.partition("\t")
+            if value.strip().isdigit():
+                out[name] = float(value.strip())
+        return out
+
+    def snapshots_there(self, snaps: Sequence[str]) -> list[str]:
+        """Those of ``snaps`` that exist."""
+        res = self.run(zargv.snapshot_names(snaps), check=False)
+        return [n for n in res.stdout.split() if n in snaps]
+
+    def zdb(self, args: Sequence[str], timeout: float | None = 300) -> str:
+        """What zdb prints for ``args`` (it reads the pool from its disks); a RebalError in words
+        where it fails, ToolMissing where there is no zdb."""
+        try:
+            r = self.run(zargv.zdb(args), check=False, timeout=timeout)
+        except ToolMissing:
+            raise ToolMissing("zdb is not installed: it ships with zfsutils-linux (OpenZFS) and zfs-fuse") from None
+        if r.returncode != 0:
+            last = [x for x in (r.stderr or r.stdout).strip().splitlines() if x.strip()]
+            raise RebalError(f"zdb {' '.join(args[:2])} failed: {last[-1] if last else f'exit {r.returncode}'} "
+                             "(zdb reads the pool from its disks: it needs root and the pool in its cache file)")
+        return r.stdout
+
+    def zdb_name(self, dataset: str) -> str:
+        """How zdb names a dataset. A pool's root dataset is `pool/` to OpenZFS's zdb (a bare pool name
+        means its MOS there); zfs-fuse's zdb knows only the bare name. Asked once per pool."""
+        if "/" in dataset:
+            return dataset
+        if dataset not in self._zdb_roots:
+            r = self.run(zargv.zdb(["-d", dataset + "/"]), check=False, timeout=120)
+            self._zdb_roots[dataset] = dataset + "/" if r.returncode == 0 else dataset
+        return self._zdb_roots[dataset]
+
+    def newest_snapshots(self, root: str) -> dict[str, tuple[str, float] | None]:
+        """Every dataset under ``root`` -> its newest snapshot (name, creation), None for one with none;
+        {} where ``root`` is not there."""
+        names.dataset(root)
+        res = self.run(queries.tree_creation(root), check=False)
+        if res.returncode != 0:
+            return {}
+        out: dict[str, tuple[str, float] | None] = {}
+        snaps = []
+        for line in res.stdout.splitlines():
+            name, _, value = line.partition("\t")
+            if "@" not in name:
+                out.setdefault(name, None)
+            elif value.strip().isdigit():
+                snaps.append((name, float(value)))
+        for name, t in snaps:
+            d, _, s = name.partition("@")
+            now = out.get(d)
+            if d in out and (now is None or t > now[1]):
+                out[d] = (s, t)
+        return out
+
+    def snapshot_costs(self, dataset: str, props: Sequence[str]) -> tuple[list[tuple[str, int, int]], dict[str, str]]:
+        """(name, creation time, used bytes) of the snapshots of ``dataset`` itself, oldest first
+        (``used``: what only that snapshot holds now, freed when it alone is destroyed), and the
+        values of ``props`` of the dataset, read by the same `zfs get` (one process, not two)."""
+        res = self.run(queries.snapshots_and(dataset, props))
+        snaps: dict[str, dict[str, int]] = {}
+        own: dict[str, str] = {}
+        for line in res.stdout.splitlines():
+            name, prop, value = (line.split("\t") + ["", ""])[:3]
+            if name == dataset and prop in props:
+                own[prop] = value
+            elif name.startswith(dataset + "@") and value.isdigit():
+                snaps.setdefault(name, {})[prop] = int(value)
+        out = [(n, v["creation"], v.get("used", 0)) for n, v in snaps.items() if "creation" in v]
+        return sorted(out, key=lambda s: s[1]), own
+
+    def rewrite(self, paths: Sequence[bytes], physical: bool, stop: threading.Event | None,
+                on_out: Callable[[bytes], None] | None = None) -> RewriteAnswer:
+        """Rewrite these files in place with one `zfs rewrite -v [-P]` process (the caller keeps the
+        command line under ARG_MAX). Ended at once when ``stop`` is set. What `-v` names was
+        rewritten; what its errors name was not; whatever is named by neither was not answered.
+        ``on_out`` is handed `-v`'s output as it comes (a line a file: progress while it runs)."""
+        for p in paths:
+            if not p.startswith(b"/"):
+                raise ValueError("zfs rewrite needs absolute paths")  # so none can be read as an option
+        # the paths go out as the bytes they are: a name that is not valid UTF-8 is still a name
+        argv: list[Any] = ["zfs", "rewrite", "-v", *(["-P"] if physical else []), *paths]
+        res = self.run(argv, readonly=False, timeout=None, check=False, stop=stop, on_out=on_out)
+        return parse_rewrite_answer(res.stdout, res.stderr, paths, res.returncode)
+
+    def rewrite_support(self) -> tuple[bool, bool]:
+        """(zfs has `rewrite`, `rewrite` has -P), from the usage text `zfs rewrite` prints."""
+        if self._rewrite is None:
+            res = self.run(["zfs", "rewrite"], check=False)
+            self._rewrite = parse_rewrite_usage(res.stdout + res.stderr)
+        return self._rewrite
+
+
+def parse_rewrite_usage(text: str) -> tuple[bool, bool]:
+    """From `zfs rewrite` (no arguments) output: is there a rewrite command, and does it take -P."""
+    m = re.search(r"^\s*rewrite\s+\[-([A-Za-z]+)\]", text, re.M)
+    if not m:
+        return (False, False)
+    return (True, "P" in m.group(1))
+
+
+@dataclass
+class RewriteAnswer:
+    done: list[bytes]  # named by -v: rewritten
+    failed: dict[bytes, str]  # named by an error line: not rewritten, and why
+    other: list[str]  # error lines that name none of the paths
+    returncode: int  # negative: ended by a signal (the stop)
+
+
+def parse_rewrite_answer(stdout: str, stderr: str, paths: Sequence[bytes], returncode: int) -> RewriteAnswer:
+    """`zfs rewrite -v` names each file it rewrote, one "PATH\\n" after the other in the order it
+    was handed them (one thread), and prints an error per file that failed ("failed to stat|open|
+    rewrite PATH: REASON", OpenZFS 2.3-2.4); non-regular files are passed over without a word
+    (fixture rewrite-v-mixed). Read in order, a name holding a newline is matched whole."""
+    out = os.fsencode(stdout)
+    done: list[bytes] = []
+    at = 0
+    for p in paths:
+        if out.startswith(p + b"\n", at):
+            done.append(p)
+            at += len(p) + 1
+    wanted = set(paths)
+    failed: dict[bytes, str] = {}
+    other: list[str] = []
+    for line in stderr.splitlines():
+        head, sep, reason = line.rpartition(": ")
+        m = re.match(r"(?:failed|cannot) to \w+ (/.*)$", head) if sep else None
+        named = os.fsencode(m.group(1)) if m else None
+        if named is not None and named in wanted:
+            failed[named] = reason.strip()
+        elif line.strip():
+            other.append(line.strip())
+    return RewriteAnswer(done, failed, other, returncode)
