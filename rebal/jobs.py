@@ -16,7 +16,6 @@ from .config import Config
 from .errors import RebalError
 from .outcome import Outcome
 from .recorded import recorded
-from .zfs import argv
 
 if TYPE_CHECKING:
     from .zfs.host import ZfsHost
@@ -84,7 +83,7 @@ def check_health(cfg: Config, conn, host: ZfsHost, now: float | None = None,
         extra["scrub"] = {n: t for n, st in statuses.items() if (t := H.scrub_time(st.scan)) is not None}
     repl = state.last_successes(conn, cfg) if cfg.replicate else []
     findings += H.replication_findings(repl, cfg.health.replication_max_age_hours)
-    ages = snapshot_ages(cfg, conn)
+    ages = snapshot_ages(cfg, conn, host)
     for r in repl:
         r["points"] = next((a for a in ages if a["job"] == r["job"]), None)
     findings += H.snapshot_age_findings(ages, time.time() if now is None else now)
@@ -93,11 +92,10 @@ def check_health(cfg: Config, conn, host: ZfsHost, now: float | None = None,
     return findings, pools, repl
 
 
-def snapshot_ages(cfg: Config, conn, runner=None) -> list[dict]:
+def snapshot_ages(cfg: Config, conn, host: ZfsHost) -> list[dict]:
     """Per job: the newest snapshot each of its datasets has on the target (from the runs' records),
     and the datasets it chooses now that were never replicated (a push job lists its source here;
     a pull job's source is the other host: only what was recorded)."""
-    from .process.command import run
     from .replicate.select import select
 
     out = []
@@ -105,7 +103,7 @@ def snapshot_ages(cfg: Config, conn, runner=None) -> list[dict]:
         have: dict = dict(state.replica_points(conn, j.name))
         if j.direction == "push":
             try:
-                for ds in select(j, runner or run).included:
+                for ds in select(j, host).included:
                     have.setdefault(ds, None)
             except RebalError:  # the source is gone or ZFS does not answer: the pool findings say so
                 pass

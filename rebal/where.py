@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 from .errors import RebalError, ToolMissing, UsageError
 from .walk import regular_files
 from .zfs import blocks, placement
-from .zfs import argv as zfs_argv
 
 if TYPE_CHECKING:
     from .zfs.host import ZfsHost

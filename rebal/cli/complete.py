@@ -7,30 +7,28 @@ from __future__ import annotations
 BUILTIN_JOBS = ("fill", "health", "scrub", "rebalance", "metrics")
 
 
-def _zfs_names(argv: list[str]) -> list[str]:
+def _zfs_names(what: str) -> list[str]:
+    """The pools' or the file systems' names, asked of this host's ZFS; [] where it does not answer."""
     from ..errors import RebalError
     from ..process.command import run
+    from ..zfs.host import ZfsHost
 
+    host = ZfsHost.here(lambda argv, **kw: run(argv, **(kw | {"timeout": 5})))
     try:
-        res = run(argv, timeout=5, check=False)
+        return host.pool_names() if what == "pools" else list(host.filesystems())
     except RebalError:
         return []
-    return res.stdout.split("\n") if res.returncode == 0 else []
 
 
 def pools(incomplete: str) -> list[str]:
-    from ..zfs import argv
-
-    return [n for n in _zfs_names(argv.pool_names()) if n and n.startswith(incomplete)]
+    return [n for n in _zfs_names("pools") if n and n.startswith(incomplete)]
 
 
 def datasets(incomplete: str) -> list[str]:
     """File systems by name; nothing for a path (the shell then completes files)."""
     if incomplete.startswith(("/", ".")):
         return []
-    from ..zfs import argv
-
-    return [n for n in _zfs_names(argv.filesystem_names()) if n and n.startswith(incomplete)]
+    return [n for n in _zfs_names("filesystems") if n and n.startswith(incomplete)]
 
 
 def replication_jobs(incomplete: str) -> list[str]:

@@ -39,16 +39,13 @@ def gate(
                     max_snapshots=max_snapshots)
     if allow_for is not None:
         from ..gate.check import allow_set
-        from ..transport import Here
         from ..zfs.host import ZfsHost
 
-        from ..process.command import run
-        from ..zfs import argv as zargv
-
+        host = ZfsHost.here()
         on = policy.root
-        if policy.mode == "receive" and "/" in on and run(zargv.guid(on), check=False).returncode != 0:
+        if policy.mode == "receive" and "/" in on and not host.exists(on):
             on = on.rsplit("/", 1)[0]  # the target does not exist before its first receive: its parent creates it
-        argv, notes = allow_set(policy.mode, on, allow_for, ZfsHost(Here()).version(), raw, allow_rollback)
+        argv, notes = allow_set(policy.mode, on, allow_for, host.version(), raw, allow_rollback)
         if on != policy.root:
             notes.append(f"{policy.root} does not exist yet: allowed on {on}, where its first receive creates it "
                          f"(the gate still confines the key to {policy.root})")

@@ -229,12 +229,10 @@ def heal(cfg: Config, pool: str, *, job: str | None = None, dry_run: bool = Fals
 
     names.pool(pool)
     from ..errors import NoSuchPool
-    from ..zfs import argv
-    from ..transport import Here
 
     # the pool is on this host for a push job (the usual case): not there is no such pool (README:
     # exit 5), said before anything is recorded
-    here = ZfsHost(Here()).run(argv.pool_names(pool), check=False).returncode == 0
+    here = ZfsHost.here().has_pool(pool)
     try:
         jobs = jobs_of(cfg, pool, job)
     except UsageError:

@@ -193,15 +193,6 @@ def receive_has_o(receive_usage: str) -> bool:
 # -- resume tokens ----------------------------------------------------------------------------------
 
 
-def parse_send_size(text: str) -> int | None:
-    """The `size` line of `zfs send -nP` / `-nvP` output."""
-    for line in text.splitlines():
-        parts = line.split("\t")
-        if parts[0] == "size" and len(parts) > 1 and parts[1].strip().isdigit():
-            return int(parts[1])
-    return None
-
-
 # -- retention --------------------------------------------------------------------------------------
 
 

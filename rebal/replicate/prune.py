@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from .. import names
 from ..errors import CommandFailed, NoSuchPool, RebalError
 from ..process.command import run
-from ..zfs import argv
 from ..process.command import Runner
 from ..zfs.host import ZfsHost
 from ..zfs.snaps import guid_query, tree_from
@@ -39,7 +38,7 @@ def prune(dataset: str, job: str, buckets: Buckets, recursive: bool = False, dry
     res = host.run(guid_query(dataset, recursive=recursive), check=False)
     if res.returncode != 0:
         pool = dataset.split("/")[0]
-        if host.run(argv.pool_names(pool), check=False).returncode != 0:
+        if not host.has_pool(pool):
             raise NoSuchPool(f"no such pool: {pool}")
         raise RebalError(f"{dataset}: {res.stderr.strip() or 'no such dataset'}", exit_code=2)
     tree = tree_from(res.stdout)

@@ -29,7 +29,7 @@ def coverage(rec: Record, j: Replicate, here: ZfsHost) -> None:
     unknown = [d for d in rec.left_out if d not in every]
     if unknown:
         raise RebuildRefused(f"--leave-out {', '.join(unknown)}: no such dataset in {rec.pool}")
-    chosen = set(select(j, lambda argv, **kw: here.link.run(argv, **kw)).included)
+    chosen = set(select(j, here).included)
     rec.datasets = [d for d in every if d in chosen]
     outside = [d for d in every if d not in chosen and not any(d == x or d.startswith(x + "/") for x in rec.left_out)]
     if rec.pool in outside:

@@ -20,9 +20,8 @@ from datetime import datetime, timezone
 from .. import names
 from ..errors import RebalError
 from ..process.command import run
-from ..zfs import argv as zargv
 from ..process.command import Runner
-from ..zfs.host import ZfsHost, here_host
+from ..zfs.host import HostError, ZfsHost, here_host
 from . import guard
 from . import source_snaps as S
 from .remote import gate_info
@@ -134,7 +133,7 @@ class RsyncReplicator:
 
     def run(self) -> RsyncReport:
         job = self.job
-        sel = select(job, self._run)
+        sel = select(job, self.here)
         datasets = sel.included
         self.report.excluded = [f"{c.dataset} ({c.why})" for c in sel.excluded]
         self.report.warnings += [f"{c.dataset} is not backed up: {c.why}" for c in sel.excluded
@@ -267,10 +266,12 @@ class RsyncReplicator:
     def _snapshot_target(self, snap: str) -> None:
         """Snapshot the ZFS dataset that holds the target directory on the backup host."""
         root = self.gate["root"] if self.gate else None  # a gate lists only under its root
-        res = self.ssh.run(zargv.filesystem_mounts(root), check=False)
+        try:
+            mounts = self.there.filesystems(root)
+        except HostError:
+            mounts = {}
         best = None
-        for line in res.stdout.splitlines():
-            name, _, mp = line.partition("\t")
+        for name, mp in mounts.items():
             if mp.startswith("/") and (self.job.target == mp or self.job.target.startswith(mp.rstrip("/") + "/")):
                 if best is None or len(mp) > len(best[1]):
                     best = (name, mp)

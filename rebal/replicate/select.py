@@ -20,11 +20,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .. import names
-from ..zfs import argv
-from ..process.command import Runner
+
+if TYPE_CHECKING:
+    from ..zfs.host import ZfsHost
 
 PROPERTY = "rebal:backup"
 OFF = ("false", "off", "no", "none")
@@ -106,18 +107,6 @@ def decide(rows: list[tuple[str, str]], job: str, *, exclude: Sequence[str] = ()
     return out
 
 
-def listing(source: str, recursive: bool) -> list[str]:
-    """The one command that lists the candidates and their property (zfs-fuse's `zfs get` has no -t)."""
-    return argv.backup_listing(source, recursive)
-
-
-def rows_from(text: str) -> list[tuple[str, str]]:
-    out = []
-    for line in text.splitlines():
-        name, _, val = line.partition("\t")
-        if name.strip():
-            out.append((name.strip(), val.strip() or "-"))
-    return out
 
 
 class Selecting(Protocol):
@@ -137,14 +126,13 @@ class Selecting(Protocol):
     def by_property(self) -> bool: ...
 
 
-def select(job: Selecting, runner: Runner) -> Selection:
+def select(job: Selecting, host: ZfsHost) -> Selection:
     """The selection of a zfs or rsync job (``job`` has source, name, recursive, exclude, include,
     by_property). Without a rule, no property is read: the listing is the plain one."""
     sel = Selection(job.source)
     if not job.recursive:
         sel.choices.append(Choice(job.source, True, "the source"))
         return sel
-    res = runner(listing(job.source, True))
-    sel.choices = decide(rows_from(res.stdout), job.name, exclude=list(job.exclude), include=list(job.include),
+    sel.choices = decide(host.backup_choices(job.source, True), job.name, exclude=list(job.exclude), include=list(job.include),
                          by_property=job.by_property)
     return sel

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..zfs import argv
 from .policy import Snap
 
 if TYPE_CHECKING:
@@ -56,7 +55,7 @@ def make_parents(rep: Replicating, datasets: list[str], sent: set[str] | frozens
             if rep.dry_run:
                 rep.report.planned.append(f"zfs create -o readonly=off {t}")
             else:
-                rep.target.run(argv.create_writable(t), readonly=False)
+                rep.target.create_writable(t)
                 rep.target_tree[t] = []
 
 

@@ -32,11 +32,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..zfs import argv
-from ..process.command import Runner
 from .policy import Snap, is_ours, newest_common
 
 if TYPE_CHECKING:
+    from ..zfs.host import ZfsHost
     from .zfs_run import Replicating
 
 
@@ -60,33 +59,24 @@ def prop_of(base: Snap) -> str:
     return ("written#" if base.bookmark else "written@") + base.name
 
 
-def query(source: str, recursive: bool, bases: dict[str, Snap]) -> list[str]:
-    return argv.written_since(source, recursive, sorted({prop_of(b) for b in bases.values()}))
-
-
-def parse(text: str) -> dict[tuple[str, str], int]:
-    out = {}
-    for line in text.splitlines():
-        parts = line.split("\t")
-        if len(parts) >= 3 and parts[2].strip().isdigit():
-            out[(parts[0], parts[1])] = int(parts[2])
-    return out
+def props_of(bases: dict[str, Snap]) -> list[str]:
+    """The `written@SNAP`/`written#BOOKMARK` properties that say what was written since each base."""
+    return sorted({prop_of(b) for b in bases.values()})
 
 
 def find_unchanged(source: str, recursive: bool, datasets: list[str], source_tree: dict[str, list[Snap]],
                    target_tree: dict[str, list[Snap]], target_of: Callable[[str], str],
-                   runner: Runner) -> tuple[dict[str, Snap], str | None]:
+                   host: ZfsHost) -> tuple[dict[str, Snap], str | None]:
     """(dataset -> its base, for those with no byte written since it; a note when the ZFS cannot say)."""
     bases = bases_of(datasets, source_tree, target_tree, target_of)
     if not bases:
         return {}, None
     pool = source.split("/", 1)[0]
-    if runner(argv.sync(pool), check=False).returncode != 0:
+    if not host.sync(pool):
         return {}, f"could not sync pool {pool} to read what was written since the last run: every dataset is sent"
-    res = runner(query(source, recursive, bases), check=False)
-    if res.returncode != 0:
+    written = host.written_since(source, recursive, props_of(bases))
+    if written is None:
         return {}, "this ZFS cannot say what was written since the last run (no written@ property): every dataset is sent"
-    written = parse(res.stdout)
     return {ds: b for ds, b in bases.items() if written.get((ds, prop_of(b))) == 0}, None
 
 
@@ -130,8 +120,8 @@ def by_record(rep: Replicating, tree: dict[str, list[Snap]]) -> ByRecord | None:
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-bases") as ex:
         held = ex.submit(rep.target.guids, sorted(there))  # the backup's answer, beside the source's
         pool = rep.job.source.split("/", 1)[0]
-        synced = rep.source.run(argv.sync(pool), check=False).returncode == 0
-        res = rep.source.run(query(rep.job.source, rep.job.recursive, bases), check=False) if synced else None
+        synced = rep.source.sync(pool)
+        written = rep.source.written_since(rep.job.source, rep.job.recursive, props_of(bases)) if synced else None
         guids = held.result()
     lost = sorted(name for name, guid in there.items() if guids.get(name) != guid)
     if lost:
@@ -139,9 +129,8 @@ def by_record(rep: Replicating, tree: dict[str, list[Snap]]) -> ByRecord | None:
                                 f"({', '.join(lost[:3])}{' ...' if len(lost) > 3 else ''}): rolled back, destroyed "
                                 "or replaced behind rebal's back; the backup is listed and what it lacks is sent")
         return None
-    if res is None or res.returncode != 0:
+    if written is None:
         return None
-    written = parse(res.stdout)
     same = {ds: b for ds, b in bases.items() if written.get((ds, prop_of(b))) == 0}
     return ByRecord(same, bases, *part_to_list(rep, [d for d in datasets if d not in same]))
 

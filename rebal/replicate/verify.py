@@ -172,7 +172,7 @@ def verify_zfs(job: Replicate, link: Wire, sample_n: int | None, seed: int, runn
     if job.recursive:
         from .select import select
 
-        datasets = select(job, source.run).included
+        datasets = select(job, source).included
     else:
         datasets = [job.source]
     for ds in datasets:

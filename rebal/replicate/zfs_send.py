@@ -25,10 +25,8 @@ from ..errors import RebalError
 from ..outcome import Outcome
 from ..process.command import Counted, run
 from ..throttle import Throttle
-from ..zfs import argv as zargv
 from ..process.command import Runner
 from ..zfs.host import ZfsHost, here_host
-from ..zfs.token import parse_token_check
 from . import source_snaps as S
 from . import targets as T
 from .capabilities import Capabilities
@@ -39,7 +37,6 @@ from .policy import (
     base_args,
     explain_receive_error,
     newest_common,
-    parse_send_size,
     plan_send,
     snapshot_name,
 )
@@ -115,7 +112,7 @@ class ZfsReplicator(Capabilities):
         here = None
         self.plan = None
         if self.landed and self._may_skip():
-            self.selection = select(self.job, self.source.run)
+            self.selection = select(self.job, self.source)
             here = self.source.listing(self.job.source, self.job.recursive)
             if self._unchanged_by_record(here, t0):
                 return self.report
@@ -124,7 +121,7 @@ class ZfsReplicator(Capabilities):
             # two do not wait on each other
             there = ex.submit(self._list_target, self.resumable)
             if here is None:
-                self.selection = select(self.job, self.source.run)
+                self.selection = select(self.job, self.source)
                 if self._may_skip() and self.selection.included:
                     here = self.source.listing(self.job.source, self.job.recursive)
             datasets = chosen = self.selection.included
@@ -277,7 +274,7 @@ class ZfsReplicator(Capabilities):
         if tree is None:
             tree = self.source.listing(self.job.source, self.job.recursive)
         same, note = find_unchanged(self.job.source, self.job.recursive, others, tree, self.target_tree,
-                                    self.target_of, self.source.run)
+                                    self.target_of, self.source)
         if note:
             self.report.notes.append(note)
         return self._unchanged(datasets, {**known, **same})
@@ -294,8 +291,7 @@ class ZfsReplicator(Capabilities):
     def resume(self, ds: str, token: str) -> None:
         target = self.target_of(ds)
         self.report.tokens[target] = token
-        check = self.source.run(zargv.send_resume(token, estimate=True), check=False)
-        info = parse_token_check(check.stdout + check.stderr) if check.returncode == 0 else None
+        info = self.source.token_sends(token)
         if info is None:
             # its snapshot is gone on the source: abort the partial receive, start from the base
             self.report.aborted_tokens.append(target)
@@ -309,11 +305,11 @@ class ZfsReplicator(Capabilities):
             return
         rep = DatasetReport(ds, target, "resumed", base=info.toname, expected=info.size)
         self.report.datasets.append(rep)  # its bytes count in the run, the record and the metrics
-        res = self._stream([zargv.send_resume(token)], self.receive_argv(target), rep)
+        res = self._stream([self.source.resume_send(token)], self.receive_argv(target), rep)
         if res.ok:
             self.report.resumed.append(info.toname)
             if info.kind == "full":  # a new replica, as after a full send: read-only (see replicate_dataset)
-                self.target.run(zargv.set_property(target, "readonly", "on"), readonly=False)
+                self.target.set(target, "readonly", "on")
         else:
             raise ReplicationError(f"resuming the receive of {info.toname} into {target} failed: "
                                    f"{res.said}")
@@ -360,14 +356,13 @@ class ZfsReplicator(Capabilities):
                 rep.kind = "nothing"
                 return rep
             flags = self.send_flags()
-            if plan.kind == "full":
-                send = zargv.send(f"{ds}@{snap}", flags)
-            else:
+            if plan.kind != "full":
                 assert plan.base is not None  # an incremental plan always has its base
                 between = any(not s.bookmark and plan.base.txg < s.txg < to.txg for s in src)
-                send = zargv.send(f"{ds}@{snap}", flags, base_args(ds, plan.base, between))
+                flags += base_args(ds, plan.base, between)
+            send = self.source.send(f"{ds}@{snap}", flags)
             rep.kind = plan.kind
-            rep.expected = self.estimate(send, ds, snap, plan.kind) if self.estimates or self.dry_run else None
+            rep.expected = self.estimate(flags, ds, snap, plan.kind) if self.estimates or self.dry_run else None
             force = plan.kind == "incremental" and rollback
             if force:
                 self._say_rollback(target, plan)
@@ -396,7 +391,7 @@ class ZfsReplicator(Capabilities):
                 # it to look inside breaks it the same way (seen on OpenZFS 2.4.4). Read-only it is:
                 # received so (-o readonly=on: no round trip of its own), or set right after.
                 if not self.recv_o:
-                    self.target.run(zargv.set_property(target, "readonly", "on"), readonly=False)
+                    self.target.set(target, "readonly", "on")
                 if not self.recv_u:
                     self.report.notes.append(f"{target} set readonly=on (the backup host's zfs has no receive -u)")
             rep.cursor = keep_cursor(self, ds, snap, plan.base if plan.kind == "incremental" else None)
@@ -431,15 +426,13 @@ class ZfsReplicator(Capabilities):
             if cursor == "bookmark":
                 self.source_tree.setdefault(ds, []).append(Snap(to.name, to.guid, to.txg, bookmark=True))
 
-    def estimate(self, send: list[str], ds: str, snap: str, kind: str) -> int | None:
-        if self.send.dry_run_size:
-            res = self.source.run([send[0], send[1], "-nP", *send[2:]], check=False)
-            if res.returncode == 0:
-                return parse_send_size(res.stdout + res.stderr)
+    def estimate(self, flags: list[str], ds: str, snap: str, kind: str) -> int | None:
+        if self.send.dry_run_size and (size := self.source.send_size(f"{ds}@{snap}", flags)) is not None:
+            return size
         if kind == "full":  # old ZFS: the snapshot's referenced size is close to the stream size
-            res = self.source.run(zargv.referenced(f"{ds}@{snap}"), check=False)
-            if res.stdout.strip().isdigit():
-                return int(res.stdout.strip())
+            referenced = self.source.properties(f"{ds}@{snap}", ["referenced"], check=False).get("referenced", "")
+            if referenced.isdigit():
+                return int(referenced)
         return None
 
     def _stream(self, senders: list[list[str]], recv: list[str], rep: DatasetReport):

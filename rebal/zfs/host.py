@@ -32,6 +32,7 @@ from .host_fs import FileSystems
 from .host_list import Listings
 from .host_pool import PoolCalls
 from .snaps import Snap, Tree, parse_guid_txg, snapshots_from
+from .token import TokenInfo, parse_send_size, parse_token_check
 
 __all__ = ["HostError", "Link", "NoBookmarks", "Tree", "ZfsHost", "delegations", "here_host", "here_hosts"]
 
@@ -391,6 +392,19 @@ class ZfsHost(PoolCalls, Listings, FileSystems):
         replicate.stream.incremental_args), a command to run on this host (``pipe``)."""
         names.snapshot(snapshot)
         return zargv.send(snapshot, flags)
+
+    def token_sends(self, token: str) -> TokenInfo | None:
+        """What a receive's resume token would send from this host (`zfs send -t TOKEN -nvP`); None
+        where it cannot (its snapshot is gone, or the token is not one)."""
+        res = self.run(zargv.send_resume(token, estimate=True), check=False)
+        return parse_token_check(res.stdout + res.stderr) if res.returncode == 0 else None
+
+    def send_size(self, snapshot: str, flags: list[str]) -> int | None:
+        """What `zfs send` of ``snapshot`` with ``flags`` would send, in bytes (`-nP`); None where
+        this zfs cannot say."""
+        names.snapshot(snapshot)
+        res = self.run(zargv.send(snapshot, ["-nP", *flags]), check=False)
+        return parse_send_size(res.stdout + res.stderr) if res.returncode == 0 else None
 
     def resume_send(self, token: str) -> list[str]:
         return zargv.send_resume(token)

@@ -90,6 +90,35 @@ class FileSystems:
             return {}
         return dict(line.split("\t", 1) for line in res.stdout.splitlines() if "\t" in line)
 
+    def create_writable(self, dataset: str) -> None:
+        """A placeholder parent on a backup: writable, whatever its parent says (a receive goes under it)."""
+        names.dataset(dataset)
+        self.run(zargv.create_writable(dataset), readonly=False)
+
+    def backup_choices(self, source: str, recursive: bool) -> list[tuple[str, str]]:
+        """(dataset, its rebal:backup property or "-") of the file systems and volumes a job may
+        take, in one command (zfs-fuse's `zfs get` has no -t)."""
+        names.dataset(source)
+        out = []
+        for line in self.run(zargv.backup_listing(source, recursive)).stdout.splitlines():
+            name, _, val = line.partition("\t")
+            if name.strip():
+                out.append((name.strip(), val.strip() or "-"))
+        return out
+
+    def written_since(self, source: str, recursive: bool, props: Sequence[str]) -> dict[tuple[str, str], int] | None:
+        """(dataset, `written@SNAP` or `written#BOOKMARK`) -> bytes, of ``source`` (and with
+        ``recursive`` its file systems and volumes); None where this zfs cannot say (no written@)."""
+        res = self.run(zargv.written_since(source, recursive, props), check=False)
+        if res.returncode != 0:
+            return None
+        out = {}
+        for line in res.stdout.splitlines():
+            parts = line.split("\t")
+            if len(parts) >= 3 and parts[2].strip().isdigit():
+                out[(parts[0], parts[1])] = int(parts[2])
+        return out
+
     def creation(self, names_: Sequence[str]) -> dict[str, float]:
         """When each dataset or snapshot was made (seconds); those not there are left out."""
         if not names_:

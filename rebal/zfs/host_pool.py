@@ -66,6 +66,11 @@ class PoolCalls:
             names.pool(n)
         return parse.parse_zpool_status(self._read(queries.pool_status(pool_names)).stdout)
 
+    def has_pool(self, pool: str) -> bool:
+        """``pool`` is imported on this host."""
+        names.pool(pool)
+        return self.run(zargv.pool_names(pool), check=False).returncode == 0
+
     def pool_names(self) -> list[str]:
         res = self._read(["zpool", "list", "-H", "-o", "name"])
         return [line.strip() for line in res.stdout.splitlines() if line.strip()]
@@ -264,5 +269,8 @@ class PoolCalls:
             raise HostError(f"{self.where}: {res.stderr.strip() or 'no pool ' + pool}")
         return res.stdout
 
-    def sync(self, pool: str) -> None:
-        self._zpool("sync", pool, readonly=False)
+    def sync(self, pool: str) -> bool:
+        """`zpool sync`: the open transaction group written out (`written` counts only synced
+        ones); False where this zpool has no such command (zfs-fuse) or it failed."""
+        names.pool(pool)
+        return self._zpool("sync", pool, readonly=False).returncode == 0

@@ -1,5 +1,6 @@
-"""What a receive's resume token would send, as `zfs send -t TOKEN -nvP` says it (OpenZFS). Read by
-the replicator before it resumes, and by the gate before it lets a resume through."""
+"""What a send would send, as `zfs send -nP` says it: a stream's size, and what a receive's resume
+token would send (`zfs send -t TOKEN -nvP`, OpenZFS). Read by the replicator before it sends or
+resumes, and by the gate before it lets a resume through."""
 
 from __future__ import annotations
 
@@ -37,3 +38,12 @@ def parse_token_check(text: str) -> TokenInfo | None:
     if toname is None:
         return None
     return TokenInfo(toname, kind or "full", size, toguid)
+
+
+def parse_send_size(text: str) -> int | None:
+    """The `size` line of `zfs send -nP` / `-nvP` output."""
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if parts[0] == "size" and len(parts) > 1 and parts[1].strip().isdigit():
+            return int(parts[1])
+    return None

@@ -114,7 +114,7 @@ def backup_pool(make_pool):
 
 
 def send_size(argv: list[str]) -> int:
-    from rebal.replicate.policy import parse_send_size
+    from rebal.zfs.token import parse_send_size
 
     out = sh("zfs", "send", "-nP", *argv)
     return parse_send_size(out.stdout + out.stderr)

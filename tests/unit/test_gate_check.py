@@ -276,8 +276,16 @@ def test_receive_may_set_readonly_on_and_nothing_else():
 
 def test_a_pull_job_may_ask_what_was_written_since_its_bases():
     from rebal.gate.check import Policy, check
+    from rebal.process.command import Result
     from rebal.replicate.policy import Snap
-    from rebal.replicate.unchanged import query
+    from rebal.replicate.unchanged import props_of
+    from rebal.zfs.host import ZfsHost
+
+    def query(source, recursive, bases):  # the command line the replicator's host runs for it
+        asked = []
+        ZfsHost.here(lambda argv, **kw: asked.append(argv) or Result(tuple(argv), 0, "", "")).written_since(
+            source, recursive, props_of(bases))
+        return asked[0]
 
     argv = query("tank/data", True, {"tank/data": Snap("rebal-j-20260101T000000Z", 1, 1, bookmark=True),
                                      "tank/data/a": Snap("rebal-j-20260102T000000Z", 2, 2)})

@@ -7,7 +7,7 @@ from conftest import FIXTURES, fixture_text
 
 from rebal.replicate import policy as P
 from rebal.replicate.rsync import parse_stats, warning_files
-from rebal.zfs.token import TokenInfo, parse_token_check
+from rebal.zfs.token import TokenInfo, parse_send_size, parse_token_check
 from rebal.transport import (
     Endpoint,
     HostKeyError,
@@ -87,8 +87,8 @@ def test_token_check_and_send_size_from_recorded_output():
     inc = parse_token_check(fixture_text("recv-resume-incr_zfs-send-t-nvP.txt"))
     assert inc.toname == "tank/src@s2" and inc.kind == "incremental" and inc.size == 4360536
     assert parse_token_check("cannot resume send: 'tank/src@s1' used in the initial send no longer exists") is None
-    assert P.parse_send_size(fixture_text("send-full_zfs-send-nvP.txt")) == 25257584
-    assert P.parse_send_size(fixture_text("send-incr_zfs-send-nvP-I.txt")) == 9525408
+    assert parse_send_size(fixture_text("send-full_zfs-send-nvP.txt")) == 25257584
+    assert parse_send_size(fixture_text("send-incr_zfs-send-nvP-I.txt")) == 9525408
 
 
 def test_retention_keeps_bucket_newest_and_protected():

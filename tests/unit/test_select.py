@@ -4,7 +4,7 @@ import pytest
 
 from rebal.names import pattern_problem, ssh_option_problem
 from rebal.gate.check import Policy, Refused, check
-from rebal.replicate.select import decide, rows_from
+from rebal.replicate.select import decide
 
 
 def chosen(rows, job="j", **kw):
@@ -41,8 +41,18 @@ def test_patterns_apply_before_the_property():
     assert c == {"t/home": (True, "rebal:backup=j (set here)"), "t/home/cache": (False, "exclude pattern '*/cache'")}
 
 
-def test_rows_from_zfs_list_output():
-    assert rows_from("tank/a\tj\ntank/a/b\t-\n\n") == [("tank/a", "j"), ("tank/a/b", "-")]
+def test_the_choices_are_read_from_one_zfs_list():
+    from rebal.process.command import Result
+    from rebal.zfs.host import ZfsHost
+
+    asked = []
+
+    def zfs(argv, **kw):
+        asked.append(argv)
+        return Result(tuple(argv), 0, "tank/a\tj\ntank/a/b\t-\n\n", "")
+
+    assert ZfsHost.here(zfs).backup_choices("tank/a", True) == [("tank/a", "j"), ("tank/a/b", "-")]
+    assert asked == [["zfs", "list", "-H", "-r", "-o", "name,rebal:backup", "-t", "filesystem,volume", "tank/a"]]
 
 
 @pytest.mark.parametrize("opt,ok", [
