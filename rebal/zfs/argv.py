@@ -15,10 +15,6 @@ def pool_names(pool: str | None = None) -> list[str]:
     return ["zpool", "list", "-H", "-o", "name", *([pool] if pool else [])]
 
 
-def filesystem_names() -> list[str]:
-    return ["zfs", "list", "-H", "-o", "name", "-t", "filesystem"]
-
-
 def creation(names: Sequence[str]) -> list[str]:
     """`name<tab>seconds` of each snapshot or dataset."""
     return ["zfs", "get", "-Hp", "-o", "name,value", "creation", *names]
@@ -34,18 +30,9 @@ def properties(dataset: str, props: Sequence[str]) -> list[str]:
     return ["zfs", "get", "-Hp", "-o", "property,value", ",".join(props), dataset]
 
 
-def pool_feature(pool: str, feature: str) -> list[str]:
-    return ["zpool", "get", "-H", "-o", "value", f"feature@{feature}", pool]
-
-
 def iostat(pool: str, interval: int = 1) -> list[str]:
     """Per-vdev reads and writes every ``interval`` seconds, until killed."""
     return ["zpool", "iostat", "-v", pool, str(interval)]
-
-
-def sync(pool: str) -> list[str]:
-    """Write out the open transaction group (`written` counts only synced ones)."""
-    return ["zpool", "sync", pool]
 
 
 def backup_listing(source: str, recursive: bool) -> list[str]:
@@ -68,11 +55,6 @@ def create_writable(dataset: str) -> list[str]:
 
 def zdb(args: Sequence[str]) -> list[str]:
     return ["zdb", *args]
-
-
-def zdb_config(pool: str) -> list[str]:
-    """The pool's configuration as its cache file has it (vdev widths, ashift)."""
-    return ["zdb", "-C", pool]
 
 
 # -- replication: snapshots, holds, bookmarks, streams (the replicator's sides run them) ----------
@@ -128,16 +110,6 @@ def guid_txg(names: Sequence[str]) -> list[str]:
     return ["zfs", "get", "-Hp", "-o", "name,property,value", "guid,createtxg", *names]
 
 
-def receive_abort(dataset: str) -> list[str]:
-    """Throw away a cut receive's partial state (its resume token) in ``dataset``."""
-    return ["zfs", "receive", "-A", dataset]
-
-
-def filesystem_mounts(root: str | None = None) -> list[str]:
-    """`name<tab>mountpoint` of every file system (under ``root`` only, where given)."""
-    return ["zfs", "list", "-H", "-o", "name,mountpoint", "-t", "filesystem", *(["-r", root] if root else [])]
-
-
 def send(snapshot: str, flags: Sequence[str], base: Sequence[str] = ()) -> list[str]:
     """`zfs send` of ``snapshot``; ``base``: the incremental part (`-I @snap` or `-i ds#bookmark`)."""
     return ["zfs", "send", *flags, *base, snapshot]
@@ -153,15 +125,6 @@ def receive(target: str, *, resumable: bool, unmounted: bool, readonly: bool = F
     -o readonly=on (a new replica), -F (roll the target back first)."""
     return ["zfs", "receive", *(["-s"] if resumable else []), *(["-u"] if unmounted else []),
             *(["-o", "readonly=on"] if readonly else []), *(["-F"] if force else []), target]
-
-
-def set_property(dataset: str, prop: str, value: str) -> list[str]:
-    return ["zfs", "set", f"{prop}={value}", dataset]
-
-
-def referenced(snapshot: str) -> list[str]:
-    """The bytes ``snapshot`` refers to, exactly."""
-    return ["zfs", "get", "-Hp", "-o", "value", "referenced", snapshot]
 
 
 def mountpoint(dataset: str) -> list[str]:

@@ -66,19 +66,6 @@ def features(rewrite: bool) -> tuple[str, ...]:
     return (REWRITE_FEATURE, EXPANSION_FEATURE) if rewrite else (EXPANSION_FEATURE,)
 
 
-def dataset_of(path: str) -> tuple[str, str] | None:
-    """(dataset, mountpoint) of the directory ``path`` from the mount table alone; None where it
-    does not say (not a directory, zfs-fuse, a snapshot, a bind mount): the caller asks `zfs list`."""
-    try:
-        real = os.path.realpath(path)
-        st = os.stat(real)
-        with open(MOUNTINFO, "rb") as f:
-            text = os.fsdecode(f.read())
-    except OSError:
-        return None
-    return mounted_dataset(text, st.st_dev, real)
-
-
 def mounted_dataset(mountinfo: str, dev: int, path: str) -> tuple[str, str] | None:
     """(dataset, mountpoint) of the ZFS file system with device number ``dev`` that holds ``path``,
     from the text of /proc/self/mountinfo; None where no line says (zfs-fuse mounts as "fuse",

@@ -105,9 +105,6 @@ def test_no_module_is_over_500_lines():
 # the gate is an ssh forced command: its stdout and stderr are the channel to the job on the other
 # end (its answers, its one-line refusals), written where it runs the command it allowed
 SPEAKS = {"rebal/gate/serve.py", "rebal/process/pipeline.py"}
-# modules below rebal/zfs that still build zfs/zpool/zdb command lines (issue 46: the host model
-# takes them over; this list may only shrink): gate.py and gate_serve.py read and run what arrives
-BUILDS_ZFS: set[str] = set()  # every zfs, zpool and zdb command line is built under rebal/zfs/
 
 
 def _calls(path: Path) -> list[str]:
@@ -139,20 +136,106 @@ def test_nothing_below_the_cli_prints():
     assert {p for p, c in said.items() if c} <= SPEAKS, {p: c for p, c in said.items() if c and p not in SPEAKS}
 
 
-def test_zfs_command_lines_are_built_in_fewer_places():
-    """A list literal that starts with "zfs", "zpool" or "zdb" is a command line being built."""
-    found = set()
+PROGRAMS = ("zfs", "zpool", "zdb")
+# outside rebal/zfs, the modules that still take zfs/argv.py's command lines (this list may only
+# shrink): the replicator's receive, built from the receiving end's usage text that the state
+# database keeps a day (ZfsHost.abilities asks its own each run: two models of one thing); the gate,
+# which recognises the command lines that arrive over ssh by the same builders and runs its own
+# queries on the backup host
+TAKES_ARGV = {"rebal/replicate/capabilities.py", "rebal/gate/check.py", "rebal/gate/serve.py"}
+# the classes that run ZFS's commands: ZfsHost and the parts it is made of
+DOORS = {"ZfsHost", "PoolCalls", "Listings", "FileSystems"}
+
+
+def _builders() -> set[str]:
+    """zfs/queries.py's functions that return a command line."""
+    tree = ast.parse((ROOT / "zfs" / "queries.py").read_text())
+    return {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.returns is not None
+            and ast.unparse(n.returns) == "list[str]"}
+
+
+RUNS = {"split", "run", "spawn", "Popen", "check_output", "check_call", "call", "system", "runner", "_zfs", "_zpool"}
+
+
+def _spliced(n: ast.List) -> bool:
+    """[argv[0], argv[1], "-nP", *argv[2:]]: a command line cut open and an option put in."""
+    def base(e: ast.AST) -> str | None:
+        return ast.unparse(e.value) if isinstance(e, ast.Subscript) else None
+
+    cut = {base(e.value) for e in n.elts if isinstance(e, ast.Starred)} & {base(e) for e in n.elts} - {None}
+    return bool(cut) and any(isinstance(e, ast.Constant) and isinstance(e.value, str) and e.value.startswith("-")
+                             for e in n.elts)
+
+
+def _callee(call: ast.Call) -> str:
+    f = call.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+
+
+def _command_lines(tree: ast.AST, builders: set[str]) -> list[str]:
+    """What in ``tree`` builds or takes a zfs, zpool or zdb command line: a list that starts with the
+    program; a string that starts with it handed to a call (split, run, ...); a list spliced from
+    another with an option put in; zfs/argv.py imported; queries.py's builders imported."""
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.List) and n.elts and isinstance(n.elts[0], ast.Constant) and n.elts[0].value in PROGRAMS:
+            out.append(f"{n.lineno}: a list starting with {n.elts[0].value!r}")
+        elif isinstance(n, ast.Call) and _callee(n) in RUNS and any(
+                isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.split(" ")[0] in PROGRAMS
+                for a in n.args):
+            out.append(f"{n.lineno}: a command line as a string")
+        elif isinstance(n, ast.List) and _spliced(n):
+            out.append(f"{n.lineno}: a command line spliced with an option")
+        elif isinstance(n, ast.ImportFrom) and n.module and n.module.endswith("zfs") and any(
+                a.name == "argv" for a in n.names):
+            out.append(f"{n.lineno}: zfs/argv.py imported")
+        elif isinstance(n, ast.ImportFrom) and n.module and n.module.endswith("zfs.argv"):
+            out.append(f"{n.lineno}: zfs/argv.py's builders imported")
+        elif isinstance(n, ast.ImportFrom) and n.module and n.module.endswith("zfs.queries") and any(
+                a.name in builders for a in n.names):
+            out.append(f"{n.lineno}: zfs/queries.py's builders imported")
+    return out
+
+
+def test_only_the_zfs_door_builds_or_runs_zfs_command_lines():
+    """One door: outside rebal/zfs nothing builds or takes a zfs, zpool or zdb command line, in any
+    form; rebal reaches ZFS through ZfsHost's methods."""
+    builders = _builders()
+    found = {}
     for p in ROOT.rglob("*.py"):
         rel = str(p.relative_to(ROOT.parent))
-        if rel.startswith("rebal/zfs/"):
-            continue
-        for node in ast.walk(ast.parse(p.read_text())):
-            if (isinstance(node, ast.List) and node.elts and isinstance(node.elts[0], ast.Constant)
-                    and node.elts[0].value in ("zfs", "zpool", "zdb")):
-                found.add(rel)
-    assert found <= BUILDS_ZFS, sorted(found - BUILDS_ZFS)
-    assert BUILDS_ZFS - found == set(), f"no longer builds any: take it off the list {sorted(BUILDS_ZFS - found)}"
-    assert found == set(), sorted(found)  # none left outside rebal/zfs/
+        if not rel.startswith("rebal/zfs/") and (lines := _command_lines(ast.parse(p.read_text()), builders)):
+            found[rel] = lines
+    assert set(found) <= TAKES_ARGV, {k: v for k, v in found.items() if k not in TAKES_ARGV}
+    assert TAKES_ARGV - set(found) == set(), f"takes none now: take it off the list {sorted(TAKES_ARGV - set(found))}"
+
+
+def test_the_command_line_finder_sees_each_form():
+    tree = ast.parse('''
+from ..zfs import argv
+from ..zfs.queries import pool_status, EXPANSION_FEATURE
+a = ["zdb", "-C", pool]
+run(shlex.split("zpool sync tank"))
+b = [send[0], send[1], "-nP", *send[2:]]
+log("zfs is fine in words")
+''')
+    assert [x.split(": ", 1)[1] for x in sorted(_command_lines(tree, _builders()), key=lambda x: int(x.split(":")[0]))] == [
+        "zfs/argv.py imported", "zfs/queries.py's builders imported", "a list starting with 'zdb'",
+        "a command line as a string", "a command line spliced with an option"]
+
+
+def test_one_kind_of_class_reaches_zfs():
+    """No second door: the classes whose methods build zfs command lines are ZfsHost and its parts
+    (the replicator's receive excepted, above)."""
+    builders = _builders()
+    classes = set()
+    for p in ROOT.rglob("*.py"):
+        rel = str(p.relative_to(ROOT.parent))
+        for c in ast.walk(ast.parse(p.read_text())):
+            if isinstance(c, ast.ClassDef) and ("zargv." in (src := ast.unparse(c)) or "queries." in src
+                                                or _command_lines(c, builders)):
+                classes.add((rel, c.name))
+    assert {name for rel, name in classes if rel != "rebal/replicate/capabilities.py"} == DOORS, classes
 
 
 # what a hostile key meets on a backup host is rebal/gate and only what it imports: the names it
