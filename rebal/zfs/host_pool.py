@@ -146,8 +146,8 @@ class PoolCalls:
             return True
         if "no such pool" in res.stderr:
             raise self._no_pool(pool)
-        self._zfs("set", "rebal:settle=1", pool, readonly=False, check=True)
-        self._zfs("inherit", "rebal:settle", pool, readonly=False, check=True)
+        self._zfs("set", "rebal:settle=1", pool, readonly=False)  # (best effort: a gate refuses it)
+        self._zfs("inherit", "rebal:settle", pool, readonly=False)
         return False
 
     def _freeing(self, pool: str) -> bool:
