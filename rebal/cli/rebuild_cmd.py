@@ -28,7 +28,7 @@ def rebuild(
 
     rebal never destroys the pool: it says what to run. Each step is recorded; a cut one goes on when run again."""
     from ..errors import UsageError
-    from ..replicate import rebuild as R
+    from ..recover import rebuild as R
     from ..views.rebuild import rebuild_text
 
     cfg = load_config()

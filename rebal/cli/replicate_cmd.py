@@ -48,7 +48,7 @@ def replicate(
 @app.command()
 def backups(job: Annotated[str, typer.Argument(help="Replication job.", autocompletion=complete.replication_jobs)], as_json: JsonOpt = False) -> None:
     """The restore points of a job on the backup host: snapshots with times and sizes."""
-    from ..replicate.backups import list_points
+    from ..recover.backups import list_points
     from ..views.replicate import backups_text
 
     j, ds, pts, newest = list_points(load_config(), job)
@@ -73,8 +73,8 @@ def restore(
     as_json: JsonOpt = False,
 ) -> None:
     """Get data back: a whole dataset (or with --all the whole tree) into a NEW dataset, or one file or directory into a directory."""
-    from ..replicate import backups
-    from ..replicate.restore_tree import TreeRestoreFailed
+    from ..recover import backups
+    from ..recover.restore_tree import TreeRestoreFailed
     from ..views.replicate import restore_text
     from .progress import ByteBar
 
@@ -105,7 +105,7 @@ def verify(
     import random
 
     from .. import health as H
-    from ..replicate import backups
+    from ..recover import backups
     from ..views.replicate import verify_text
 
     seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
@@ -170,7 +170,7 @@ def heal(
 ) -> None:
     """Repair the files zpool status -v lists as damaged, from the backup's snapshots (zfs receive -c).
     Exit 0 when every one is healed (or none is damaged), 1 when some are not."""
-    from ..replicate.heal import heal as do_heal
+    from ..recover.heal import heal as do_heal
     from ..views.replicate import heal_text
 
     with Signals() as sig:

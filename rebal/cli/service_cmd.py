@@ -107,7 +107,7 @@ def scrub(
         what = "running" if ZfsHost.here().scrub(pool) == "running" else "started"
         out_json({"pool": pool, "host": None, "scrub": what}) if as_json else out_text(f"{pool}: scrub {what}\n")
         return
-    from ..replicate.backups import scrub_backup
+    from ..recover.backups import scrub_backup
 
     host, target_pool, what = scrub_backup(load_config(), job)
     if as_json:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from ..replicate.rebuild_record import Record
+from ..recover.rebuild_record import Record
 from ..units import human
 from .text import lines
 

@@ -70,7 +70,7 @@ def test_each_jobs_backup_is_looked_for_on_its_own_host(make_pool, backup_host, 
     Planned on real pools (the corrective receive itself is the lane's): each damaged dataset's
     backup is found on its own job's host, this one for the local job, over ssh for the other."""
     from rebal.config import load
-    from rebal.replicate.heal import Heal
+    from rebal.recover.heal import Heal
     from rebal.replicate.job import connect
     from rebal.zfs.damage import Damaged
 

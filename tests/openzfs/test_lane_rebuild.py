@@ -68,7 +68,7 @@ def test_the_printed_zpool_create_runs_as_printed(make_pool, tmp_path):
     """On OpenZFS 2.4.4 the old line said feature@bookmark_v2=active, which zpool create refuses, and
     put a pool comment into the admin's shell unquoted. The line is run here exactly as printed (the
     layout placeholder replaced by the new vdevs), through a shell as the admin would."""
-    from rebal.replicate.rebuild_steps import create_command
+    from rebal.recover.rebuild_steps import create_command
     from rebal.transport import Here
     from rebal.zfs.host import ZfsHost
 

@@ -11,7 +11,7 @@ FLOORS = {
     "cli": 9, "__main__": 9,
     "scheduler": 8,
     "jobs": 7, "views": 7,
-    "rebalance": 6, "refresh": 6, "special": 6,
+    "rebalance": 6, "refresh": 6, "special": 6, "recover": 6,
     "replicate": 5, "fill": 5, "watch": 5,
     "recorded": 4, "notify": 4, "state": 4, "health": 4, "metrics": 4, "where": 4, "oldblocks": 4, "readspeed": 4,
     "gate": 4,

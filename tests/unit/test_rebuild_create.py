@@ -3,7 +3,7 @@ only features the old pool had disabled (zpool create takes only enabled or disa
 
 import shlex
 
-from rebal.replicate.rebuild_steps import create_command
+from rebal.recover.rebuild_steps import create_command
 
 
 def test_a_hostile_comment_stays_one_argument_and_active_features_are_left_out():

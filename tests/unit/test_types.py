@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2] / "rebal"
-TYPED = ("zfs", "process", "replicate", "gate")
+TYPED = ("zfs", "process", "replicate", "recover", "gate")
 
 
 def test_every_parameter_is_typed():

@@ -13,8 +13,8 @@ from .. import names
 from ..config import Replicate
 from ..errors import RebalError, UsageError
 from ..process.command import run
-from .policy import parse_snapshot_name
-from .rsync import PARTIAL_DIR
+from ..replicate.policy import parse_snapshot_name
+from ..replicate.rsync import PARTIAL_DIR
 from ..zfs.snapview import SnapView
 from ..transport import Ssh, Wire, classify_ssh
 
@@ -63,7 +63,7 @@ def _remote_dataset_of(ssh: Wire, path: str) -> str | None:
 def points(job: Replicate, ssh: Wire) -> tuple[str | None, list[RestorePoint]]:
     """(dataset on the backup host, its restore points oldest first)."""
     from ..zfs.host import HostError
-    from .sides import backup_link, job_hosts
+    from ..replicate.sides import backup_link, job_hosts
 
     backup = job_hosts(job, ssh)[1]  # the backup's host (here, for a pull job)
     ds = job.target if job.mode == "zfs" else _remote_dataset_of(backup_link(job, ssh), job.target)
@@ -122,7 +122,7 @@ def restore_dataset(job: Replicate, ssh: Wire, point: RestorePoint, to: str, *, 
     """`zfs send TARGET@SNAP` on the backup's host into `zfs receive` of a new dataset on the source's
     (the hosts of a replication, swapped)."""
     from ..zfs.host import HostError
-    from .sides import job_hosts
+    from ..replicate.sides import job_hosts
 
     if job.mode != "zfs":
         raise UsageError("a whole-dataset restore needs a zfs-mode job; use --path for an rsync job")
@@ -137,7 +137,7 @@ def restore_dataset(job: Replicate, ssh: Wire, point: RestorePoint, to: str, *, 
                                "Restore into a new dataset, or pass --force to overwrite it")
         if not force:
             raise RestoreRefused(f"{to} exists; restore into a new dataset name (or --force to overwrite it)")
-    from .stream import StreamFailed, Transfer
+    from ..replicate.stream import StreamFailed, Transfer
 
     try:  # the replication's stream, the hosts swapped: the job's flags (raw: the backup has no key) and filters
         t = Transfer(frm, into, job, ssh, bwlimit=job.bwlimit, stop=stop, notes=rep.notes)
@@ -178,7 +178,7 @@ def restore_path(job: Replicate, ssh: Wire, point: RestorePoint, path: str, to: 
     ``ssh`` reaches the job's other end; the backup is read on the backup's host, which is this one
     for a pull job (then rsync copies here)."""
     from ..zfs.host import ZfsHost
-    from .sides import backup_link, job_hosts
+    from ..replicate.sides import backup_link, job_hosts
 
     backup: ZfsHost = job_hosts(job, ssh)[1]
     ssh = backup_link(job, ssh)
@@ -275,7 +275,7 @@ def _rsync_back(ssh: Wire, remote_path: str, to: str, rep: RestoreReport, dry_ru
     if rc != 0:
         raise RestoreError(f"rsync of {shown} from the backup host failed (exit {rc}): "
                            f"{etext.replace(remote_path, shown).strip()[-300:]}")
-    from .rsync import parse_stats
+    from ..replicate.rsync import parse_stats
 
     rep.bytes = parse_stats(text).get("bytes_expected", 0)
     return rep

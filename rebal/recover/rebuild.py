@@ -22,10 +22,10 @@ from collections.abc import Callable
 from .. import names, state
 from ..config import Config, Replicate
 from ..errors import RebalError, UsageError
-from .job import connect, find_job
+from ..replicate.job import connect, find_job
 from .rebuild_record import Record, RebuildError, RebuildRefused, load, save  # noqa: F401 (RebuildError: for callers)
 from ..zfs.host import ZfsHost
-from .sides import job_hosts
+from ..replicate.sides import job_hosts
 
 
 def _job_for(cfg: Config, pool: str, job: str) -> Replicate:

@@ -21,7 +21,7 @@ from ..health import CRITICAL, OK, WARNING, Finding
 from ..process.command import run
 from ..process.command import Runner
 from ..zfs.host import HostError, ZfsHost
-from .policy import is_ours
+from ..replicate.policy import is_ours
 from ..zfs.snapview import SnapView
 from ..transport import Here, Wire, classify_ssh
 
@@ -162,15 +162,15 @@ def verify_zfs(job: Replicate, link: Wire, sample_n: int | None, seed: int, runn
     push job, the file server of a pull job): the two hosts are the job's, whichever end this is.
     Through a gated key (rebal gate) the other end's files are hashed there by the gate
     (rebal-gate-verify): names, sizes and hashes come back, never the data."""
-    from .remote import gate_info
-    from .sides import job_hosts
+    from ..replicate.remote import gate_info
+    from ..replicate.sides import job_hosts
 
     source, backup = job_hosts(job, link if not link.local else Here(runner))
     rep = VerifyReport(job.name, seed=seed)
     gate = None if link.local else gate_info(ZfsHost(link))
     rep.gated = gate is not None and not gate.get("verify")  # contents cannot be compared through it
     if job.recursive:
-        from .select import select
+        from ..replicate.select import select
 
         datasets = select(job, source).included
     else:

@@ -22,9 +22,9 @@ from ..errors import RebalError, UsageError
 from ..zfs.damage import Damaged, in_dataset, permanent_errors
 from ..zfs.host import ZfsHost
 from ..zfs.snaps import Snap
-from .job import connect
-from .sides import job_hosts
-from .stream import StreamFailed, Transfer
+from ..replicate.job import connect
+from ..replicate.sides import job_hosts
+from ..replicate.stream import StreamFailed, Transfer
 from ..transport import Wire
 
 

@@ -23,7 +23,7 @@ EMPTY = 1 << 20  # what a dataset may reference and hold no files (an empty file
 def coverage(rec: Record, j: Replicate, here: ZfsHost) -> None:
     """Every dataset of the pool is in the job, or named left out; the pool's root may be outside the
     job when it holds nothing of its own."""
-    from .select import select
+    from ..replicate.select import select
 
     every = here.datasets(rec.pool)
     unknown = [d for d in rec.left_out if d not in every]
@@ -49,7 +49,7 @@ def final_point(cfg: Config, rec: Record, j: Replicate, link: Wire, here: ZfsHos
     """A last replication whose snapshot the source keeps (the restore point), nothing written after
     it, and every file of the backup equal to the source's at it."""
     from ..locks import Together
-    from .job import run_job
+    from ..replicate.job import run_job
     from .verify import verify_zfs
 
     rs = j.retention_source

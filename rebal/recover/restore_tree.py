@@ -24,10 +24,10 @@ from ..config import Replicate
 from ..outcome import Outcome
 from ..zfs.host import HostError, Tree, ZfsHost
 from ..zfs.snaps import Snap
-from .policy import parse_snapshot_name
+from ..replicate.policy import parse_snapshot_name
 from .restore import PointNotFound, RestoreError, RestorePoint, RestoreRefused
-from .sides import job_hosts
-from .stream import StreamFailed, Transfer
+from ..replicate.sides import job_hosts
+from ..replicate.stream import StreamFailed, Transfer
 from ..transport import TransportError, Wire
 
 

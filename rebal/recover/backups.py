@@ -15,7 +15,7 @@ from .. import state
 from ..config import Config, Replicate
 from ..errors import UsageError
 from ..outcome import Outcome
-from .job import connect, find_job
+from ..replicate.job import connect, find_job
 from ..transport import Wire
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ def list_points(cfg: Config, job: str):
     from ..zfs.host import HostError
     from .restore import RestoreError, points
     from .restore_tree import pick
-    from .sides import job_hosts
+    from ..replicate.sides import job_hosts
 
     j = find_job(cfg, job)
     newest: dict[str, str | None] = {}
@@ -149,8 +149,8 @@ def _verify_at_a_fresh_snapshot(cfg: Config, j: Replicate, ssh: Wire, n: int | N
     from dataclasses import replace
 
     from ..locks import Together
-    from .job import run_job
-    from .policy import is_ours
+    from ..replicate.job import run_job
+    from ..replicate.policy import is_ours
     from .verify import verify_zfs
 
     rs = j.retention_source
@@ -167,9 +167,9 @@ def _verify_at_a_fresh_snapshot(cfg: Config, j: Replicate, ssh: Wire, n: int | N
             rep = verify_zfs(j, ssh, n, seed)
         finally:
             if rs.last == 0 and not (rs.hourly or rs.daily or rs.weekly or rs.monthly) and is_ours(snap, j.name):
-                from .sides import job_hosts
+                from ..replicate.sides import job_hosts
 
-                from . import guard
+                from ..replicate import guard
 
                 source, backup = job_hosts(j, ssh)  # a pull job's source is the other end
                 # with its bookmarks: the cursor that lets the snapshot go (the guard looks for it)
@@ -197,7 +197,7 @@ def scrub_backup(cfg: Config, job: str) -> tuple[str, str, str]:
         if not ds:
             raise UsageError(f"the target of job {job} is not on a ZFS dataset: nothing to scrub")
         from ..zfs.host import HostError
-        from .sides import job_hosts
+        from ..replicate.sides import job_hosts
 
         target_pool = ds.split("/")[0]
         backup = job_hosts(j, ssh)[1]  # the backup's host: this one for a pull job
