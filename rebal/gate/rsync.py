@@ -1,6 +1,6 @@
 """The gate's rsync server: written where it was checked, and nothing on the backup host made runnable.
 
-gate.py checks an rsync line by its words; this module makes those words true when rsync runs:
+check.py checks an rsync line by its words; this module makes those words true when rsync runs:
 - the destination is opened from the root's mount point one component at a time, never following a
   symlink, and rsync starts inside the directory opened (its destination becomes relative to it), so
   a directory swapped for a symlink after the check is not where rsync writes;

@@ -1,4 +1,4 @@
-"""Running what the gate allowed (gate.py decides): logging, the receive's safety flags, the pipeline.
+"""Running what the gate allowed (check.py decides): logging, the receive's safety flags, the pipeline.
 
 Every command, allowed or refused, is logged: to syslog (the journal) where /dev/log exists, and to
 ``--log FILE`` when given, one line each; with neither, to a file of its own (FALLBACK_LOG for root,

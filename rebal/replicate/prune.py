@@ -1,5 +1,5 @@
 """Retention of a job's snapshots on the backup host, run there (`rebal prune`): where the backup
-host is gated (gate.py), the pushing side can no longer destroy anything, so the backup host prunes
+host is gated (rebal/gate), the pushing side can no longer destroy anything, so the backup host prunes
 its own copies. Only snapshots named `rebal-<job>-<time>` are touched; the newest one of each
 dataset always stays (it is the base of the next incremental)."""
 
