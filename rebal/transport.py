@@ -157,7 +157,7 @@ class Ssh:
         return self.ep.host
 
     def run(self, *parts: list[str], readonly: bool = True, dry_run: bool = False, check: bool = True,
-            timeout: float | None = 300, input: str | None = None, stop: threading.Event | None = None,
+            timeout: float | None = 300, input: str | bytes | None = None, stop: threading.Event | None = None,
             on_out: Callable[[bytes], None] | None = None) -> Result:
         with self._count:
             self.runs += 1
@@ -261,14 +261,15 @@ class Here:
         return list(parts[0])
 
     def run(self, *parts: list[str], readonly: bool = True, dry_run: bool = False, check: bool = True,
-            timeout: float | None = 300, input: str | None = None, stop: threading.Event | None = None,
+            timeout: float | None = 300, input: str | bytes | None = None, stop: threading.Event | None = None,
             on_out: Callable[[bytes], None] | None = None) -> Result:
-        extra: dict[str, object] = {k: v for k, v in (("input", input), ("stop", stop), ("on_out", on_out))
-                                    if v is not None}
-        if self._runner is not None:
+        if self._runner is not None:  # (a test's recorded answers take only what was given)
+            extra: dict[str, object] = {k: v for k, v in (("input", input), ("stop", stop), ("on_out", on_out))
+                                        if v is not None}
             return self._runner(self.argv(*parts), readonly=readonly, check=check, timeout=timeout,
                                 **extra, **({"dry_run": True} if dry_run else {}))
-        return run(self.argv(*parts), readonly=readonly, dry_run=dry_run, check=check, timeout=timeout, **extra)  # type: ignore[arg-type]
+        return run(self.argv(*parts), readonly=readonly, dry_run=dry_run, check=check, timeout=timeout, input=input,
+                   stop=stop, on_out=on_out)
 
     def rsync_remote(self) -> list[str]:
         return []

@@ -31,6 +31,12 @@ from .. import names
 from ..errors import RebalError
 from ..zfs import argv as zargv
 
+# the commands recognised in what arrives over ssh (read, never built here)
+RECEIVES = (("zfs", "receive"), ("zfs", "recv"))
+SEND = ("zfs", "send")
+SNAPSHOT = ("zfs", "snapshot")
+POOL_SYNC = ("zpool", "sync")
+USAGE_ASKS = (("zfs", "receive"), ("zfs", "recv"), ("zfs", "send"))  # a job's first question: the usage text
 INFO = "rebal-gate-info"  # the probe a job sends to learn it talks to a gate (and what the gate allows)
 # never in a command rebal sends: shell syntax, globbing, control characters
 _SHELL = set("`$;&<>(){}[]*?~!\n\r\t\x00")
@@ -296,7 +302,7 @@ def _rsync(policy: Policy, argv: list[str]) -> None:
 
 
 def _send_mode(policy: Policy, argv: list[str]) -> None:
-    if tuple(argv[:2]) == zargv.POOL_SYNC:  # before `written@` is read: what a second old write made counts only once synced
+    if tuple(argv[:2]) == POOL_SYNC:  # before `written@` is read: what a second old write made counts only once synced
         if argv[2:] != [policy.root.split("/")[0]]:
             raise Refused(f"zpool sync: only of {policy.root.split('/')[0]}, the pool of {policy.root}")
         return None
@@ -361,7 +367,7 @@ def _send_mode(policy: Policy, argv: list[str]) -> None:
 def send_token(stage: list[str]) -> str | None:
     """The resume token of an allowed `zfs send ... -t TOKEN` stage (however its flags are written:
     `-t TOK`, `-tTOK`, `-v -t TOK`), or None."""
-    if tuple(stage[:2]) != zargv.SEND:
+    if tuple(stage[:2]) != SEND:
         return None
     _, vals, _ = parse_opts(stage[2:], "wcLenvPp", "iIt")
     return vals.get("t")
@@ -369,7 +375,7 @@ def send_token(stage: list[str]) -> str | None:
 
 def snapshots_made(stage: list[str]) -> tuple[list[str], bool]:
     """The snapshots an allowed `zfs snapshot` stage would make, and whether with -r."""
-    if tuple(stage[:2]) != zargv.SNAPSHOT:
+    if tuple(stage[:2]) != SNAPSHOT:
         return [], False
     seen, _, pos = parse_opts(stage[2:], "r", "")
     return pos, "r" in seen
@@ -389,14 +395,14 @@ def check(policy: Policy, line: str) -> list[list[str]]:
         *filters, last = stages
         for f in filters:
             _filter(f, receiving=True)
-        if filters and tuple(last[:2]) not in zargv.RECEIVES:
+        if filters and tuple(last[:2]) not in RECEIVES:
             raise Refused("a pipeline must end in zfs receive")
         _receive_mode(policy, last)
     else:
         first, *filters = stages
         for f in filters:
             _filter(f, receiving=False)
-        if filters and tuple(first[:2]) != zargv.SEND:
+        if filters and tuple(first[:2]) != SEND:
             raise Refused("a pipeline must start with zfs send")
         _send_mode(policy, first)
     return stages

@@ -21,11 +21,12 @@ import sys
 import time
 from dataclasses import replace
 
-from ..process.command import run
 from ..process.pipeline import connect
-from ..zfs import argv as zargv
+from ..errors import RebalError
+from ..transport import Here
+from ..zfs.host import ZfsHost
 from . import rsync as gate_rsync
-from .check import INFO, Policy, Refused, check, rsync_destination, send_token, split
+from .check import INFO, RECEIVES, USAGE_ASKS, Policy, Refused, check, rsync_destination, send_token, split
 from .verify import VERIFY, check_verify, serve_verify
 
 # properties a hostile stream could set on the backup host (mount it over /etc, setuid binaries)
@@ -71,10 +72,16 @@ def _setup_log(path: str | None) -> None:
         log.addHandler(h2)
 
 
+def _zfs() -> ZfsHost:
+    """This host's ZFS, as the gate asks it (the one door, zfs/host.py)."""
+    return ZfsHost(Here())
+
+
 def _mountpoint(root: str) -> str | None:
-    r = run(zargv.mountpoint(root), check=False)
-    mp = r.stdout.strip()
-    return mp if r.returncode == 0 and mp.startswith("/") else None
+    try:
+        return _zfs().mountpoint(root)
+    except RebalError:
+        return None
 
 
 def _info(policy: Policy) -> dict:
@@ -86,28 +93,15 @@ def _info(policy: Policy) -> dict:
         import grp
         import pwd
 
-        from ..errors import RebalError
-        from ..zfs.host import ZfsHost
-        from ..transport import Here
-
         pw = pwd.getpwuid(os.geteuid())
         groups = tuple(g.gr_name for g in grp.getgrall() if pw.pw_name in g.gr_mem) + (grp.getgrgid(pw.pw_gid).gr_name,)
         try:
-            perms = ZfsHost(Here()).delegated(policy.root, pw.pw_name, groups)
+            perms = _zfs().delegated(policy.root, pw.pw_name, groups)
         except RebalError:  # the probe answers anyway; the receive itself says what is missing
             perms = set()
         info["user"] = pw.pw_name
         info["append_only"] = "receive:append" in perms and "receive" not in perms
     return info
-
-
-def receive_has_x(probe_into: str) -> bool:
-    """Does this zfs's receive take -x? Asked of zfs receive itself, not read from its usage text
-    (OpenZFS prints `[-x <property>]`, and a substring test once turned the excludes off): a dry run
-    of an empty stream with -x fails reading the stream (exit 1) where -x exists, and on the option
-    (a usage error, exit 2) where it does not."""
-    r = run(zargv.receive_probe_x(probe_into), check=False, input=b"")
-    return r.returncode != 2
 
 
 def harden(stages: list[list[str]], has_x: bool) -> tuple[list[list[str]], bool]:
@@ -116,7 +110,7 @@ def harden(stages: list[list[str]], has_x: bool) -> tuple[list[list[str]], bool]
     Only for a gate running as root: a delegated user cannot set these properties at all (on Linux
     mountpoint, canmount and the shares cannot be delegated), and zfs refuses it `-x` of them too."""
     last = stages[-1]
-    if not (tuple(last[:2]) in zargv.RECEIVES and len(last) > 2 and "-A" not in last) or os.geteuid() != 0:
+    if not (tuple(last[:2]) in RECEIVES and len(last) > 2 and "-A" not in last) or os.geteuid() != 0:
         return stages, False
     if has_x:
         extra = [a for p in UNSAFE_PROPS for a in ("-x", p)]
@@ -128,13 +122,14 @@ def harden(stages: list[list[str]], has_x: bool) -> tuple[list[list[str]], bool]
 def reset_received(target: str) -> list[str]:
     """After a receive without -x: each unsafe property the stream set under ``target`` inherited
     again (the received value stays recorded, not effective). Returns what was reset."""
-    r = run(zargv.property_sources(_NO_X, target), check=False)
-    done = []
-    for row in r.stdout.splitlines():
-        parts = row.split("\t")
-        if len(parts) == 3 and parts[2] == "received":
-            run(zargv.inherit(parts[1], parts[0]), readonly=False, check=False)
-            done.append(f"{parts[0]} {parts[1]}")
+    zfs, done = _zfs(), []
+    for ds, prop in zfs.received(_NO_X, target):
+        try:
+            zfs.inherit(ds, prop)
+        except RebalError as e:  # said in the log: the next receive's reset tries again
+            log.error("could not inherit %s on %s again: %s", prop, ds, e)
+            continue
+        done.append(f"{ds} {prop}")
     return done
 
 
@@ -146,9 +141,8 @@ def _snapshot_room(policy: Policy, stage: list[str]) -> None:
     made, recursive = snapshots_made(stage)
     for snap in made:
         ds = snap.split("@", 1)[0]
-        r = run(zargv.snapshot_list(ds, recursive), check=False)
         counts: dict[str, int] = {}
-        for name in r.stdout.split("\n"):
+        for name in _zfs().snapshot_names(ds, recursive=recursive):
             d, _, s = name.partition("@")
             if s and OWN_SNAPSHOT.fullmatch(s):
                 counts[d] = counts.get(d, 0) + 1
@@ -197,13 +191,13 @@ def serve(policy: Policy, line: str | None, log_path: str | None = None, who: st
     if stages == [[INFO]]:
         sys.stdout.write(json.dumps(_info(policy)) + "\n")
         return 0
-    if len(stages) == 1 and tuple(stages[0]) in zargv.USAGE_ASKS:
+    if len(stages) == 1 and tuple(stages[0]) in USAGE_ASKS:
         # the usage text a job asks for first: it learns the gate from the same round trip
         sys.stderr.write(f"{INFO} {json.dumps(_info(policy))}\n")
         sys.stderr.flush()
     reset = False
     if policy.mode == "receive" and rsync_fd is None:
-        stages, reset = harden(stages, os.geteuid() == 0 and receive_has_x(policy.root + "/.rebal-probe"))
+        stages, reset = harden(stages, os.geteuid() == 0 and _zfs().receive_excludes(policy.root))
     if rsync_fd is not None:
         try:
             gate_rsync.enter(rsync_fd, policy.mountpoint or "/")
@@ -226,13 +220,11 @@ def _check_token(policy: Policy, token: str) -> None:
     by toname: ask zfs (dry run) what the token holds, and allow it only when toname lies under the
     root and is the very snapshot whose guid the token carries."""
     from .check import token_target
-    from ..zfs.token import parse_token_check
 
-    r = run(zargv.send_resume(token, estimate=True), check=False)
-    info = parse_token_check(r.stdout + r.stderr) if r.returncode == 0 else None
+    zfs = _zfs()
+    info = zfs.token_sends(token)
     token_target(policy, info.toname if info else None)
     assert info is not None
-    g = run(zargv.guid(info.toname), check=False)
-    guid = g.stdout.strip()
-    if info.toguid is None or g.returncode != 0 or not guid.isdigit() or int(guid) != info.toguid:
+    guid = zfs.guid(info.toname)
+    if info.toguid is None or guid is None or guid != info.toguid:
         raise Refused(f"zfs send -t: the token names {info.toname} but carries another snapshot's guid")

@@ -1,6 +1,6 @@
-"""What the two ends of a zfs replication can do, asked once per run: the send and receive options
-of each zfs (from their usage texts, the other end's kept a day in the state database), a gate on the
-other end and what it allows, and the stream's filters (zstd at the job's level, mbuffer of the job's
+"""What the two ends of a zfs replication can do, asked once per run: the source's send options and
+the backup's receive options (ZfsHost.abilities; the other end's usage text kept a day in the state
+database), a gate on the other end and what it allows, and the stream's filters (zstd at the job's level, mbuffer of the job's
 size) where they are installed on both ends. A mixin of ZfsReplicator."""
 
 from __future__ import annotations
@@ -8,9 +8,7 @@ from __future__ import annotations
 import shutil
 from typing import TYPE_CHECKING
 
-from ..zfs import argv as zargv
 from ..zfs.host import ZfsHost
-from .policy import SendFeatures, receive_has_o, receive_has_u, receive_resumable, send_features
 from .remote import ReplicationError
 from ..transport import Wire
 
@@ -30,25 +28,27 @@ class Capabilities:
     dry_run: bool
     force_rollback: tuple[str, ...]  # the datasets (source or backup names) a receive -F may roll back
     gate: dict | None
-    usage_key: str
-    send: SendFeatures
     resumable: bool
-    recv_u: bool
-    recv_o: bool
+
+    @property
+    def other(self) -> ZfsHost:
+        """The host at the ssh's other end (the backup's in a push job, the source's in a pull job)."""
+        return self.target if self.source.local else self.source
 
     def detect(self) -> None:
+        """Each end's abilities (ZfsHost.abilities, the one model): the source's send options and
+        the target's receive options, one usage text each. The other end's is kept a day in the state
+        database (one round trip less), and a gate there says so in the text it passes on."""
         from ..gate.check import marker
 
-        send_usage, recv_usage = self._usage(self.source, "send"), self._usage(self.target, "receive")
-        self.send = send_features(send_usage)
-        # a gate on the other end says so in the usage text it passes on: no round trip of its own
-        self.detect_gate(None if self.ssh.local else marker(recv_usage if self.source.local else send_usage))
-        self.resumable = self.send.resume and receive_resumable(recv_usage)
-        self.recv_u = receive_has_u(recv_usage)
-        self.recv_o = receive_has_o(recv_usage)
-        # what has resumable sends and receives lists guid and createtxg fast (zfs list -p)
-        self.source.lists_fast = self.send.resume
-        self.target.lists_fast = receive_resumable(recv_usage)
+        if not self.ssh.local and self.cache is not None:
+            ep = self.ssh.ep
+            self.other.keep_usage(self.cache, f"{ep.user}@{ep.host}:{ep.port}", store=not self.dry_run)
+        sends, receives = self.source.abilities(), self.target.abilities()
+        self.detect_gate(None if self.ssh.local else marker(self.other.usage("receive" if self.source.local else "send")))
+        # both asked (no short cut): each end's listing then reads the text it was asked (lists_fast)
+        can_send, can_receive = sends.send_resume, receives.receive_resume
+        self.resumable = can_send and can_receive
         self.filters()
 
     def filters(self) -> None:
@@ -60,33 +60,14 @@ class Capabilities:
         def there(program: str) -> bool:  # on the other end (a gate says what it has: no shell to ask)
             if self.gate is not None:
                 return program in self.gate.get("filters", [])
-            return (self.target if self.source.local else self.source).has(program)
+            return self.other.has(program)
 
         self.filters_send, self.filters_recv, notes = stream_filters(
             self.job, local=self.ssh.local, here=lambda p: shutil.which(p) is not None, there=there)
         self.report.notes.extend(notes)
 
-    def _usage(self, host: ZfsHost, command: str) -> str:
-        """The usage text of `zfs COMMAND` on ``host``: asked here; on the other end from the state
-        database when it was asked there within a day, else asked now (and kept). A receive or send
-        that then fails on an option forgets it (usage_stale)."""
-        if host.local:
-            return host.usage(command)
-        ep = self.ssh.ep
-        self.usage_key = f"usage:zfs-{command}:{ep.user}@{ep.host}:{ep.port}"
-        if self.cache is not None:
-            kept = self.cache.get(self.usage_key)
-            if kept:
-                return kept
-        text = host.usage(command)
-        if self.cache is not None and "usage" in text.lower() and not self.dry_run:
-            self.cache.set(self.usage_key, text)
-        return text
-
     def usage_stale(self, err: str) -> None:
-        if self.cache is not None and self.usage_key and any(
-                w in err.lower() for w in ("invalid option", "usage:", "unrecognized")):
-            self.cache.forget(self.usage_key)
+        if any(w in err.lower() for w in ("invalid option", "usage:", "unrecognized")) and self.other.forget_usage():
             self.report.notes.append("the other end's zfs refused an option: its abilities are asked again next run")
 
     def gated_since(self, err: str) -> bool:
@@ -94,8 +75,7 @@ class Capabilities:
         asked): forget it, so the next run (and its dry run alike) sees the gate. True if so."""
         if "rebal gate: refused" not in err or self.gate is not None:
             return False
-        if self.cache is not None and self.usage_key:
-            self.cache.forget(self.usage_key)
+        self.other.forget_usage()
         return True
 
     def detect_gate(self, info: dict | None) -> None:
@@ -126,7 +106,7 @@ class Capabilities:
                                      f"--job {self.job.name}), not from here")
 
     def send_flags(self) -> list[str]:
-        f, j = self.send, self.job
+        f, j = self.source.abilities(), self.job
         flags = []
         if j.raw and f.raw:
             flags.append("-w")
@@ -141,9 +121,10 @@ class Capabilities:
         return flags
 
     def receive_argv(self, target: str, force: bool = False, full: bool = False) -> list[str]:
-        """``full``: a new replica, received read-only at once where zfs receive takes -o (else set after)."""
-        return zargv.receive(target, resumable=self.resumable, unmounted=self.recv_u, readonly=full and self.recv_o,
-                             force=force)
+        """Into ``target`` on the backup's host, never mounted, resumable where both ends are;
+        ``full``: a new replica, received read-only at once where zfs receive takes -o (else set after)."""
+        return self.target.receive(target, force=force, mount=False, resumable=self.resumable,
+                                   props={"readonly": "on"} if full else None)
 
     def target_of(self, ds: str) -> str:
         return self.job.target + ds[len(self.job.source):]

@@ -141,58 +141,6 @@ def explain_receive_error(stderr: str, target: str, base: str | None, forced: bo
     return f"zfs receive into {target} failed: {' '.join(last[:2]) if last else 'no message'}"
 
 
-# -- what this zfs supports -----------------------------------------------------------------------
-
-
-def usage_flags(text: str, command: str) -> set[str]:
-    """Single-letter flags that the usage text of `zfs <command>` lists, over all its forms."""
-    flags: set[str] = set()
-    for m in re.finditer(rf"^\s*{command}\s+(.*)$", text, re.M):
-        for group in re.findall(r"\[-([A-Za-z]+)\]", m.group(1)):
-            flags.update(group)
-        flags.update(re.findall(r"(?:^|\s)-([A-Za-z])(?=\s|$)", m.group(1)))
-    return flags
-
-
-@dataclass(frozen=True, slots=True)
-class SendFeatures:
-    resume: bool  # send -t / receive -s / receive -A
-    dry_run_size: bool  # send -nP
-    raw: bool  # -w
-    compressed: bool  # -c
-    large_blocks: bool  # -L
-    embedded: bool  # -e
-
-
-def send_features(send_usage: str) -> SendFeatures:
-    f = usage_flags(send_usage, "send")
-    return SendFeatures(
-        resume="t" in f,
-        dry_run_size="n" in f and "P" in f,
-        raw="w" in f,
-        compressed="c" in f,
-        large_blocks="L" in f,
-        embedded="e" in f,
-    )
-
-
-def receive_resumable(receive_usage: str) -> bool:
-    f = usage_flags(receive_usage, "receive")
-    return "s" in f and "A" in f
-
-
-def receive_has_u(receive_usage: str) -> bool:
-    return "u" in usage_flags(receive_usage, "receive")
-
-
-def receive_has_o(receive_usage: str) -> bool:
-    """`zfs receive -o property=value` (OpenZFS 0.7+): a full receive sets readonly=on itself."""
-    return re.search(r"^\s*receive\s.*\[-o <property>=<value>\]", receive_usage, re.M) is not None
-
-
-# -- resume tokens ----------------------------------------------------------------------------------
-
-
 # -- retention --------------------------------------------------------------------------------------
 
 

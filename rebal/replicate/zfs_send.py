@@ -75,7 +75,7 @@ class ZfsReplicator(Capabilities):
             self.target = ZfsHost(here) if ssh.local else ZfsHost(ssh)
         self.gate: dict | None = None  # what a gate on the other end allows (None: no gate)
         self.cache = cache  # state.Cache: the other end's usage text, kept a day (one round trip less)
-        self.usage_key = ""
+        self.resumable = False  # both ends resume a cut stream (detect)
         self.landed = landed or {}  # dataset -> the snapshot that landed on the backup, as recorded
         self.plan: ByRecord | None = None  # what the record and the backup's bases said (unchanged.py)
         self.force_rollback, self.dry_run = force_rollback, dry_run
@@ -252,7 +252,7 @@ class ZfsReplicator(Capabilities):
 
     def _may_skip(self) -> bool:
         """Whether datasets with nothing new may sit the run out (old ZFS: no written@ either)."""
-        return self.job.skip_unchanged and self.send.dry_run_size
+        return self.job.skip_unchanged and self.source.abilities().send_size
 
     def skip_unchanged(self, datasets: list[str], tree: dict | None = None) -> list[str]:
         """The datasets to snapshot and send this run: those with nothing written since their base
@@ -390,9 +390,9 @@ class ZfsReplicator(Capabilities):
                 # incremental fail: without -u it is mounted at once, and with -u an admin who mounts
                 # it to look inside breaks it the same way (seen on OpenZFS 2.4.4). Read-only it is:
                 # received so (-o readonly=on: no round trip of its own), or set right after.
-                if not self.recv_o:
+                if not self.target.abilities().receive_o:
                     self.target.set(target, "readonly", "on")
-                if not self.recv_u:
+                if not self.target.abilities().receive_u:
                     self.report.notes.append(f"{target} set readonly=on (the backup host's zfs has no receive -u)")
             rep.cursor = keep_cursor(self, ds, snap, plan.base if plan.kind == "incremental" else None)
             self._trees_after(ds, target, src, tgt, plan, to, rep.cursor)
@@ -427,7 +427,7 @@ class ZfsReplicator(Capabilities):
                 self.source_tree.setdefault(ds, []).append(Snap(to.name, to.guid, to.txg, bookmark=True))
 
     def estimate(self, flags: list[str], ds: str, snap: str, kind: str) -> int | None:
-        if self.send.dry_run_size and (size := self.source.send_size(f"{ds}@{snap}", flags)) is not None:
+        if self.source.abilities().send_size and (size := self.source.send_size(f"{ds}@{snap}", flags)) is not None:
             return size
         if kind == "full":  # old ZFS: the snapshot's referenced size is close to the stream size
             referenced = self.source.properties(f"{ds}@{snap}", ["referenced"], check=False).get("referenced", "")

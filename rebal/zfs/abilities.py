@@ -3,31 +3,113 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from functools import cached_property
 
 
-@dataclass
+def usage_flags(text: str, command: str) -> set[str]:
+    """Single-letter flags that the usage text of `zfs <command>` lists, over all its forms
+    (`[-Fhnsuv]` and a bare `-t <token>` or `-A <filesystem>`)."""
+    flags: set[str] = set()
+    for m in re.finditer(rf"^\s*{command}\s+(.*)$", text, re.M):
+        for group in re.findall(r"\[-([A-Za-z]+)\]", m.group(1)):
+            flags.update(group)
+        flags.update(re.findall(r"(?:^|\s)-([A-Za-z])(?=\s|$)", m.group(1)))
+    return flags
+
+
 class Abilities:
-    """What this host's zfs can do, from its usage texts (asked once per host and run)."""
+    """What one host's zfs can do: the one model of it, for a replication's two ends, a restore, a
+    heal and `rebal config check` alike. Each part is asked of the host when first needed and then
+    kept (ZfsHost keeps one per host and run): the send options from `zfs send`'s usage text, the
+    receive options from `zfs receive`'s, the corrective receive from `zfs version` (the usage texts
+    do not show it). A replication asks one text of each end, so a gate on the other end is asked
+    only what it passes on."""
 
-    resumable: bool = False  # zfs receive -s / zfs send -t
-    receive_u: bool = False  # receive without mounting
-    receive_o: bool = False  # receive -o PROP=VALUE
-    receive_x: bool = False  # receive -x PROP
-    corrective: bool = False  # receive -c (OpenZFS 2.2+): heal damaged blocks from a stream
-    raw: bool = False  # send -w
-    props: bool = False  # send -p
-    compressed: bool = False  # send -c
-    large_blocks: bool = False  # send -L
-    embedded: bool = False  # send -e
+    def __init__(self, usage: Callable[[str], str], version: Callable[[], tuple[int, ...]]) -> None:
+        self._usage, self._version = usage, version
 
+    @classmethod
+    def recorded(cls, send: str, receive: str, version: tuple[int, ...] = ()) -> Abilities:
+        """From recorded usage texts (a test's, or `rebal config check`'s fixtures)."""
+        return cls({"send": send, "receive": receive}.__getitem__, lambda: version)
 
-def flags(usage: str) -> set[str]:
-    """The one-letter options a zfs usage text shows (`[-Fhnsuv]`, `[-o property=value]`, ...)."""
-    out: set[str] = set()
-    for group in re.findall(r"\[-([A-Za-z]+)", usage):
-        out.update(group)
-    return out
+    @cached_property
+    def _send(self) -> set[str]:
+        return usage_flags(self._usage("send"), "send")
+
+    @cached_property
+    def _receive_text(self) -> str:
+        return self._usage("receive")
+
+    @cached_property
+    def _receive(self) -> set[str]:
+        return usage_flags(self._receive_text, "receive")
+
+    def _receive_takes(self, letter: str) -> bool:
+        """`zfs receive -o property=value` / `-x property` (OpenZFS 0.7+)."""
+        return re.search(rf"^\s*receive\s.*\[-{letter} <property>", self._receive_text, re.M) is not None
+
+    @property
+    def send_resume(self) -> bool:  # zfs send -t TOKEN
+        return "t" in self._send
+
+    @property
+    def send_size(self) -> bool:  # zfs send -nP: what a send would be, in bytes
+        return {"n", "P"} <= self._send
+
+    @property
+    def raw(self) -> bool:  # zfs send -w
+        return "w" in self._send
+
+    @property
+    def props(self) -> bool:  # zfs send -p
+        return "p" in self._send
+
+    @property
+    def compressed(self) -> bool:  # zfs send -c
+        return "c" in self._send
+
+    @property
+    def large_blocks(self) -> bool:  # zfs send -L
+        return "L" in self._send
+
+    @property
+    def embedded(self) -> bool:  # zfs send -e
+        return "e" in self._send
+
+    @property
+    def receive_resume(self) -> bool:  # zfs receive -s and -A
+        return {"s", "A"} <= self._receive
+
+    @property
+    def receive_u(self) -> bool:  # zfs receive -u: received, not mounted
+        return "u" in self._receive
+
+    @property
+    def receive_o(self) -> bool:  # zfs receive -o PROP=VALUE
+        return self._receive_takes("o")
+
+    @property
+    def receive_x(self) -> bool:  # zfs receive -x PROP
+        return self._receive_takes("x")
+
+    @property
+    def resumable(self) -> bool:
+        """Streams to and from this host resume (receive -s, send -t)."""
+        return self.send_resume and self.receive_resume
+
+    @cached_property
+    def corrective(self) -> bool:
+        """zfs receive -c (OpenZFS 2.2+): heal damaged blocks from a stream."""
+        return self._version() >= (2, 2)
+
+    def lists_fast(self) -> bool:
+        """`zfs list -p` gives guid and createtxg (OpenZFS: what has resumable streams has it), read
+        from whichever usage text was already asked (the send's where neither was)."""
+        if "_receive" in self.__dict__ and "_send" not in self.__dict__:
+            return self.receive_resume
+        return self.send_resume
 
 
 def delegations(text: str, user: str, groups: tuple[str, ...] = ()) -> set[str]:

@@ -120,15 +120,8 @@ def send_resume(token: str, *, estimate: bool = False) -> list[str]:
     return ["zfs", "send", "-t", token, *(["-nvP"] if estimate else [])]
 
 
-def receive(target: str, *, resumable: bool, unmounted: bool, readonly: bool = False, force: bool = False) -> list[str]:
-    """`zfs receive` into ``target``: -s (a cut stream leaves a resume token), -u (not mounted),
-    -o readonly=on (a new replica), -F (roll the target back first)."""
-    return ["zfs", "receive", *(["-s"] if resumable else []), *(["-u"] if unmounted else []),
-            *(["-o", "readonly=on"] if readonly else []), *(["-F"] if force else []), target]
 
 
-def mountpoint(dataset: str) -> list[str]:
-    return ["zfs", "get", "-H", "-o", "value", "mountpoint", dataset]
 
 
 def allow(user: str, perms: Sequence[str], root: str) -> list[str]:
@@ -136,7 +129,7 @@ def allow(user: str, perms: Sequence[str], root: str) -> list[str]:
     return ["zfs", "allow", "-u", user, ",".join(perms), root]
 
 
-# the commands a gate recognises in what arrives over ssh (it builds none of them: it reads them)
+# what a gate asks of its own host around a command it lets through (ZfsHost's gate queries)
 def receive_probe_x(target: str) -> list[str]:
     """A dry-run receive with -x (of a harmless property) that a gate feeds an empty stream: a usage
     error (exit 2) says this zfs's receive has no -x."""
@@ -148,8 +141,6 @@ def property_sources(props: Sequence[str], root: str) -> list[str]:
     return ["zfs", "get", "-H", "-r", "-o", "name,property,source", ",".join(props), root]
 
 
-def inherit(prop: str, dataset: str) -> list[str]:
-    return ["zfs", "inherit", prop, dataset]
 
 
 def snapshot_list(dataset: str, recursive: bool) -> list[str]:
@@ -159,10 +150,3 @@ def snapshot_list(dataset: str, recursive: bool) -> list[str]:
 
 def guid(name: str) -> list[str]:
     return ["zfs", "get", "-Hp", "-o", "value", "guid", name]
-
-
-RECEIVES = (("zfs", "receive"), ("zfs", "recv"))
-SEND = ("zfs", "send")
-SNAPSHOT = ("zfs", "snapshot")
-POOL_SYNC = ("zpool", "sync")
-USAGE_ASKS = (("zfs", "receive"), ("zfs", "recv"), ("zfs", "send"))  # a job's first question: the usage text

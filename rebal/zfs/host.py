@@ -18,21 +18,22 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any
 
 from .. import names
 from ..errors import CommandFailed, HostError
 from ..process.command import Result, Runner
 from . import argv as zargv
-from .abilities import Abilities, delegations, flags
+from .abilities import Abilities, delegations
 from .destroy import Batches, chunks, destroy_argv, release_argv
 from .host_fs import FileSystems
 from .host_list import Listings
 from .host_pool import PoolCalls
+from .host_stream import Streams
+from .link import Kept, Link
 from .snaps import Snap, Tree, parse_guid_txg, snapshots_from
-from .token import TokenInfo, parse_send_size, parse_token_check
 
 __all__ = ["HostError", "Link", "NoBookmarks", "Tree", "ZfsHost", "delegations", "here_host", "here_hosts"]
 
@@ -41,22 +42,7 @@ class NoBookmarks(HostError):
     """This host's zfs has no `zfs bookmark` (zfs-fuse): a replication's base is held instead."""
 
 
-class Link(Protocol):
-    """How commands reach a host: transport.Here or transport.Ssh."""
-
-    local: bool
-
-    @property
-    def where(self) -> str: ...
-
-    def argv(self, *parts: list[str]) -> list[str]: ...
-
-    def run(self, *parts: list[str], readonly: bool = True, dry_run: bool = False, check: bool = True,
-            timeout: float | None = 300, input: str | None = None, stop: threading.Event | None = None,
-            on_out: Callable[[bytes], None] | None = None) -> Result: ...
-
-
-class ZfsHost(PoolCalls, Listings, FileSystems):
+class ZfsHost(PoolCalls, Listings, FileSystems, Streams):
     """The one door to ZFS: every zfs, zpool and zdb command rebal runs goes through a ZfsHost, on
     this host (`ZfsHost.here()`) or another through a job's ssh."""
 
@@ -72,6 +58,8 @@ class ZfsHost(PoolCalls, Listings, FileSystems):
         self._lzc_lock = threading.Lock()
         self.batches = Batches(self.run)
         self._abilities: Abilities | None = None
+        self._usage: dict[str, str] = {}  # command -> its usage text, as asked this run
+        self._kept: tuple[Kept, str, bool] | None = None  # see keep_usage
         self.lists_fast: bool | None = None  # see fast_listing
 
     @classmethod
@@ -126,15 +114,26 @@ class ZfsHost(PoolCalls, Listings, FileSystems):
     # -- what it can do -------------------------------------------------------------------------
 
     def abilities(self) -> Abilities:
+        """What this host's zfs can do, each part asked when first needed (abilities.Abilities)."""
         if self._abilities is None:
-            send, recv = self._zfs("send"), self._zfs("receive")
-            s, r = flags(send.stdout + send.stderr), flags(recv.stdout + recv.stderr)
-            text = recv.stdout + recv.stderr
-            self._abilities = Abilities(
-                resumable="s" in r and "-t" in send.stdout + send.stderr, receive_u="u" in r,
-                receive_o="-o " in text, receive_x="-x " in text, corrective=self.version() >= (2, 2),
-                raw="w" in s, props="p" in s, compressed="c" in s, large_blocks="L" in s, embedded="e" in s)
+            self._abilities = Abilities(self.usage, self.version)
         return self._abilities
+
+    def keep_usage(self, kept: Kept, where: str, *, store: bool = True) -> None:
+        """Keep this host's usage texts in ``kept`` (state.Cache: a day) under ``where`` (the other
+        end's user@host:port): a remote host is asked once a day, not each run. ``store``: False
+        in a dry run (a kept text is still read)."""
+        self._kept = (kept, where, store)
+
+    def forget_usage(self) -> bool:
+        """Forget the kept usage texts (the zfs refused an option, or a gate came): asked again next
+        run. False where none are kept."""
+        if self._kept is None:
+            return False
+        kept, where, _ = self._kept
+        for command in ("send", "receive"):
+            kept.forget(f"usage:zfs-{command}:{where}")
+        return True
 
     def version(self) -> tuple[int, ...]:
         """The zfs userland's version, (2, 4, 4) from `zfs version`'s "zfs-2.4.4-1"; () where it
@@ -174,9 +173,21 @@ class ZfsHost(PoolCalls, Listings, FileSystems):
         return self.run(zargv.exists(name), check=False).returncode == 0
 
     def usage(self, command: str) -> str:
-        """What zfs prints for ``command`` given no arguments: its options."""
-        res = self.run(zargv.usage(command), check=False)
-        return res.stdout + res.stderr
+        """What zfs prints for ``command`` given no arguments: its options. Asked once a run, or
+        read from where keep_usage keeps it."""
+        text = self._usage.get(command)
+        if text is not None:
+            return text
+        key = f"usage:zfs-{command}:{self._kept[1]}" if self._kept is not None else ""
+        if self._kept is not None:
+            text = self._kept[0].get(key)
+        if not text:
+            res = self.run(zargv.usage(command), check=False)
+            text = res.stdout + res.stderr
+            if self._kept is not None and self._kept[2] and "usage" in text.lower():
+                self._kept[0].set(key, text)
+        self._usage[command] = text
+        return text
 
     def has(self, program: str) -> bool:
         """``program`` is on this host's PATH (rebal asks only for its own fixed names)."""
@@ -371,61 +382,6 @@ class ZfsHost(PoolCalls, Listings, FileSystems):
     def destroy_bookmark(self, dataset: str, name: str) -> None:
         names.dataset(dataset)
         self.run(zargv.destroy_bookmark(dataset, name), readonly=False)
-
-    # -- streams: argument lists, run through this host's link ----------------------------------
-
-    def pipe(self, parts: list[list[str]]) -> list[list[str]]:
-        """Commands piped one into the next on this host, as the processes rebal starts for them:
-        each itself here, one ssh for them all there."""
-        return [list(p) for p in parts] if self.local else [self.link.argv(*parts)]
-
-    def send_flags(self, *, raw: bool, compressed: bool = True, large_blocks: bool = True,
-                   embedded: bool = True) -> list[str]:
-        a = self.abilities()
-        if raw and not a.raw:
-            raise HostError(f"{self.where}: this zfs cannot send raw (-w), which encrypted datasets need")
-        return [*(["-w"] if raw else []), *(["-c"] if compressed and a.compressed and not raw else []),
-                *(["-L"] if large_blocks and a.large_blocks else []), *(["-e"] if embedded and a.embedded else [])]
-
-    def send(self, snapshot: str, flags: list[str]) -> list[str]:
-        """`zfs send` of ``snapshot`` with ``flags`` (the incremental part among them:
-        replicate.stream.incremental_args), a command to run on this host (``pipe``)."""
-        names.snapshot(snapshot)
-        return zargv.send(snapshot, flags)
-
-    def token_sends(self, token: str) -> TokenInfo | None:
-        """What a receive's resume token would send from this host (`zfs send -t TOKEN -nvP`); None
-        where it cannot (its snapshot is gone, or the token is not one)."""
-        res = self.run(zargv.send_resume(token, estimate=True), check=False)
-        return parse_token_check(res.stdout + res.stderr) if res.returncode == 0 else None
-
-    def send_size(self, snapshot: str, flags: list[str]) -> int | None:
-        """What `zfs send` of ``snapshot`` with ``flags`` would send, in bytes (`-nP`); None where
-        this zfs cannot say."""
-        names.snapshot(snapshot)
-        res = self.run(zargv.send(snapshot, ["-nP", *flags]), check=False)
-        return parse_send_size(res.stdout + res.stderr) if res.returncode == 0 else None
-
-    def resume_send(self, token: str) -> list[str]:
-        return zargv.send_resume(token)
-
-    def receive(self, dataset: str, *, force: bool = False, mount: bool = True, exclude: tuple[str, ...] = (),
-                props: dict[str, str] | None = None, corrective: bool = False) -> list[str]:
-        """`zfs receive` into ``dataset``, a command to run on this host (``pipe``): resumable (-s)
-        where the zfs can; ``corrective``: heal the blocks of an existing snapshot (-c)."""
-        names.snapshot(dataset) if corrective else names.dataset(dataset)
-        a = self.abilities()
-        if corrective:
-            if not a.corrective:
-                raise HostError(f"{self.where}: this zfs has no corrective receive (zfs receive -c, OpenZFS 2.2+)")
-            return ["zfs", "receive", "-c", dataset]
-        opts = [*(["-s"] if a.resumable else []), *(["-u"] if not mount and a.receive_u else []),
-                *(["-F"] if force else [])]
-        for prop in exclude if a.receive_x else ():
-            opts += ["-x", prop]
-        for prop, value in (props or {}).items() if a.receive_o else ():
-            opts += ["-o", f"{prop}={value}"]
-        return ["zfs", "receive", *opts, dataset]
 
 
 def here_hosts(link: Link) -> list[ZfsHost]:

@@ -136,6 +136,38 @@ class FileSystems:
         res = self.run(zargv.snapshot_names(snaps), check=False)
         return [n for n in res.stdout.split() if n in snaps]
 
+    # -- what a gate asks before and after the command it lets through (gate/serve.py) ---------
+
+    def snapshot_names(self, dataset: str, *, recursive: bool = False) -> list[str]:
+        """The names of ``dataset``'s snapshots (and its descendants' with ``recursive``); none
+        where it cannot be listed."""
+        names.dataset(dataset)
+        res = self.run(zargv.snapshot_list(dataset, recursive), check=False)
+        return [n for n in res.stdout.split("\n") if "@" in n] if res.returncode == 0 else []
+
+    def guid(self, name: str) -> int | None:
+        """The guid of a dataset or snapshot; None where it is not there."""
+        names.dataset(re.split(r"[@#]", name, maxsplit=1)[0])
+        res = self.run(zargv.guid(name), check=False)
+        value = res.stdout.strip()
+        return int(value) if res.returncode == 0 and value.isdigit() else None
+
+    def received(self, props: Sequence[str], root: str) -> list[tuple[str, str]]:
+        """(dataset, property) of ``props`` on ``root`` and every dataset under it whose value came
+        from a received stream."""
+        names.dataset(root)
+        res = self.run(zargv.property_sources(props, root), check=False)
+        rows = [row.split("\t") for row in res.stdout.splitlines()]
+        return [(r[0], r[1]) for r in rows if len(r) == 3 and r[2] == "received"]
+
+    def receive_excludes(self, root: str) -> bool:
+        """Does this zfs's receive take -x? Asked of zfs receive itself, not read from its usage text:
+        a dry run of an empty stream with -x (into ROOT/.rebal-probe, a name no dataset can have)
+        fails reading the stream (exit 1) where -x exists, and on the option (a usage error, exit
+        2) where it does not."""
+        names.dataset(root)
+        return self.run(zargv.receive_probe_x(root + "/.rebal-probe"), check=False, input=b"").returncode != 2
+
     def zdb(self, args: Sequence[str], timeout: float | None = 300) -> str:
         """What zdb prints for ``args`` (it reads the pool from its disks); a RebalError in words
         where it fails, ToolMissing where there is no zdb."""

@@ -41,10 +41,10 @@ class Listings:
         return self._guid_listing([root], recursive, tokens and self.abilities().resumable)
 
     def fast_listing(self) -> bool:
-        """`zfs list -p` gives guid and createtxg here (OpenZFS: what has `receive -s` has it);
-        ``lists_fast`` where whoever read this host's usage texts already set it."""
+        """`zfs list -p` gives guid and createtxg here (OpenZFS: what has resumable streams has
+        it, Abilities.lists_fast); False once a fast listing failed."""
         if self.lists_fast is None:
-            self.lists_fast = self.abilities().resumable
+            self.lists_fast = self.abilities().lists_fast()
         return self.lists_fast
 
     def _guid_listing(self, roots: list[str], recursive: bool, tokens: bool, bookmarks: bool = False) -> Tree | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from .. import names
 from ..errors import CommandFailed, HostError, NoSuchPool, UnsupportedOption
@@ -16,11 +17,15 @@ from . import argv as zargv
 from . import parse, queries
 from .model import Pool, PoolStatus
 
+if TYPE_CHECKING:
+    from .link import Link
+
 FLAVOURS = ("json", "parsable", "iostat")
 
 
 class PoolCalls:
     # what ZfsHost (host.py) gives this mixin
+    link: Link
     run: Callable[..., Result]
     _zfs: Callable[..., Result]
     _zpool: Callable[..., Result]
@@ -91,8 +96,8 @@ class PoolCalls:
     def iostat(self, pool: str, interval: int = 1) -> Process:
         """`zpool iostat -v POOL INTERVAL` started on this host, its lines on the process's stdout
         until the caller ends it (process.command.end)."""
-        if not getattr(self, "local", True):
-            raise HostError(f"{self.where}: zpool iostat is read on this host only")
+        if not self.link.local:
+            raise HostError(f"{self.link.where}: zpool iostat is read on this host only")
         return spawn(zargv.iostat(pool, interval), stdout=PIPE)
 
     def _read(self, argv: list[str]) -> Result:
@@ -172,7 +177,7 @@ class PoolCalls:
         names.pool(pool)
         res = self._zpool("status", "-v", pool)
         if res.returncode != 0:
-            raise HostError(f"{self.where}: {res.stderr.strip() or 'no pool ' + pool}")
+            raise HostError(f"{self.link.where}: {res.stderr.strip() or 'no pool ' + pool}")
         return res.stdout
 
     def mounts(self, pool: str) -> dict[str, str]:
@@ -205,13 +210,13 @@ class PoolCalls:
             return "running"
         if "no such pool" in err:
             raise self._no_pool(pool)
-        raise HostError(f"{self.where}: {what} {pool}: {err.strip()}")
+        raise HostError(f"{self.link.where}: {what} {pool}: {err.strip()}")
 
     def wait_scrub(self, pool: str, timeout: float | None = None) -> None:
         """Until the pool's scrub (or error scrub) ends: `zpool wait -t scrub` (OpenZFS 2.0+)."""
         res = self._zpool("wait", "-t", "scrub", pool, timeout=timeout)
         if res.returncode != 0:
-            raise HostError(f"{self.where}: zpool wait -t scrub {pool}: {res.stderr.strip()}")
+            raise HostError(f"{self.link.where}: zpool wait -t scrub {pool}: {res.stderr.strip()}")
 
     # -- what a rebuild records before the pool is destroyed -----------------------------------
 
@@ -252,7 +257,7 @@ class PoolCalls:
             res = self._zpool("get", "all", pool)
             rows = [ln.split()[1:4] for ln in res.stdout.splitlines()[1:] if len(ln.split()) >= 4]
         if res.returncode != 0:
-            raise HostError(f"{self.where}: {res.stderr.strip() or 'no pool ' + pool}")
+            raise HostError(f"{self.link.where}: {res.stderr.strip() or 'no pool ' + pool}")
         out = {}
         for prop, value, source in rows:
             if not local_only or source == "local":
@@ -266,7 +271,7 @@ class PoolCalls:
         if res.returncode != 0 and "invalid option" in res.stderr:  # an older zpool: names, not paths
             res = self._zpool("status", pool)
         if res.returncode != 0:
-            raise HostError(f"{self.where}: {res.stderr.strip() or 'no pool ' + pool}")
+            raise HostError(f"{self.link.where}: {res.stderr.strip() or 'no pool ' + pool}")
         return res.stdout
 
     def sync(self, pool: str) -> bool:

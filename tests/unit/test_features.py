@@ -1,10 +1,14 @@
 """What `rebal config check` says of a host's zfs: the features rebal uses, and what it does without each."""
 
+from conftest import FIXTURES, fixture_text
+
 from rebal.zfs.abilities import Abilities
 from rebal.zfs.features import features, summary
 
-EVERYTHING = Abilities(resumable=True, receive_u=True, receive_o=True, receive_x=True, corrective=True, raw=True,
-                       props=True, compressed=True, large_blocks=True, embedded=True)
+OPENZFS = (FIXTURES / "openzfs-usage-send-receive.txt").read_text()  # OpenZFS 2.4.4's send and receive usage
+EVERYTHING = Abilities.recorded(OPENZFS, OPENZFS, (2, 4, 4))
+ZFS_FUSE = Abilities.recorded(fixture_text("zfsfuse_zfs-send-usage.txt.stderr"),
+                              fixture_text("zfsfuse_zfs-receive-usage.txt.stderr"))
 
 
 def test_openzfs_2_4_has_every_feature():
@@ -13,7 +17,7 @@ def test_openzfs_2_4_has_every_feature():
 
 
 def test_below_the_packages_minimum_names_what_heal_and_rebalance_lose():
-    ab = Abilities(resumable=True, receive_x=True, raw=True)  # OpenZFS 2.1: no receive -c
+    ab = Abilities.recorded(OPENZFS, OPENZFS, (2, 1, 11))  # the same options as 2.4 (2.1's have these too): no receive -c
     lines = summary((2, 1, 11), features((2, 1, 11), ab, (False, False)))
     assert lines[0] == ("zfs on this host: OpenZFS 2.1.11 (below 2.2, the version rebal's package asks for): "
                         "4 feature(s) missing")
@@ -23,7 +27,7 @@ def test_below_the_packages_minimum_names_what_heal_and_rebalance_lose():
 
 
 def test_zfs_fuse_is_named_for_what_it_is():
-    lines = summary((), features((), Abilities(), (False, False)))
+    lines = summary((), features((), ZFS_FUSE, (False, False)))
     assert lines[0].startswith("zfs on this host: zfs without `zfs version` (zfs-fuse")
     assert "below" not in lines[0] and len(lines) == 8
 

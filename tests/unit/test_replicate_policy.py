@@ -8,6 +8,7 @@ from conftest import FIXTURES, fixture_text
 from rebal.replicate import policy as P
 from rebal.replicate.rsync import parse_stats, warning_files
 from rebal.zfs.token import TokenInfo, parse_send_size, parse_token_check
+from rebal.zfs.abilities import Abilities
 from rebal.transport import (
     Endpoint,
     HostKeyError,
@@ -71,14 +72,35 @@ def test_receive_errors_explained(fixture, expect):
 
 def test_usage_detection_openzfs_and_zfs_fuse():
     oz = (FIXTURES / "openzfs-usage-send-receive.txt").read_text()
-    f = P.send_features(oz)
-    assert f.resume and f.dry_run_size and f.raw and f.compressed and f.large_blocks and f.embedded
-    assert P.receive_resumable(oz) and P.receive_has_u(oz) and P.receive_has_o(oz)
-    fuse_send = fixture_text("zfsfuse_zfs-send-usage.txt.stderr")
-    fuse_recv = fixture_text("zfsfuse_zfs-receive-usage.txt.stderr")
-    g = P.send_features(fuse_send)
-    assert not (g.resume or g.dry_run_size or g.raw or g.compressed or g.large_blocks or g.embedded)
-    assert not P.receive_resumable(fuse_recv) and not P.receive_has_u(fuse_recv) and not P.receive_has_o(fuse_recv)
+    f = Abilities.recorded(oz, oz, (2, 4, 4))
+    assert f.send_resume and f.send_size and f.raw and f.compressed and f.large_blocks and f.embedded and f.props
+    assert f.receive_resume and f.receive_u and f.receive_o and f.receive_x and f.resumable and f.corrective
+    g = Abilities.recorded(fixture_text("zfsfuse_zfs-send-usage.txt.stderr"),
+                           fixture_text("zfsfuse_zfs-receive-usage.txt.stderr"))
+    assert not (g.send_resume or g.send_size or g.raw or g.compressed or g.large_blocks or g.embedded)
+    assert not (g.receive_resume or g.receive_u or g.receive_o or g.receive_x or g.resumable or g.corrective)
+
+
+def test_abilities_ask_each_usage_text_once_and_only_when_needed():
+    """One model of a host's zfs, asked lazily: a replication's backup end is asked its receive text
+    alone (a gate there passes that on), its listing reads the same text, and `zfs version` is asked
+    only for the corrective receive."""
+    oz = (FIXTURES / "openzfs-usage-send-receive.txt").read_text()
+    asked: list[str] = []
+
+    def usage(command: str) -> str:
+        asked.append(command)
+        return oz
+
+    def version() -> tuple[int, ...]:
+        asked.append("version")
+        return (2, 1, 11)
+
+    a = Abilities(usage, version)
+    assert a.receive_u and a.receive_o and a.receive_resume and asked == ["receive"]
+    assert a.lists_fast() and asked == ["receive"]
+    assert a.raw and a.send_resume and a.resumable and asked == ["receive", "send"]
+    assert not a.corrective and not a.corrective and asked == ["receive", "send", "version"]
 
 
 def test_token_check_and_send_size_from_recorded_output():
