@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Literal
+from datetime import tzinfo
+from typing import TYPE_CHECKING, Literal
 
 from . import names
 from .errors import ConfigError
 from .schema import Model, spec, validate
 from .units import size_problem
+
+if TYPE_CHECKING:
+    from apscheduler.triggers.cron import CronTrigger
 
 DEFAULT_PATH = "/etc/rebal/config.toml"
 DEFAULT_STATE_DB = "/var/lib/rebal/state.db"
@@ -29,7 +33,7 @@ def config_path(explicit: str | None) -> tuple[str, bool]:
     return DEFAULT_PATH, False
 
 
-def cron_trigger(expr: str, timezone=None):
+def cron_trigger(expr: str, timezone: tzinfo | str | None = None) -> CronTrigger:
     """An APScheduler CronTrigger from a crontab expression: 5 fields (minute hour day month weekday),
     or 6 with a leading seconds field."""
     # lazy: only `config check` and the daemon pay

@@ -47,7 +47,7 @@ class CannotWrite(RebalError):
             errno.ENOENT: "its directory does not exist: create it, or name another place in the config",
             errno.EACCES: "permission denied: run rebal as root, or name a place it may write",
             errno.ENOSPC: "the file system is full",
-        }.get(e.errno, "")
+        }.get(e.errno or 0, "")
         return cls(f"cannot write {what} {path}: {e.strerror}" + (f" ({hint})" if hint else ""))
 
 
@@ -83,7 +83,7 @@ class CommandFailed(RebalError):
         super().__init__(f"{_text(argv[0])} {' '.join(_text(a) for a in argv[1:3])}: {first}")
 
 
-def _text(arg) -> str:
+def _text(arg: str | bytes) -> str:
     return arg.decode("utf-8", "surrogateescape") if isinstance(arg, bytes) else str(arg)
 
 

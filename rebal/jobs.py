@@ -4,11 +4,14 @@ daemon alike. Library code: returns values, never prints."""
 
 from __future__ import annotations
 
+import sqlite3
+
 import logging
 import re
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from . import health as H
 from . import state
@@ -18,6 +21,7 @@ from .outcome import Outcome
 from .recorded import recorded
 
 if TYPE_CHECKING:
+    from .rebalance.prepare import Prepared
     from .zfs.host import ZfsHost
 
 log = logging.getLogger(__name__)
@@ -27,7 +31,7 @@ def watched_pools(cfg: Config, host: ZfsHost) -> list:
     return host.pools(list(cfg.pools))
 
 
-def fill_job(cfg: Config, conn, host: ZfsHost) -> dict:
+def fill_job(cfg: Config, conn: sqlite3.Connection, host: ZfsHost) -> dict:
     pools = watched_pools(cfg, host)
     for p in pools:
         state.record_sample(conn, p)
@@ -53,7 +57,7 @@ def sector_mismatches(pool: str, host: ZfsHost) -> list:
     return mismatches(parse_config(config), lambda p: physical_sector(p, run))
 
 
-def check_health(cfg: Config, conn, host: ZfsHost, now: float | None = None,
+def check_health(cfg: Config, conn: sqlite3.Connection, host: ZfsHost, now: float | None = None,
                  extra: dict | None = None) -> tuple[list[H.Finding], list, list]:
     """Findings, pools, replication. ``extra`` (a dict) is filled with what metrics also show:
     "scrub" (pool -> end of its last scrub) and "created" (pool -> creation)."""
@@ -92,7 +96,7 @@ def check_health(cfg: Config, conn, host: ZfsHost, now: float | None = None,
     return findings, pools, repl
 
 
-def snapshot_ages(cfg: Config, conn, host: ZfsHost) -> list[dict]:
+def snapshot_ages(cfg: Config, conn: sqlite3.Connection, host: ZfsHost) -> list[dict]:
     """Per job: the newest snapshot each of its datasets has on the target (from the runs' records),
     and the datasets it chooses now that were never replicated (a push job lists its source here;
     a pull job's source is the other host: only what was recorded)."""
@@ -112,14 +116,14 @@ def snapshot_ages(cfg: Config, conn, host: ZfsHost) -> list[dict]:
     return out
 
 
-def _steer_left(conn) -> str | None:
+def _steer_left(conn: sqlite3.Connection) -> str | None:
     from .rebalance.steer import NAME, left_behind
     from .zfs.tunable import Parameter
 
     return left_behind(conn, Parameter(NAME))
 
 
-def rebalance_findings(conn, host: ZfsHost) -> list[H.Finding]:
+def rebalance_findings(conn: sqlite3.Connection, host: ZfsHost) -> list[H.Finding]:
     """The last rebalance of each pool: one that failed is a warning until a later run succeeds; one
     that rewrote data snapshots still hold is waiting for them (said, not a problem) until they go.
     First, the allocator's threshold a killed steered run left set is put back."""
@@ -147,7 +151,7 @@ def rebalance_findings(conn, host: ZfsHost) -> list[H.Finding]:
     return out
 
 
-def verify_findings(cfg: Config, conn, now: float | None = None) -> list[H.Finding]:
+def verify_findings(cfg: Config, conn: sqlite3.Connection, now: float | None = None) -> list[H.Finding]:
     """The last `rebal verify` of each job: a mismatch stays critical until a verify passes;
     no good verify within verify_max_age_days is a warning."""
     import json
@@ -175,7 +179,7 @@ def digest(findings: list[H.Finding]) -> str:
     return "|".join(sorted({re.sub(r"\d+(\.\d+)?", "#", f.line()) for f in findings if f.level > H.OK}))
 
 
-def health_job(cfg: Config, conn, host: ZfsHost, now: float | None = None,
+def health_job(cfg: Config, conn: sqlite3.Connection, host: ZfsHost, now: float | None = None,
                checked: list | None = None) -> tuple[int, list[H.Finding], dict | None]:
     """``checked`` (a list) gets what was checked, found wrong or not: a line per pool and job."""
     from .notify import channels, maybe_notify
@@ -196,19 +200,21 @@ def health_job(cfg: Config, conn, host: ZfsHost, now: float | None = None,
     return level, findings, sent
 
 
-def scrub_job(cfg: Config, conn, host: ZfsHost) -> dict:
+def scrub_job(cfg: Config, conn: sqlite3.Connection, host: ZfsHost) -> dict:
     out = {}
     for p in watched_pools(cfg, host):
         out[p.name] = "running" if host.scrub(p.name) == "running" else "started"
     return out
 
 
-def rebalance_job(cfg: Config, conn, host: ZfsHost, stop: threading.Event, on_wait=None) -> dict:
+def rebalance_job(cfg: Config, conn: sqlite3.Connection, host: ZfsHost, stop: threading.Event,
+                  on_wait: Callable[[str], None] | None = None) -> dict:
     from contextlib import ExitStack
 
     from .locks import Together
     from .rebalance import engine
-    from .rebalance.prepare import checked, options_from, prepare
+    from .rebalance.options import options_from
+    from .rebalance.prepare import checked, prepare
 
     rb = cfg.rebalance
     if not rb.targets:
@@ -216,7 +222,7 @@ def rebalance_job(cfg: Config, conn, host: ZfsHost, stop: threading.Event, on_wa
     opts = options_from(cfg, list(rb.targets), until=cfg.schedule.rebalance_end, listing=True)
     prep = None
     with ExitStack() as held:
-        def pins(p):
+        def pins(p: Prepared) -> Prepared:
             """A run of the jobs whose snapshots pin this data may be about to drop them (a verify's
             snapshot): wait for it, and prepare again if it ran."""
             ours = _own_pins(p)
@@ -248,14 +254,14 @@ def rebalance_job(cfg: Config, conn, host: ZfsHost, stop: threading.Event, on_wa
     return rep.as_dict()
 
 
-def _own_pins(prep) -> list[str]:
+def _own_pins(prep: Prepared) -> list[str]:
     """The replication jobs whose snapshots pin data this rebalance would rewrite."""
     if not prep.scan.pinned_bytes:
         return []
     return sorted({s["owner"][6:] for s in (prep.costs or {}).get("snapshots", []) if s["owner"].startswith("rebal:")})
 
 
-def refresh_job(cfg: Config, conn, host: ZfsHost, stop: threading.Event) -> dict:
+def refresh_job(cfg: Config, conn: sqlite3.Connection, host: ZfsHost, stop: threading.Event) -> dict:
     """`rebal refresh` of [refresh].targets (datasets or directories), with [rebalance]'s settings."""
     from . import refresh
 
@@ -267,7 +273,7 @@ def refresh_job(cfg: Config, conn, host: ZfsHost, stop: threading.Event) -> dict
     return refresh.refresh(cfg, paths, host, conn, given=given, stop=stop)
 
 
-def rebalance_summary(conn) -> list[dict]:
+def rebalance_summary(conn: sqlite3.Connection) -> list[dict]:
     import json
 
     out = []
@@ -278,11 +284,11 @@ def rebalance_summary(conn) -> list[dict]:
     return out
 
 
-def metrics_text(cfg: Config, conn, host: ZfsHost) -> str:
+def metrics_text(cfg: Config, conn: sqlite3.Connection, host: ZfsHost) -> str:
     return "\n".join(metrics_doc(cfg, conn, host).lines) + "\n"
 
 
-def metrics_doc(cfg: Config, conn, host: ZfsHost):
+def metrics_doc(cfg: Config, conn: sqlite3.Connection, host: ZfsHost):
     from .metrics import document
 
     extra: dict = {}
@@ -294,7 +300,7 @@ def metrics_doc(cfg: Config, conn, host: ZfsHost):
                     created=extra.get("created", {}), limits=limits)
 
 
-def metrics_job(cfg: Config, conn, host: ZfsHost) -> dict:
+def metrics_job(cfg: Config, conn: sqlite3.Connection, host: ZfsHost) -> dict:
     """Write the metrics file for node_exporter's textfile collector (schedule.metrics)."""
     from .metrics import atomic_file
 
@@ -304,7 +310,10 @@ def metrics_job(cfg: Config, conn, host: ZfsHost) -> dict:
     return {"file": cfg.metrics_file, "series": sum(1 for ln in text.splitlines() if ln and not ln.startswith("#"))}
 
 
-def record(conn, kind: str, fn, job: str | None = None):
+T = TypeVar("T")
+
+
+def record(conn: sqlite3.Connection, kind: str, fn: Callable[[], T], job: str | None = None) -> T:
     """Run ``fn`` as a recorded run of ``kind`` (recorded.py owns the row). The outcome is the one
     ``fn`` returns in its dict (a refresh that failed returns, it does not raise), else ok; an
     exception is a failure."""

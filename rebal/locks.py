@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+from collections.abc import Callable
 
 from .errors import RebalError
 
@@ -48,7 +49,7 @@ class FileLock:
         os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         os.close(self.fd)
 
     def check_free(self) -> None:
@@ -70,7 +71,8 @@ class Together:
     Within one thread it nests: keys the thread already holds are not taken twice (a verify holds
     its job's key around the replication run it makes and the compare after it)."""
 
-    def __init__(self, state_db: str, jobs: list[str], what: str, *, stop=None, on_wait=None,
+    def __init__(self, state_db: str, jobs: list[str], what: str, *, stop: threading.Event | None = None,
+                 on_wait: Callable[[str], None] | None = None,
                  timeout: float | None = None) -> None:
         self.paths = [lock_path(state_db, f"together-{j}") for j in sorted(set(jobs))]
         self.what, self.stop, self.on_wait, self.timeout = what, stop, on_wait, timeout
@@ -112,7 +114,7 @@ class Together:
             raise
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         for fd in self.fds:
             os.close(fd)
         self.fds = []

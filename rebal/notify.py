@@ -7,6 +7,8 @@ kept in SQLite, so a daemon restart does not repeat or lose a message.
 
 from __future__ import annotations
 
+import sqlite3
+
 import json
 import logging
 import smtplib
@@ -14,11 +16,13 @@ import socket
 import ssl
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from email.message import EmailMessage
 
 from . import state
-from .config import Notify
+from .config import Email, Notify, Webhook
 from .outcome import Outcome
 
 log = logging.getLogger(__name__)
@@ -39,11 +43,16 @@ def channels(cfg: Notify) -> list[str]:
 def send(cfg: Notify, msg: Message) -> dict[str, str]:
     """Send to every configured channel; returns channel -> "ok" or the error. Never raises."""
     results: dict[str, str] = {}
-    for name, fn in (("email", _email), ("webhook", _webhook), ("command", _command)):
-        if not getattr(cfg, name):
-            continue
+    sends: list[tuple[str, Callable[[], None]]] = []
+    if cfg.email is not None:
+        sends.append(("email", partial(_email, cfg.email, msg)))
+    if cfg.webhook is not None:
+        sends.append(("webhook", partial(_webhook, cfg.webhook, msg)))
+    if cfg.command:
+        sends.append(("command", partial(_command, cfg.command, msg)))
+    for name, fn in sends:
         try:
-            fn(cfg, msg)
+            fn()
             results[name] = Outcome.OK
         except Exception as e:  # a channel failing must not stop the others or the daemon
             results[name] = f"{type(e).__name__}: {e}"
@@ -51,8 +60,7 @@ def send(cfg: Notify, msg: Message) -> dict[str, str]:
     return results
 
 
-def _email(cfg: Notify, msg: Message) -> None:
-    e = cfg.email
+def _email(e: Email, msg: Message) -> None:
     m = EmailMessage()
     m["From"] = e.sender
     m["To"] = ", ".join(e.to)
@@ -69,20 +77,20 @@ def _email(cfg: Notify, msg: Message) -> None:
         s.send_message(m)
 
 
-def _webhook(cfg: Notify, msg: Message) -> None:
+def _webhook(w: Webhook, msg: Message) -> None:
     body = json.dumps({"subject": msg.subject, "level": msg.level, "text": msg.body, "host": socket.gethostname(),
                        "data": msg.data}).encode()
-    req = urllib.request.Request(cfg.webhook.url, data=body, method="POST",
+    req = urllib.request.Request(w.url, data=body, method="POST",
                                  headers={"Content-Type": "application/json", "User-Agent": "rebal"})
     with urllib.request.urlopen(req, timeout=30) as r:
         if r.status >= 300:
             raise RuntimeError(f"HTTP {r.status}")
 
 
-def _command(cfg: Notify, msg: Message) -> None:
+def _command(argv: list[str], msg: Message) -> None:
     from .process.command import run
 
-    r = run(cfg.command, input=f"{msg.subject}\n\n{msg.body}\n", timeout=60, check=False,
+    r = run(argv, input=f"{msg.subject}\n\n{msg.body}\n", timeout=60, check=False,
             environ={"REBAL_LEVEL": msg.level, "REBAL_SUBJECT": msg.subject}, inherit_env=False)
     if r.returncode != 0:
         raise RuntimeError(f"exit {r.returncode}: {r.stderr.strip()[:200]}")
@@ -91,7 +99,7 @@ def _command(cfg: Notify, msg: Message) -> None:
 # -- on change, and reminders ----------------------------------------------------------------------
 
 
-def maybe_notify(conn, cfg: Notify, subject: str, level: str, summary: str, body: str, data: dict,
+def maybe_notify(conn: sqlite3.Connection, cfg: Notify, subject: str, level: str, summary: str, body: str, data: dict,
                  now: float | None = None) -> dict[str, str] | None:
     """Send if ``subject``'s level or findings changed, or as a reminder. Returns what was sent."""
     now = time.time() if now is None else now
@@ -124,7 +132,7 @@ def maybe_notify(conn, cfg: Notify, subject: str, level: str, summary: str, body
     return sent
 
 
-def notify_outcome(cfg: Notify, conn, subject: str, outcome: str, error: str | None) -> None:
+def notify_outcome(cfg: Notify, conn: sqlite3.Connection, subject: str, outcome: str, error: str | None) -> None:
     """A job's outcome: FAILED is sent on change and as a reminder, a later success once."""
     if not channels(cfg):
         return

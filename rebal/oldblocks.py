@@ -28,6 +28,7 @@ import shutil
 import time
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -85,7 +86,7 @@ def compressible(data: bytes, lsize: int | None = None, min_alloc: int = 512) ->
     return -(-c // min_alloc) * min_alloc < lsize
 
 
-def block_reasons(b: Block, want: Wanted, data=None, min_alloc: int = 512) -> set[str]:
+def block_reasons(b: Block, want: Wanted, data: Callable[[], bytes | None] | None = None, min_alloc: int = 512) -> set[str]:
     """The properties this block differs in. ``data()`` gives its bytes, asked only for an uncompressed
     block under a compressing property (None: counted as old); ``min_alloc``: the pool's smallest
     allocation (1 << the smallest ashift), which a compressed block must undercut to be stored so."""
@@ -133,9 +134,9 @@ class FileStale:
         return "copy" if self.by_reason.get("recordsize") else "rewrite"
 
 
-def _reader(path: bytes):
-    def read(b: Block):
-        def data():
+def _reader(path: bytes) -> Callable[[Block], Callable[[], bytes | None]]:
+    def read(b: Block) -> Callable[[], bytes | None]:
+        def data() -> bytes | None:
             try:
                 with open(path, "rb") as f:
                     f.seek(b.offset)
@@ -208,7 +209,7 @@ class Measured:
     raidz: dict = field(default_factory=dict)  # top-level vdev id -> placement.TopVdev, the raidz ones
 
 
-def measure(paths: list[str], host: ZfsHost, *, sample: int | None = 2000, seed: int = 0, progress=None,
+def measure(paths: list[str], host: ZfsHost, *, sample: int | None = 2000, seed: int = 0, progress: Callable[[int, int], None] | None = None,
             properties: bool = True) -> Measured:
     """Read the block pointers of the files under ``paths`` (all of them with ``sample=None``).
     ``properties`` False: only the raidz ratio is judged (no property asked, no data read)."""
@@ -219,7 +220,8 @@ def measure(paths: list[str], host: ZfsHost, *, sample: int | None = 2000, seed:
     host.settle(pool)  # the newest writes show in the block pointers once their transaction group is on disk
     notes: list[str] = []
     if sample is None or len(objs) <= sample:
-        whole, rest, chosen = list(objs), [], list(objs)
+        whole, chosen = list(objs), list(objs)
+        rest: list[FileObj] = []
     else:
         whole, rest, chosen = stratify(objs, sample, seed)
         notes.append(f"the {len(whole)} largest file(s) measured whole and a random sample of "
@@ -260,8 +262,8 @@ def reclaim_estimate(m: Measured, made: dict[int, int]) -> dict | None:
     old = back = half = 0.0
     for vid, top in m.raidz.items():
         k = deflate_ratio(made.get(vid, top.width), top.nparity, top.ashift) / 512
-        o, h = total(m, lambda f, vid=vid: f.old_ratio.get(vid, 0))
-        got, _ = total(m, lambda f, vid=vid: f.reclaim.get(vid, 0))
+        o, h = total(m, lambda f: f.old_ratio.get(vid, 0))  # (called here: vid is this one)
+        got, _ = total(m, lambda f: f.reclaim.get(vid, 0))
         old, half, back = old + o * k, half + h * k, back + got * k
     return {"old_ratio_bytes": int(old), "old_ratio_ci95": int(half), "old_ratio_files": int(round(files)),
             "reclaim_bytes": int(back), "files_measured": len(m.sampled)}
@@ -294,7 +296,7 @@ def batches(group: list[FileObj], most: int = BATCH_BYTES) -> list[list[FileObj]
     return out + ([cur] if cur else [])
 
 
-def total(m: Measured, value) -> tuple[float, float]:
+def total(m: Measured, value: Callable[[FileStale], float]) -> tuple[float, float]:
     """An estimated total over every file of ``value(FileStale)``, and its 95% half-width."""
     whole = sum(value(f) for _, f, w in m.sampled if w)
     ys = [value(f) for _, f, w in m.sampled if not w]
@@ -359,7 +361,8 @@ def predict_compression(m: Measured, seed: int = 0, budget: int = PREDICT_BYTES)
     if comp is None:
         return {"predicted": False, "why": f"this machine has no {algo} compressor to measure with"}
     random.Random(seed).shuffle(rows)
-    before = after = used = 0
+    before = after = 0.0
+    used = 0
     for o, b, _w in rows:
         if used >= budget:
             break

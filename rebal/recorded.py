@@ -33,6 +33,8 @@ def recorded(conn: sqlite3.Connection | None, kind: str, *, job: str | None = No
     cut short): its row is running again, and ends with this block."""
     if dry_run:
         run = Run(None)
+    elif conn is None:
+        raise ValueError("a recorded run needs the state database (or dry_run)")
     elif resume is not None:
         state.reopen_run(conn, resume)
         run = Run(resume)
@@ -41,7 +43,7 @@ def recorded(conn: sqlite3.Connection | None, kind: str, *, job: str | None = No
     t0 = time.monotonic()
 
     def end(outcome: Outcome, error: str | None) -> None:
-        if run.id is not None:
+        if run.id is not None and conn is not None:
             state.end_run(conn, run.id, Outcome(outcome), error=error,
                           details={"seconds": round(time.monotonic() - t0, 2)} | run.details)
 

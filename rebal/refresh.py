@@ -11,16 +11,23 @@ each dataset before and after.
 
 from __future__ import annotations
 
-import os
-from collections import Counter
-from dataclasses import replace
-from typing import TYPE_CHECKING
+import sqlite3
 
-from .oldblocks import REWRITE_APPLIES, Measured, measure, predict_compression, total
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from .oldblocks import REWRITE_APPLIES, FileStale, Measured, measure, predict_compression, total
 from .outcome import Outcome
 from .units import parse_size
 
 if TYPE_CHECKING:
+    from .config import Config
+    from .rebalance.runstate import Events
+    from .rebalance.scan import Filters
     from .zfs.host import ZfsHost
 
 REASONS = (*REWRITE_APPLIES, "recordsize")
@@ -32,14 +39,16 @@ def summary(m: Measured) -> dict:
     sampled, with a 95% half-width), and by which method a refresh would rewrite them."""
     datasets = []
     for ds, w in sorted(m.wants.items()):
-        mine = lambda f, ds=ds: f.dataset == ds  # noqa: E731
+        def mine(f: FileStale, ds: str = ds) -> bool:
+            return f.dataset == ds
+
         old = {}
-        for r in REASONS:
-            est, half = total(m, lambda f, r=r, mine=mine: f.by_reason.get(r, 0) if mine(f) else 0)
+        for r in REASONS:  # (each lambda is called at once: r and mine are this round's)
+            est, half = total(m, lambda f: f.by_reason.get(r, 0) if mine(f) else 0)
             if est:
                 old[r] = {"bytes": int(est), "ci95": int(half)}
-        alloc, _ = total(m, lambda f, mine=mine: f.alloc if mine(f) else 0)
-        stale, half = total(m, lambda f, mine=mine: f.stale if mine(f) else 0)
+        alloc, _ = total(m, lambda f: f.alloc if mine(f) else 0)
+        stale, half = total(m, lambda f: f.stale if mine(f) else 0)
         datasets.append({"dataset": ds, "properties": w.values, "bytes": int(alloc), "old_bytes": int(stale),
                          "old_ci95": int(half), "by_property": old})
     dirs: dict[str, Counter] = {}
@@ -50,7 +59,7 @@ def summary(m: Measured) -> dict:
                 d[r] += n
             d["files"] += 1
     top = sorted(dirs.items(), key=lambda kv: -sum(v for k, v in kv[1].items() if k != "files"))[:TOP_DIRS]
-    methods = {k: int(total(m, lambda f, k=k: f.stale if f.stale and f.method == k else 0)[0]) for k in ("rewrite", "copy")}
+    methods = {k: int(total(m, lambda f: f.stale if f.stale and f.method == k else 0)[0]) for k in ("rewrite", "copy")}
     sizes = {}
     for ds, w in m.wants.items():
         got = Counter(len(f.blocks) and max(b.lsize for b, _ in f.blocks) for _o, f, _w in m.sampled
@@ -119,7 +128,7 @@ def passes(m: Measured) -> dict[str, list[tuple]]:
     return out
 
 
-def leave_out(m: Measured, filters) -> Measured:
+def leave_out(m: Measured, filters: Filters) -> Measured:
     """The measurement without the files the excludes leave alone (a glob on a directory: all below it)."""
     if not filters.exclude:
         return m
@@ -138,13 +147,15 @@ def leave_out(m: Measured, filters) -> Measured:
     return m
 
 
-def run_passes(cfg, paths: list[str], host: ZfsHost, conn, todo: dict[str, list[tuple]], given: dict, *, purpose: str,
-               whys: dict[str, str], events=None, stop=None, dry_run: bool = False) -> list[dict]:
+def run_passes(cfg: Config, paths: list[str], host: ZfsHost, conn: sqlite3.Connection, todo: dict[str, list[tuple]], given: dict, *, purpose: str,
+               whys: dict[str, str], events: Events | None = None, stop: threading.Event | None = None,
+               dry_run: bool = False) -> list[dict]:
     """Rewrite exactly the files of ``todo`` (method -> (path, st_dev, st_ino)) through the rebalance's
     machinery (journal, limits, snapshot budget, resume): one run per method, ``--max-bytes`` shared;
     a dry run plans each pass only. What each pass did, in order."""
     from .rebalance import engine
-    from .rebalance.prepare import checked, options_from, prepare
+    from .rebalance.options import options_from
+    from .rebalance.prepare import checked, prepare
 
     passes: list[dict] = []
     budget = parse_size(given["max_bytes"]) if given.get("max_bytes") else None
@@ -176,17 +187,18 @@ def run_passes(cfg, paths: list[str], host: ZfsHost, conn, todo: dict[str, list[
     return passes
 
 
-def refresh(cfg, paths: list[str], host: ZfsHost, conn, *, given: dict, events=None, stop=None,
-            dry_run: bool = False, progress=None) -> dict:
+def refresh(cfg: Config, paths: list[str], host: ZfsHost, conn: sqlite3.Connection, *, given: dict,
+            events: Events | None = None, stop: threading.Event | None = None, dry_run: bool = False,
+            progress: Callable[[int, int], None] | None = None) -> dict:
     """Measure every file, rewrite the old ones (rewrite pass, then copy pass), measure again."""
-    from .rebalance.prepare import options_from
+    from .rebalance.options import options_from
 
     filters = options_from(cfg, paths, **given).filters  # (the run's excludes: out of the count as of the run)
     before_m = leave_out(measure(paths, host, sample=None, progress=progress), filters)
     todo = passes(before_m)
     datasets = sorted(before_m.wants)
     left = left_alone(before_m, cfg.rebalance.hardlinks, _in_place(host, given.get("method")))
-    out = {"pool": before_m.pool, "paths": before_m.paths, "files": before_m.files, "dry_run": dry_run,
+    out: dict[str, Any] = {"pool": before_m.pool, "paths": before_m.paths, "files": before_m.files, "dry_run": dry_run,
            "before": summary(before_m), "passes": [], "left": left}
     if left:  # not rewritten by any pass (the scan skips them): said, not left to look like success
         gone = {os.fsencode(x["path"]) for x in left}
@@ -209,10 +221,10 @@ def refresh(cfg, paths: list[str], host: ZfsHost, conn, *, given: dict, events=N
         return out
     after_m = leave_out(measure(paths, host, sample=None), filters)
     used_after = usage(datasets, host)
-    left = summary(after_m)
+    after_summary = summary(after_m)
     eligible = sum(d["old_bytes"] for d in out["before"]["datasets"])
-    still = sum(d["old_bytes"] for d in left["datasets"])
-    out["after"] = left
+    still = sum(d["old_bytes"] for d in after_summary["datasets"])
+    out["after"] = after_summary
     out["usage"] = {ds: {"before": used_before[ds], "after": used_after[ds],
                          "saved_bytes": used_before[ds]["used"] - used_after[ds]["used"]} for ds in datasets}
     out["old_bytes_before"], out["old_bytes_after"] = eligible, still

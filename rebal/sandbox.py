@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .config import Config
     from .zfs.host import ZfsHost
 
 UNITS = ("rebal.service", "rebal-due.service")
@@ -26,7 +27,7 @@ class DropIn:
     text: str
 
 
-def writable_paths(cfg, host: ZfsHost) -> list[str]:
+def writable_paths(cfg: Config, host: ZfsHost) -> list[str]:
     """The state directory, every rebalance and refresh target's directory (a dataset's mount point) and, where
     the metrics schedule writes, the metrics file's directory ("-" before it: a unit still starts
     while it does not exist, e.g. before node_exporter is installed)."""
@@ -49,7 +50,7 @@ def writable_paths(cfg, host: ZfsHost) -> list[str]:
     return out
 
 
-def drop_ins(cfg, host: ZfsHost, unit_dir: str, source: str) -> list[DropIn]:
+def drop_ins(cfg: Config, host: ZfsHost, unit_dir: str, source: str) -> list[DropIn]:
     paths = writable_paths(cfg, host)
     for p in paths:
         if any(c.isspace() for c in p) or '"' in p:

@@ -7,11 +7,14 @@ daemon, a lock per run otherwise); missed runs are coalesced into one within a g
 
 from __future__ import annotations
 
+import sqlite3
+
 import json
 import logging
 import signal
 import threading
 from datetime import datetime, timedelta, timezone
+from types import FrameType
 from typing import TYPE_CHECKING
 
 from . import jobs, state
@@ -47,13 +50,13 @@ def all_jobs(cfg: Config) -> list[str]:
     return list(BUILTIN) + [j.name for j in cfg.replicate]
 
 
-def last_start(conn, job: str, cfg: Config) -> float | None:
+def last_start(conn: sqlite3.Connection, job: str, cfg: Config) -> float | None:
     if cfg.job(job) is not None:
         return state.last_started(conn, "replicate", job)
     return state.last_started(conn, job)
 
 
-def due(cfg: Config, conn, now: datetime | None = None) -> list[str]:
+def due(cfg: Config, conn: sqlite3.Connection, now: datetime | None = None) -> list[str]:
     """Jobs whose schedule fired since their last recorded start (or within a day, if never run)."""
     now = now or datetime.now(timezone.utc)
     out = []
@@ -138,7 +141,7 @@ def run_one(cfg: Config, name: str, stop: threading.Event | None = None) -> str:
         conn.close()
 
 
-def _health(cfg, conn, host: ZfsHost) -> dict:
+def _health(cfg: Config, conn: sqlite3.Connection, host: ZfsHost) -> dict:
     level, findings, sent = jobs.health_job(cfg, conn, host)
     for f in findings:
         logging.getLogger("rebal.job.health").log(
@@ -165,11 +168,11 @@ def daemon(cfg: Config, stop: threading.Event | None = None) -> int | str:
         sched.add_job(_safe_run, cron_trigger(expr, timezone=sched.timezone), args=(cfg, name, stop, running),
                       id=name, name=name)
 
-    def on_signal(signum, _frame):
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("%s: stopping after the running steps reach a safe point", signal.Signals(signum).name)
         stop.set()
 
-    def on_hup(_signum, _frame):
+    def on_hup(_signum: int, _frame: FrameType | None) -> None:
         log.info("SIGHUP: restarting once no job is running (the jobs due meanwhile wait)")
         restart.set()
 
@@ -205,7 +208,7 @@ class _Running:
         with self._lock:
             self._n += 1
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         with self._lock:
             self._n -= 1
 

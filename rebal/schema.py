@@ -13,8 +13,9 @@ import logging
 import re
 import types
 import typing
-from dataclasses import MISSING, field, fields, is_dataclass
+from dataclasses import MISSING, Field, field, fields, is_dataclass
 from functools import cache
+from collections.abc import Mapping
 from typing import Any, Callable, ClassVar, Literal, Union
 
 from .errors import ConfigError
@@ -54,12 +55,12 @@ def spec(default: Any = MISSING, *, factory: Callable | None = None, gt: float |
     return field(default=default, metadata=md)
 
 
-def key_of(f) -> str:
+def key_of(f: Field) -> str:
     """The TOML key of a record field."""
     return f.metadata.get("alias") or f.name
 
 
-def default_of(f) -> Any:
+def default_of(f: Field) -> Any:
     """A field's default (MISSING for a required key)."""
     return f.default_factory() if f.default_factory is not MISSING else f.default
 
@@ -152,7 +153,7 @@ def _value(tp: Any, v: Any, loc: str, problems: list, ctx: dict):
     return float(v) if tp is float else v
 
 
-def _constrain(md: dict, v: Any, loc: str, problems: list, ctx: dict):
+def _constrain(md: Mapping[str, Any], v: Any, loc: str, problems: list, ctx: dict) -> Any:
     problem = None
     for op, word, fails in (("gt", "greater than", lambda b: not v > b), ("ge", "greater than or equal to", lambda b: not v >= b),
                             ("lt", "less than", lambda b: not v < b), ("le", "less than or equal to", lambda b: not v <= b)):

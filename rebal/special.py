@@ -14,11 +14,16 @@ The plan says what share of the bound bytes the chosen files hold."""
 
 from __future__ import annotations
 
+import sqlite3
+
 import os
 import shutil
+import threading
 import time
+from functools import partial
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import RebalError, ToolMissing
 from .outcome import Outcome
@@ -28,6 +33,9 @@ from .zfs.special import RESERVE_PCT, Bound, parse_bound, room, small_limit
 from .zfs.tunable import Parameter
 
 if TYPE_CHECKING:
+    from .config import Config
+    from .rebalance.runstate import Events
+    from .zfs.model import Pool
     from .zfs.host import ZfsHost
 
 MIN_SHARE = 0.02  # a file is worth rewriting for the special class when this share of it moves
@@ -57,7 +65,7 @@ class Measured:
         return 1.0 if whole or not sampled else self.rest_population / sampled
 
 
-def special_class(pool) -> dict:
+def special_class(pool: Pool) -> dict:
     vs = [v for v in pool.vdevs if v.vclass == "special"]
     if not vs:
         raise NoSpecialError(f"pool {pool.name} has no special vdev: nothing would move "
@@ -66,7 +74,7 @@ def special_class(pool) -> dict:
 
 
 def measure(paths: list[str], host: ZfsHost, *, sample: int | None = None, seed: int = 0,
-            progress=None) -> Measured:
+            progress: Callable[[int, int], None] | None = None) -> Measured:
     """Read the block pointers of the files under ``paths`` (a stratified sample of ``sample`` files
     where given and the tree is bigger)."""
     from .rebalance.prepare import resolve_targets
@@ -87,7 +95,8 @@ def measure(paths: list[str], host: ZfsHost, *, sample: int | None = None, seed:
     normal = set(data_vdev_ids(parse_config(host.zdb(["-C", pool_name])), guids))
     notes: list[str] = []
     if sample is None or len(objs) <= sample:
-        chosen, rest, whole_ids = list(objs), [], {id(o) for o in objs}
+        chosen, whole_ids = list(objs), {id(o) for o in objs}
+        rest: list[FileObj] = []
     else:
         whole, rest, chosen = stratify(objs, sample, seed)
         whole_ids = {id(o) for o in whole}
@@ -107,7 +116,7 @@ def measure(paths: list[str], host: ZfsHost, *, sample: int | None = None, seed:
     for ds, group in sorted(by_ds.items()):
         for batch in batches(group):
             found, gone = read_objects(ds, [o.ino for o in batch], host,
-                                       parse=lambda text, s=small[ds]: parse_bound(text, normal, s))
+                                       parse=partial(parse_bound, normal=normal, small=small[ds]))
             rows += [(o, found.get(o.ino) or Bound(), id(o) in whole_ids) for o in batch if o.ino not in gone]
             done += len(batch)
             if progress:
@@ -131,7 +140,7 @@ def summary(m: Measured, everything: bool = False) -> dict:
     chosen, total = choose(m, everything)
     w = m.weight
 
-    def tally(rows, key) -> int:
+    def tally(rows: list[tuple[FileObj, Bound, bool]], key: Callable[[Bound], int]) -> int:
         return int(sum(w(x) * key(b) for _o, b, x in rows))
 
     meta, small = tally(chosen, lambda b: b.meta), tally(chosen, lambda b: b.small)
@@ -170,7 +179,7 @@ def plan(paths: list[str], host: ZfsHost, *, sample: int = 2000, seed: int = 0, 
     return summary(measure(paths, host, sample=sample, seed=seed), everything)
 
 
-def _todo(chosen) -> list[tuple]:
+def _todo(chosen: list[tuple[FileObj, Bound, bool]]) -> list[tuple]:
     """(path, st_dev, st_ino) of the chosen files still as measured (one replaced since is left)."""
     out = []
     for o, _b, _w in chosen:
@@ -183,13 +192,14 @@ def _todo(chosen) -> list[tuple]:
     return out
 
 
-def rebalance(cfg, paths: list[str], host: ZfsHost, conn, *, given: dict, everything: bool = False, events=None,
-              stop=None, dry_run: bool = False, progress=None) -> dict:
+def rebalance(cfg: Config, paths: list[str], host: ZfsHost, conn: sqlite3.Connection, *, given: dict, everything: bool = False,
+              events: Events | None = None, stop: threading.Event | None = None, dry_run: bool = False,
+              progress: Callable[[int, int], None] | None = None) -> dict:
     """Measure every file, rewrite the chosen ones, measure again: what left the normal vdevs."""
     from .refresh import _in_place, run_passes
 
     before = measure(paths, host, progress=progress)
-    out = {"dry_run": dry_run, "before": summary(before, everything)}
+    out: dict[str, Any] = {"dry_run": dry_run, "before": summary(before, everything)}
     chosen, _total = choose(before, everything)
     in_place = _in_place(host, given.get("method"))
     method = "rewrite" if in_place else "copy"

@@ -18,6 +18,11 @@ from .migrations import MIGRATIONS
 from .outcome import Outcome
 from .zfs.model import Pool
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .config import Config
+
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -113,6 +118,13 @@ def _statements(script: str) -> list[str]:
     return out
 
 
+def inserted(cur: sqlite3.Cursor) -> int:
+    """The id of the row an INSERT made (SQLite gives every inserted row one)."""
+    if cur.lastrowid is None:
+        raise StateError("an INSERT into the state database made no row")
+    return cur.lastrowid
+
+
 @contextlib.contextmanager
 def atomic(conn: sqlite3.Connection, durable: bool = True) -> Iterator[sqlite3.Connection]:
     """One write transaction (BEGIN IMMEDIATE); rolled back if the block raises. ``durable`` False:
@@ -148,7 +160,7 @@ def record_sample(conn: sqlite3.Connection, pool: Pool, ts: float | None = None)
             "INSERT INTO samples (ts, pool, size, alloc, free, spread) VALUES (?, ?, ?, ?, ?, ?)",
             (ts, pool.name, pool.size, pool.alloc, pool.free, pool.spread),
         )
-        sid = cur.lastrowid
+        sid = inserted(cur)
         conn.executemany(
             "INSERT INTO sample_vdevs (sample_id, vdev, type, size, alloc, free) VALUES (?, ?, ?, ?, ?, ?)",
             [(sid, v.name, v.type, v.size, v.alloc, v.free) for v in pool.data_vdevs],
@@ -190,7 +202,7 @@ def start_run(
         cur = conn.execute(
             "INSERT INTO runs (kind, job, pool, started, key) VALUES (?, ?, ?, ?, ?)", (kind, job, pool, time.time(), key)
         )
-    return cur.lastrowid
+    return inserted(cur)
 
 
 def set_progress(path: str, run_id: int, nbytes: int) -> None:
@@ -276,7 +288,7 @@ def set_notice(conn: sqlite3.Connection, subject: str, level: str, digest: str, 
                      "VALUES (?, ?, ?, ?, ?)", (subject, level, digest, since, last_sent))
 
 
-def last_successes(conn: sqlite3.Connection, cfg) -> list[dict]:
+def last_successes(conn: sqlite3.Connection, cfg: Config) -> list[dict]:
     """The last successful run of every configured replication job (for status, health, metrics)."""
     out = []
     now = time.time()

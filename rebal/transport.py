@@ -183,7 +183,7 @@ class Ssh:
     def __enter__(self) -> Ssh:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -283,7 +283,7 @@ class Here:
     def __enter__(self) -> Here:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         pass
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from . import health as H
 from . import names
-from .process.command import run
+from .process.command import Runner, run
 
 REFUSED = re.compile(r"refused from (\S+) \((\w+) ([^)]+)\): (.*)$")
 KEY_TYPES = ("ssh-", "ecdsa-", "sk-")
@@ -100,7 +100,7 @@ def refusals(lines: list[str], since: float) -> list[tuple[float, str, str]]:
     return out
 
 
-def gate_log_lines(files: list[str], since: float, runner=run) -> list[str]:
+def gate_log_lines(files: list[str], since: float, runner: Runner = run) -> list[str]:
     """The gate's log since ``since``: its files, and the journal where journald keeps it."""
     lines: list[str] = []
     for f in files:

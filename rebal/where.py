@@ -13,15 +13,17 @@ import re
 import stat
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .errors import RebalError, ToolMissing, UsageError
+from .errors import RebalError, UsageError
 from .walk import regular_files
 from .zfs import blocks, placement
 
 if TYPE_CHECKING:
     from .zfs.host import ZfsHost
+    from .zfs.model import Pool
 
 BATCH = 1000  # objects per zdb process (each costs about a second of start-up on zfs-fuse, whatever its size)
 
@@ -88,7 +90,8 @@ def collect(paths: list[str], host: ZfsHost) -> tuple[str, list[FileObj]]:
 _MISSING = re.compile(r"dmu_(?:bonus_hold|object_info)\w*\((\d+)\) failed")
 
 
-def read_objects(ds: str, inos: list[int], host: ZfsHost, full: bool = False, parse=None) -> tuple[dict, list[int]]:
+def read_objects(ds: str, inos: list[int], host: ZfsHost, full: bool = False,
+                 parse: Callable[[str], dict] | None = None) -> tuple[dict, list[int]]:
     """Block placement of these objects of ``ds`` (one zdb for the lot). An object that went away (a
     file deleted since it was listed) makes zdb stop: it is dropped and the rest read again.
     ``full``: every block pointer in full instead (zfs/blocks.py: compression, checksum, copies, birth);
@@ -111,7 +114,7 @@ def read_objects(ds: str, inos: list[int], host: ZfsHost, full: bool = False, pa
     raise RebalError(f"zdb: too many objects of {ds} went away while being read")
 
 
-def vdev_names(pool, host: ZfsHost) -> tuple[dict[int, str], set[int]]:
+def vdev_names(pool: Pool, host: ZfsHost) -> tuple[dict[int, str], set[int]]:
     """vdev id -> `rebal status` name, and the ids of the data vdevs, of ``pool`` (a zfs.model.Pool)."""
     tops = placement.parse_config(host.zdb(["-C", pool.name]))
     guids = [v.guid for v in pool.data_vdevs]
@@ -164,7 +167,7 @@ def where(paths: list[str], host: ZfsHost, *, sample: int = 2000, seed: int = 0,
         if keep_files:
             rep.per_file[o.path] = Counter({names.get(v, f"vdev-{v}"): n for v, n in c.items()})
     rep.measured_bytes = sum(totals.values())
-    ids = {v.name: _id(names, v.name) for v in p.data_vdevs}
+    id_of = {v.name: _id(names, v.name) for v in p.data_vdevs}
     if len(measured) == len(objs):
         for v in p.data_vdevs:
             b = totals.get(v.name, 0)
@@ -173,7 +176,7 @@ def where(paths: list[str], host: ZfsHost, *, sample: int = 2000, seed: int = 0,
     else:
         # cut short by the time limit before any sampling: what was measured stands for all the files
         in_whole = {id(o) for o in whole} if rest else set()
-        est = estimate([(id(o) in in_whole, {v: c.get(i, 0) for v, i in ids.items()}) for o, c in measured],
+        est = estimate([(id(o) in in_whole, {v: c.get(i, 0) for v, i in id_of.items()}) for o, c in measured],
                        len(rest) if rest else len(objs))
         for v in p.data_vdevs:
             share, half = est.get(v.name, (0.0, 1.0))

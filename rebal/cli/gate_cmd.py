@@ -31,12 +31,15 @@ def gate(
     from ..gate.check import Policy, Refused, check
     from ..gate.serve import serve
 
-    if (receive_into is None) == (send_from is None):
+    if receive_into is not None and send_from is None:
+        mode, root = "receive", receive_into
+    elif send_from is not None and receive_into is None:
+        mode, root = "send", send_from
+    else:
         raise UsageError("give exactly one of --receive-into DATASET or --send-from DATASET")
     if allow_rollback and send_from:
         raise UsageError("--allow-rollback goes with --receive-into")
-    policy = Policy("receive" if receive_into else "send", receive_into or send_from, allow_rollback,
-                    max_snapshots=max_snapshots)
+    policy = Policy(mode, root, allow_rollback, max_snapshots=max_snapshots)
     if allow_for is not None:
         from ..gate.check import allow_set
         from ..zfs.host import ZfsHost

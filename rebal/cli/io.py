@@ -7,10 +7,17 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from types import FrameType
 
 from ..errors import RebalError
 from ..outcome import Outcome
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..config import Config
 
 
 @dataclass
@@ -28,13 +35,13 @@ def load_config(check_cron: bool = False):
     return config.load(OPTS.config, check_cron=check_cron)
 
 
-def open_state(cfg):
+def open_state(cfg: Config):
     from .. import state
 
     return state.connect(cfg.state_db)
 
 
-def state_or_none(cfg, why: str = "the plan cannot see unfinished runs"):
+def state_or_none(cfg: Config, why: str = "the plan cannot see unfinished runs"):
     try:
         return open_state(cfg)
     except RebalError as e:
@@ -60,7 +67,7 @@ def say_error(msg: str) -> None:
     print(f"rebal: error: {msg}", file=sys.stderr)
 
 
-def guarded(call) -> None:
+def guarded(call: Callable[[], object]) -> None:
     """Run ``call``; a RebalError becomes "rebal: error: ..." and its exit code, ^C exit 130, and a
     bug one plain line (its traceback only with --debug or REBAL_DEBUG)."""
     try:
@@ -94,7 +101,7 @@ class Signals:
         self.got: list[int] = []
         self._old: dict = {}
 
-    def _on(self, signum, _frame) -> None:
+    def _on(self, signum: int, _frame: FrameType | None) -> None:
         self.got.append(signum)
         self.stop.set()
 
@@ -104,12 +111,11 @@ class Signals:
         self._old = {s: signal.signal(s, self._on) for s in (signal.SIGINT, signal.SIGTERM)}
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: object) -> None:
         import signal
 
         for s, h in self._old.items():
             signal.signal(s, h)
-        return False
 
     def why(self) -> str | None:
         """Why the run stopped, said as its reason: the first signal's name (None: no signal came)."""
@@ -124,7 +130,7 @@ class Signals:
         return 130 if self.got and self.got[0] == signal.SIGINT else 0
 
 
-def end_of_run(rep: dict, as_json: bool, text, sig: Signals) -> None:
+def end_of_run(rep: dict, as_json: bool, text: Callable[[dict], str], sig: Signals) -> None:
     """A run's report (a refresh, a rebalance to the special vdev): its last JSON line, or its text
     (``text(rep)``); then the exit code: the signal's for an interrupted run, 1 for a failed one."""
     import typer

@@ -6,6 +6,16 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress, Task, TaskID
+
+    from ..rebalance.files import FileRef, Result
+    from ..rebalance.prepare import Prepared
+    from ..rebalance.runstate import DirReport
+    from ..replicate.zfs_run import DatasetReport
 
 
 def console(stderr: bool = False, whole_lines: bool = True):
@@ -29,42 +39,42 @@ class JsonEvents:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        return False
+    def __exit__(self, *exc: object) -> None:
+        return
 
     @staticmethod
     def _emit(d: dict) -> None:
         print(json.dumps(d), flush=True)
 
-    def start(self, prep, total_files, total_bytes):
+    def start(self, prep: Prepared, total_files: int, total_bytes: int) -> None:
         self._emit({"event": "start", "pool": prep.pool.name, "method": prep.method, "jobs": prep.jobs,
                     "files": total_files, "bytes": total_bytes, "spread": round(prep.pool.spread, 2)})
 
-    def file_done(self, ref, result):
+    def file_done(self, ref: FileRef, result: Result) -> None:
         pass
 
-    def dir_done(self, rep):
+    def dir_done(self, rep: DirReport) -> None:
         self._emit({"event": "dir", "path": os.fsdecode(rep.path), "files": rep.files, "bytes": rep.bytes,
                     "skipped": rep.skipped, "spread": None if rep.spread is None else round(rep.spread, 2)})
 
-    def measured(self, spread):
+    def measured(self, spread: float) -> None:
         pass
 
-    def progress(self, files, nbytes):
+    def progress(self, files: int, nbytes: int) -> None:
         self._emit({"event": "progress", "files": files, "bytes": nbytes})
 
-    def note(self, text):
+    def note(self, text: str) -> None:
         self._emit({"event": "note", "text": text})
 
 
 class ProgressEvents:
     """rebal rebalance: a progress bar of bytes on a terminal; a line per directory otherwise."""
 
-    def __init__(self, prep, con=None):
+    def __init__(self, prep: Prepared, con: Console | None = None) -> None:
         self.prep = prep
         self.con = con or console()
         self.tty = self.con.is_terminal
-        self.bar = None
+        self.bar: Progress | None = None
         self.spread = prep.pool.spread
 
     def __enter__(self):
@@ -79,12 +89,11 @@ class ProgressEvents:
             self.bar.__enter__()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         if self.bar:
             self.bar.__exit__(*exc)
-        return False
 
-    def start(self, prep, total_files, total_bytes):
+    def start(self, prep: Prepared, total_files: int, total_bytes: int) -> None:
         if self.bar:
             self.total_files, self.files_done = total_files, 0
             self.task = self.bar.add_task("rebalance", total=total_bytes, spread=f"{self.spread:.1f}",
@@ -95,12 +104,12 @@ class ProgressEvents:
             print(f"rebalance {prep.pool.name}: {total_files} files, {human(total_bytes)} eligible, "
                   f"spread {self.spread:.1f}, method {prep.method}, {prep.jobs} at once", flush=True)
 
-    def file_done(self, ref, result):
+    def file_done(self, ref: FileRef, result: Result) -> None:
         if self.bar:
             self.files_done += 1
             self.bar.update(self.task, advance=ref.size, files=f"{self.files_done}/{self.total_files}")
 
-    def dir_done(self, rep):
+    def dir_done(self, rep: DirReport) -> None:
         from ..units import human
 
         if rep.spread is not None:
@@ -112,14 +121,14 @@ class ProgressEvents:
             print(f"{os.fsdecode(rep.path)}: {rep.files} files, {human(rep.bytes)}"
                   + (f", skipped {sk}" if sk else "") + f"; spread {self.spread:.1f}", flush=True)
 
-    def measured(self, spread):
+    def measured(self, spread: float) -> None:
         self.spread = spread
 
-    def progress(self, files, nbytes):  # method rewrite: the totals so far (no file_done per file)
-        if self.bar:
+    def progress(self, files: int, nbytes: int) -> None:  # method rewrite: the totals so far (no file_done per file)
+        if self.bar and self.task is not None:
             self.bar.update(self.task, completed=nbytes, files=f"{files}/{self.total_files}")
 
-    def note(self, text):
+    def note(self, text: str) -> None:
         if self.bar:
             self.bar.console.print(f"note: {text}", markup=False)
         else:
@@ -136,8 +145,8 @@ class LineEvents:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        return False
+    def __exit__(self, *exc: object) -> None:
+        return
 
     @staticmethod
     def _line(text: str) -> None:
@@ -151,27 +160,27 @@ class LineEvents:
             self.last = now
             self._line(f"block pointers read: {done} of {total} file(s)")
 
-    def start(self, prep, total_files, total_bytes):
+    def start(self, prep: Prepared, total_files: int, total_bytes: int) -> None:
         from ..units import human
 
         self._line(f"rewriting {total_files} file(s), {human(total_bytes)}, by {prep.method}")
 
-    def file_done(self, ref, result):
+    def file_done(self, ref: FileRef, result: Result) -> None:
         pass
 
-    def dir_done(self, rep):
+    def dir_done(self, rep: DirReport) -> None:
         from ..units import human
 
         if rep.files:
             self._line(f"{os.fsdecode(rep.path)}: {rep.files} file(s), {human(rep.bytes)}")
 
-    def measured(self, spread):
+    def measured(self, spread: float) -> None:
         pass
 
-    def progress(self, files, nbytes):
+    def progress(self, files: int, nbytes: int) -> None:
         pass
 
-    def note(self, text):
+    def note(self, text: str) -> None:
         self._line(f"note: {text}")
 
 
@@ -184,11 +193,13 @@ class ByteBar:
 
     def __init__(self, label: str, enabled: bool = True, every: float = 60.0) -> None:
         self.label = label
-        self.bar = self.task = None
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
         self.enabled = enabled and sys.stderr.isatty()
         # no terminal (a log, journald): a line every ``every`` seconds instead of a bar
         self.lines = enabled and not self.enabled
-        self.every, self.t0, self.last = every, None, 0.0
+        self.every, self.last = every, 0.0
+        self.t0: float | None = None
 
     def __enter__(self) -> "ByteBar":
         if self.enabled:
@@ -200,7 +211,7 @@ class ByteBar:
             self.task = self.bar.add_task(self.label, total=None)
         return self
 
-    def dataset(self, rep) -> None:
+    def dataset(self, rep: DatasetReport) -> None:
         """A dataset done: a line of its own where there is no bar (a log reads what each took)."""
         if self.lines:
             from ..units import human
@@ -215,7 +226,7 @@ class ByteBar:
         return self.enabled or self.lines
 
     def update(self, nbytes: int, total: int | None = None) -> None:
-        if self.bar:
+        if self.bar and self.task is not None:
             self.bar.update(self.task, completed=nbytes, total=max(total, nbytes) if total else None)
         elif self.lines:
             import time
@@ -231,10 +242,9 @@ class ByteBar:
                 print(f"{self.label}: {human(nbytes)}{of} sent, {human(nbytes / max(now - self.t0, 1e-9))}/s",
                       file=sys.stderr, flush=True)
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: Any) -> None:
         if self.bar:
             self.bar.__exit__(*exc)
-        return False
 
 
 def _byte_columns(estimate: bool = True):
@@ -246,17 +256,17 @@ def _byte_columns(estimate: bool = True):
     from ..units import human
 
     class Bytes(ProgressColumn):
-        def render(self, task) -> Text:
+        def render(self, task: Task) -> Text:
             total = (f"{human(task.total)} (estimate)" if estimate else human(task.total)) if task.total else "?"
             return Text(f"{human(task.completed)} of {total}")
 
     class Rate(ProgressColumn):
-        def render(self, task) -> Text:
+        def render(self, task: Task) -> Text:
             t = task.elapsed or 0
             return Text(f"{human(task.completed / t)}/s" if t >= 1 else "-/s")
 
     class Left(ProgressColumn):
-        def render(self, task) -> Text:
+        def render(self, task: Task) -> Text:
             t = task.elapsed or 0
             if not task.total or t < 1 or not task.completed:
                 return Text("")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Annotated, Optional, TYPE_CHECKING
+from typing import Annotated, Any, Optional, TYPE_CHECKING
 
 import typer
 
@@ -18,7 +18,12 @@ from ..outcome import Outcome
 from .io import Signals, end_of_run, load_config, open_state, out_json, out_text, state_or_none
 
 if TYPE_CHECKING:
+    from ..config import Config
+    from ..readspeed import ReadResult
+    from ..rebalance.options import Options
+    from ..rebalance.prepare import Prepared
     from ..zfs.host import ZfsHost
+    from .progress import JsonEvents, ProgressEvents
 
 TargetsArg = Annotated[list[str], typer.Argument(help="Datasets (tank/data) or directories inside mounted datasets.",
                                                  autocompletion=complete.datasets)]
@@ -34,10 +39,10 @@ NoSteerOpt = Annotated[bool, typer.Option("--no-steer", help="Let ZFS place the 
 ToOpt = Annotated[Optional[str], typer.Option("--to", metavar="special", help="special: rewrite the files whose metadata and small blocks a special vdev would now take (measured from the block pointers), instead of balancing.")]
 PlacementOpt = Annotated[str, typer.Option("--placement", metavar="auto|measured|model", help="Where old data lies: measured (zdb reads the block pointers), model (a guess from the fill), or auto (measured where zdb can).")]
 
-def _options(ctx: typer.Context, cfg, **extra):
+def _options(ctx: typer.Context, cfg: Config, **extra: Any) -> Options:
     """The planner's options from what the command line gave: each one a keyword of options_from
     (declared there once, by the option's name); the command's own (--json, --dry-run...) stay here."""
-    from ..rebalance.prepare import PLANNER_OPTIONS, options_from
+    from ..rebalance.options import PLANNER_OPTIONS, options_from
 
     given = {k: v for k, v in ctx.params.items() if k in PLANNER_OPTIONS}
     return options_from(cfg, ctx.params["targets"], **given, **extra)
@@ -153,7 +158,7 @@ def rebalance(
         raise typer.Exit(sig.exit_code())
 
 
-def _events(prep, as_json: bool):
+def _events(prep: Prepared, as_json: bool) -> JsonEvents | ProgressEvents:
     """What a run tells as it goes: JSON lines, or a progress bar (the plan's warnings first)."""
     if as_json:
         from .progress import JsonEvents
@@ -174,14 +179,14 @@ def _to(to: str | None) -> bool:
     return True
 
 
-def _to_special(cfg, params: dict) -> None:
+def _to_special(cfg: Config, params: dict) -> None:
     """rebal rebalance --to special: the files whose metadata and small blocks lie on the normal vdevs."""
     from .. import special
 
     given = {k: params[k] for k in ("max_bytes", "until", "max_rate", "verify", "method", "jobs", "exclude",
                                     "allow_snapshots", "max_growth")}
     targets, everything, dry_run, as_json = params["targets"], params["rewrite_all"], params["dry_run"], params["as_json"]
-    from ..rebalance.prepare import RefusedError
+    from ..rebalance.options import RefusedError
     from ..views.special import report_text
     from ..zfs.host import ZfsHost
 
@@ -205,7 +210,7 @@ def _reads_text(read: dict) -> str:
     return reads_text(read)
 
 
-def _read_measure(prep, host: ZfsHost, read_bytes: str):
+def _read_measure(prep: Prepared, host: ZfsHost, read_bytes: str) -> ReadResult:
     from ..readspeed import measure_read
     from ..units import parse_size
 

@@ -47,7 +47,7 @@ def refresh(
 
             out_text(plan_text(p))
         return
-    from ..rebalance.prepare import RefusedError
+    from ..rebalance.options import RefusedError
 
     if os.geteuid() != 0 and not dry_run:
         raise RefusedError("rebal refresh runs as root: it must keep every file's owner")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -99,9 +99,9 @@ def scrub(
     """Start a scrub of POOL, or of a job's target pool on the backup host (or say one is running)."""
     from ..errors import UsageError
 
-    if bool(pool) == bool(job):
+    if (pool is None) == (job is None):
         raise UsageError("give a POOL, or --job JOB for the backup host's pool")
-    if pool:
+    if pool is not None:
         from ..zfs.host import ZfsHost
 
         what = "running" if ZfsHost.here().scrub(pool) == "running" else "started"
@@ -109,6 +109,7 @@ def scrub(
         return
     from ..recover.backups import scrub_backup
 
+    assert job is not None  # (one of the two, said above)
     host, target_pool, what = scrub_backup(load_config(), job)
     if as_json:
         out_json({"pool": target_pool, "host": host, "scrub": what})
@@ -133,7 +134,7 @@ def run_cmd(
         raise UsageError("give a job name or --due (not both)")
     if job and job not in scheduler.all_jobs(cfg):
         raise UsageError(f"no job named {job!r} (jobs: {', '.join(scheduler.all_jobs(cfg))})")
-    names_ = scheduler.due(cfg, state.connect(cfg.state_db)) if due else [job]
+    names_ = scheduler.due(cfg, state.connect(cfg.state_db)) if due or job is None else [job]
     if dry_run:
         if as_json:
             out_json({"due" if due else "jobs": names_, "dry_run": True})
@@ -169,7 +170,7 @@ def daemon() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os.execv(sys.executable, [sys.executable, "-m", "rebal", *sys.argv[1:]])
-    raise typer.Exit(code)
+    raise typer.Exit(int(code))
 
 
 @app.command()
@@ -208,7 +209,6 @@ def watch(
         raise UsageError("nothing to watch: no gated key (rebal gate --receive-into ROOT) in the authorized_keys "
                          "read, and no --root")
     now = W.now()
-    from ..zfs.host import ZfsHost
 
     host = ZfsHost.here()
     for r in roots:
@@ -237,7 +237,7 @@ def watch(
 
         with atomic_file(metrics_file) as put:
             put(W.metrics_text(roots, level, len(refused), limit, now))
-    watched = [{"root": r.dataset, "key": r.key, "datasets": len(r.datasets),
+    watched: list[dict[str, Any]] = [{"root": r.dataset, "key": r.key, "datasets": len(r.datasets),
                 "newest": {d: (None if p is None else {"snapshot": p[0], "age_hours": round((now - p[1]) / 3600, 2)})
                            for d, p in r.datasets.items()}} for r in roots]
     if as_json:

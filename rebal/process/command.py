@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, Union
+from typing import IO, Any, Protocol, Union
 
 from ..errors import (
     CommandFailed,
@@ -94,6 +94,12 @@ def line(argv: Argv) -> str:
     return shlex.join(os.fsdecode(a) for a in argv)
 
 
+class Stopping(Protocol):
+    """What ends a command at once when set: a threading.Event, or anything that says so."""
+
+    def is_set(self) -> bool: ...
+
+
 Runner = Callable[..., Result]  # how a command runs: run() itself, or a test's or a run's counting stand-in
 
 
@@ -105,7 +111,7 @@ def run(
     timeout: float | None = DEFAULT_TIMEOUT,
     check: bool = True,
     input: str | bytes | None = None,
-    stop: threading.Event | None = None,
+    stop: Stopping | None = None,
     on_out: Callable[[bytes], None] | None = None,
     environ: dict[str, str] | None = None,
     inherit_env: bool = True,
@@ -155,7 +161,7 @@ def _not_started(argv: Argv, e: OSError) -> Exception:
     return CommandFailed(argv, -1, f"cannot start: {e.strerror}")
 
 
-def _run_watched(argv: tuple[str | bytes, ...], timeout: float | None, stop: threading.Event | None,
+def _run_watched(argv: tuple[str | bytes, ...], timeout: float | None, stop: Stopping | None,
                  on_out: Callable[[bytes], None] | None, input: bytes | None, environ: dict) -> Result:
     """Read both pipes as the output comes (each chunk of stdout to ``on_out``); every 0.2 s look at
     the stop and the deadline. In a session of its own: a ^C at the terminal reaches rebal, which

@@ -20,7 +20,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Any
 
 from ..throttle import Throttle
 from .command import env, line
@@ -56,7 +56,7 @@ def _read(f: IO[bytes]) -> str:
     return f.read().decode(errors="replace")
 
 
-def _start(argv: list[str], **kw) -> subprocess.Popen:
+def _start(argv: list[str], **kw: Any) -> subprocess.Popen:
     log.debug("start: %s", line(argv))
     return subprocess.Popen(argv, env=env(), start_new_session=True, **kw)
 

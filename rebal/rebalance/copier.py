@@ -24,6 +24,7 @@ import fcntl
 import os
 import stat
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import xxhash
@@ -94,13 +95,14 @@ class Copier:
 
     # -- the whole file -----------------------------------------------------------------------
 
-    def copy(self, dfd: int, ref: FileRef, on_created=None) -> Result:
+    def copy(self, dfd: int, ref: FileRef, on_created: Callable[[int], None] | None = None) -> Result:
         """Rewrite one file, its copy fsynced on its own. Never raises for a per-file problem: the
         outcome says what happened. ``on_created(copy_ino)`` is called once the temp file exists."""
         p = self.prepare(dfd, ref, on_created, fsync=True)
         return p if isinstance(p, Result) else self.swap(p)
 
-    def prepare(self, dfd: int, ref: FileRef, on_created=None, fsync: bool = True) -> Prepared | Result:
+    def prepare(self, dfd: int, ref: FileRef, on_created: Callable[[int], None] | None = None,
+                fsync: bool = True) -> Prepared | Result:
         """Steps 1-3: the verified copy under its temp name, the original still open (and leased).
         ``fsync`` False: the caller makes a whole batch durable with one barrier (durable.py) before
         it calls ``swap``; the Prepared holds two open descriptors until then. A Result: failed."""
@@ -193,7 +195,7 @@ class Copier:
 
     # -- a hardlink group ---------------------------------------------------------------------
 
-    def copy_group(self, names: list[tuple[int, FileRef]], on_copy=None) -> Result:
+    def copy_group(self, names: list[tuple[int, FileRef]], on_copy: Callable[[int], None] | None = None) -> Result:
         """Rewrite a hardlink group as one: one new inode, linked under every name of the group.
 
         ``names``: (directory fd, ref) of every name of the inode, all inside the target.
@@ -272,7 +274,7 @@ class Copier:
                 os.close(src)
 
     @staticmethod
-    def _switch_back(names, swapped: list[int], anchor: tuple[int, bytes], ino: int) -> None:
+    def _switch_back(names: list[tuple[int, FileRef]], swapped: list[int], anchor: tuple[int, bytes], ino: int) -> None:
         """Point the names already switched back at the original (through its anchor name)."""
         adfd, aname = anchor
         for k in swapped:
@@ -412,9 +414,10 @@ def _failure(e: BaseException, written: int) -> Result:
     """The outcome of a copy that stopped: the reason given, or what the OS error means."""
     if isinstance(e, _Abort):
         return Result(e.outcome, written, e.reason)
-    if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
+    err = getattr(e, "errno", None)
+    if err in (errno.ENOSPC, errno.EDQUOT):
         return Result(FileOutcome.NOSPACE, written, "no space left for the copy")
-    return Result(FileOutcome.FAILED, written, f"{os.strerror(e.errno or 0) if getattr(e, 'errno', None) else e}")
+    return Result(FileOutcome.FAILED, written, f"{os.strerror(err) if err else e}")
 
 
 def _open_original(dfd: int, ref: FileRef) -> tuple[int, os.stat_result]:

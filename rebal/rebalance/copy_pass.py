@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from ..units import human
 from . import durable, journal
@@ -26,7 +26,8 @@ from .files import (
     restore_times,
 )
 from .prepare import _avail
-from .runstate import DirReport
+from .planner import DirEntry
+from .runstate import DirReport, Run
 from .scan import candidates
 
 BATCH_FILES = 64
@@ -37,7 +38,7 @@ RETRIES = 2  # a file that changed while copied is tried again this often in the
 # files this run's limits leave for a later run: not failures, and their directory is not done
 
 
-def copy_dir(r, pool: ThreadPoolExecutor, d, root: bytes, dev: int):
+def copy_dir(r: Run, pool: ThreadPoolExecutor, d: DirEntry, root: bytes, dev: int) -> DirReport:
     """Copy-verify-swap directory ``d`` for run ``r`` (runstate.Run); returns its DirReport."""
 
     rep = DirReport(d.path)
@@ -99,7 +100,7 @@ def copy_dir(r, pool: ThreadPoolExecutor, d, root: bytes, dev: int):
         os.close(dfd)
 
 
-def collect(r, futures) -> list:
+def collect(r: Run, futures: list[Future[Result | Prepared]]) -> list:
     """The batch's outcomes (Results, or Prepared copies awaiting the barrier). While the batch is
     being made, a prepared original whose lease a writer broke is let go at once (within
     LEASE_POLL), so the writer's open(2), which waits on the lease, is not held up until the barrier.
@@ -127,7 +128,7 @@ def collect(r, futures) -> list:
         raise
 
 
-def swap_batch(r, barrier: durable.Barrier, results: list) -> list[Result]:
+def swap_batch(r: Run, barrier: durable.Barrier, results: list) -> list[Result]:
     """One barrier for the batch's prepared copies, then their swaps, on the run's second pool of
     threads (a few metadata calls each; the first pool copies the next batch meanwhile). If the
     barrier fails, no copy of the batch is swapped: each is dropped and counted failed, its
@@ -147,7 +148,7 @@ def swap_batch(r, barrier: durable.Barrier, results: list) -> list[Result]:
     return [next(swapped) if isinstance(x, Prepared) else x for x in results]
 
 
-def finish(r, dfd: int, rep, batch: list[FileRef], ids: list[int], results: list[Result], attempt: int,
+def finish(r: Run, dfd: int, rep: DirReport, batch: list[FileRef], ids: list[int], results: list[Result], attempt: int,
            retry: list[FileRef]) -> None:
     """Count a batch's outcomes, queue the files that changed meanwhile, write its journal rows."""
     outcomes = []
@@ -175,7 +176,7 @@ def finish(r, dfd: int, rep, batch: list[FileRef], ids: list[int], results: list
     journal.finish_batch(r.conn, outcomes)
 
 
-def take_batch(r, todo: list[FileRef], rep) -> tuple[list[FileRef], list[FileRef]]:
+def take_batch(r: Run, todo: list[FileRef], rep: DirReport) -> tuple[list[FileRef], list[FileRef]]:
     """The next files to copy at once, as many as fit above the free-space reserve and under the limits,
     counting the batch in flight. Empty with files left: wait for the batch in flight (if any), else
     a limit is reached (the stop reason says which) or every file left is deferred."""

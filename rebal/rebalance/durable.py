@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+from collections.abc import Callable, Iterable
 
 ZFS_SUPER_MAGIC = 0x2FC12FC1  # OpenZFS's Linux super block magic (zfs_vfsops.c)
 _libc = None
@@ -74,7 +75,8 @@ class Barrier:
         self.dfd = dfd
         self.syncfs = fs_type(dfd) == ZFS_SUPER_MAGIC
 
-    def copies(self, fds: list[int], map_=map) -> None:
+    def copies(self, fds: list[int],
+               map_: Callable[[Callable[[int], OSError | None], list[int]], Iterable[OSError | None]] = map) -> None:
         """Make the batch's copies (open descriptors of the temps) durable, or raise OSError.
         ``map_``: how the fsyncs are spread (a thread pool's map runs them at once)."""
         if not fds:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import closing, nullcontext
-from collections.abc import Callable
+from contextlib import AbstractContextManager, closing, nullcontext
+from collections.abc import Callable, Generator
 from itertools import takewhile
 from typing import TYPE_CHECKING
 
@@ -27,16 +28,18 @@ from ..recorded import recorded
 from ..zfs.tunable import Parameter
 from . import journal, steer
 from .files import DEFERRED
-from .inplace_pass import batches
+from .inplace_pass import Batches, batches
 from .planner import (
     DirEntry,
     order_dirs,
 )
-from .prepare import Options, Prepared
-from .runstate import DirReport, Events, Report, Run
+from .options import Options
+from .prepare import Prepared
+from .runstate import DirReport, Events, LogEvents, Report, Run
 
 if TYPE_CHECKING:
     from ..zfs.host import ZfsHost
+    from ..zfs.model import Pool
 
 # -- execute ------------------------------------------------------------------------------------
 
@@ -48,13 +51,13 @@ class PoolLock(FileLock):
         super().__init__(state_db, f"rebalance-{pool}", f"rebalance of pool {pool}")
 
 
-def execute(prep: Prepared, opts: Options, host: ZfsHost, conn, state_db: str, events: Events | None = None,
+def execute(prep: Prepared, opts: Options, host: ZfsHost, conn: sqlite3.Connection, state_db: str, events: Events | None = None,
             stop: threading.Event | None = None, *, stopped_by: Callable[[], str | None] | None = None,
             reading: Callable[[], dict] | None = None) -> Report:
     """The run, recorded (one row, continued when ``prep`` resumes one). ``stopped_by``: why the
     caller stopped the run (a signal), asked as it ends; ``reading``: the read measurement that the
     record keeps beside it, taken after the run."""
-    events = events or Events()
+    events = events or LogEvents()
     stop = stop or threading.Event()
     from ..locks import Together
 
@@ -70,7 +73,7 @@ def execute(prep: Prepared, opts: Options, host: ZfsHost, conn, state_db: str, e
         return r.report
 
 
-def _run(r: Run, rec: Record, recovered, earlier: dict | None, stopped_by: Callable[[], str | None] | None,
+def _run(r: Run, rec: Record, recovered: journal.Recovery, earlier: dict | None, stopped_by: Callable[[], str | None] | None,
          reading: Callable[[], dict] | None) -> None:
     prep, opts, host, conn, events, stop, run_id = r.prep, r.opts, r.host, r.conn, r.events, r.stop, rec.id
     assert run_id is not None
@@ -86,9 +89,11 @@ def _run(r: Run, rec: Record, recovered, earlier: dict | None, stopped_by: Calla
     t0 = time.monotonic()
     timer = None
     if opts.until is not None:
-        timer = threading.Timer(max(0.0, opts.until - time.time()), lambda: (
-            setattr(r, "stop_reason", r.stop_reason or "the end of the time window (--until) was reached"),
-            stop.set()))
+        def time_up() -> None:
+            r.stop_reason = r.stop_reason or "the end of the time window (--until) was reached"
+            stop.set()
+
+        timer = threading.Timer(max(0.0, opts.until - time.time()), time_up)
         timer.daemon = True
         timer.start()
     old_sigio = None
@@ -96,7 +101,7 @@ def _run(r: Run, rec: Record, recovered, earlier: dict | None, stopped_by: Calla
         old_sigio = signal.signal(signal.SIGIO, signal.SIG_IGN)  # lease breaks must not kill us
     try:
         held = _steer(conn, prep, run_id, events)
-        r.report.steered = None if held is None else held.record["set"]
+        r.report.steered = None if held is None or held.record is None else held.record["set"]
         if held is not None:
             _steering_ends(r, held, prep, events)
         r.report.predicted_after = prep.plan.spread_after  # the unsteered plan's where steering was refused
@@ -132,7 +137,7 @@ def _run(r: Run, rec: Record, recovered, earlier: dict | None, stopped_by: Calla
         _finish(r, rec, earlier, avail_ds, t0)
 
 
-def _steer(conn, prep: Prepared, run_id: int, events: Events) -> steer.Held | None:
+def _steer(conn: sqlite3.Connection, prep: Prepared, run_id: int, events: Events) -> steer.Held | None:
     """The allocator steered for the run where the plan says so (held: given back when it ends);
     a value a dead run left behind put back first."""
     param = Parameter(steer.NAME)
@@ -157,11 +162,13 @@ def _steering_ends(r: Run, held: steer.Held, prep: Prepared, events: Events) -> 
     rewritten at once could carry them past the mean, and what is rewritten after that lands on
     the fuller vdevs and cannot bring it back); once they are at it, the admin's value goes back
     and the rest of the run is placed as ZFS would."""
+    if held.record is None:  # given back already: nothing to end
+        return
     threshold = held.record["set"]
     names = steer.receiving(prep.pool, threshold)
     r.steering = lambda: steer.room(threshold, names, r.last_pool or prep.pool)
 
-    def told(pool) -> None:
+    def told(pool: Pool) -> None:
         if held.record is not None and steer.steered_enough(threshold, names, pool):
             r.steering = None
             r.on_measured = None  # once: a value that could not be put back is tried again at the end only
@@ -171,7 +178,7 @@ def _steering_ends(r: Run, held: steer.Held, prep: Prepared, events: Events) -> 
     r.on_measured = told
 
 
-def _recover(conn, prep: Prepared, events: Events):
+def _recover(conn: sqlite3.Connection, prep: Prepared, events: Events) -> journal.Recovery:
     """What an earlier crash left: the journal's unfinished files put right, the temp names no
     journal names removed where that is provably safe, runs that died marked so."""
     recovered = journal.recover(conn, prep.pool.name)
@@ -193,7 +200,7 @@ def _recover(conn, prep: Prepared, events: Events):
     return recovered
 
 
-def _earlier(conn, prep: Prepared, events: Events) -> dict | None:
+def _earlier(conn: sqlite3.Connection, prep: Prepared, events: Events) -> dict | None:
     """When the run continues an earlier one: what its earlier parts did, and how they ended."""
     earlier = None
     if prep.resume_run is not None:
@@ -201,9 +208,9 @@ def _earlier(conn, prep: Prepared, events: Events) -> dict | None:
         row = state.run_row(conn, run_id)
         files, nbytes = journal.done_totals(conn, run_id)
         old = json.loads(row["details"] or "{}") if row else {}
-        died = row is None or row["outcome"] is None
-        earlier = {"parts": old.get("parts", 1), "files": files, "bytes": nbytes,
-                   "ended": Outcome.INTERRUPTED if died else row["outcome"], "why": state.DIED if died else row["error"]}
+        ended, why = ((Outcome.INTERRUPTED, state.DIED) if row is None or row["outcome"] is None
+                      else (row["outcome"], row["error"]))
+        earlier = {"parts": old.get("parts", 1), "files": files, "bytes": nbytes, "ended": ended, "why": why}
         events.note(f"continuing run {run_id}: {len(prep.done_dirs)} directories already done")
     return earlier
 
@@ -211,7 +218,7 @@ def _earlier(conn, prep: Prepared, events: Events) -> dict | None:
 def _finish(r: Run, rec: Record, earlier: dict | None, avail_ds: str, t0: float) -> None:
     """The run's last figures (the spread settled, the reclaimed space, where the rewritten data went)
     and its record, however it ended."""
-    prep, opts, host, conn, run_id = r.prep, r.opts, r.host, r.conn, r.report.run_id
+    prep, opts, host = r.prep, r.opts, r.host
     r.report.seconds = time.monotonic() - t0
     r.report.growth = r.growth
     if r.growth:  # the snapshots that hold the old copies: the space and balance come when they go
@@ -268,7 +275,7 @@ def _tally_step(r: Run, rep: DirReport) -> None:
     r.events.dir_done(rep)
 
 
-def _loop(r: Run, dirs: list[DirEntry]) -> tuple[str, str]:
+def _loop(r: Run, dirs: list[DirEntry]) -> tuple[Outcome, str]:
     prep, opts = r.prep, r.opts
     if r.spread_now <= opts.target_spread and not r.all:
         return Outcome.OK, f"spread {r.spread_now:.1f} is within the target {opts.target_spread:g}"
@@ -278,6 +285,7 @@ def _loop(r: Run, dirs: list[DirEntry]) -> tuple[str, str]:
         root = next(rt for rt in sorted(roots, key=len, reverse=True) if d.path == rt or d.path.startswith(rt.rstrip(b"/") + b"/"))
         return root, roots[root]
 
+    pools: tuple[ThreadPoolExecutor, AbstractContextManager[ThreadPoolExecutor | None], ThreadPoolExecutor]
     if prep.method == "rewrite":  # in place: no swaps
         pools = (ThreadPoolExecutor(max_workers=prep.jobs, thread_name_prefix="rebal-rewrite"), nullcontext(None),
                  ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-scan"))
@@ -287,12 +295,12 @@ def _loop(r: Run, dirs: list[DirEntry]) -> tuple[str, str]:
                  ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-scan"))
     with pools[0] as pool, pools[1] as r.swap_pool, pools[2] as scanner:
         if prep.method == "rewrite":  # in place, lanes of processes fed parts of the scan (inplace_pass.py)
-            steps = batches(r, pool, scanner, dirs, where)
+            steps: Batches | Generator[tuple[DirEntry, DirReport], None, None] = batches(r, pool, scanner, dirs, where)
         else:  # copy-and-rename, directory by directory
             from .copy_pass import copy_dir
 
             steps = ((d, copy_dir(r, pool, d, *where(d))) for d in takewhile(lambda _d: not r.limit_hit(), dirs))
-        def record(d, rep) -> None:
+        def record(d: DirEntry, rep: DirReport) -> None:
             if prep.method == "rewrite":  # in place: a lost "done" only means the directory is done again
                 finished = not rep.deferred
                 r.pending_done.append((d.path, rep.files, rep.bytes, finished))
@@ -308,7 +316,7 @@ def _loop(r: Run, dirs: list[DirEntry]) -> tuple[str, str]:
             for d, rep in steps:
                 record(d, rep)
                 if _step_done(r, rep):
-                    if prep.method == "rewrite":  # the directories the lanes answered meanwhile
+                    if isinstance(steps, Batches):  # in place: the directories the lanes answered meanwhile
                         for d2, rep2 in steps.rest():
                             record(d2, rep2)
                             _tally_step(r, rep2)

@@ -8,9 +8,10 @@ import os
 
 from . import journal
 from .files import FileOutcome, restore_times
+from .runstate import DirReport, Run
 
 
-def copy_groups(r, rep):
+def copy_groups(r: Run, rep: DirReport) -> DirReport:
     """Rewrite the hardlink groups of run ``r`` (runstate.Run), one at a time, each as one new inode
     under all its names; tallies go to ``rep`` (a DirReport) and the run's report."""
     for group in r.prep.scan.groups:

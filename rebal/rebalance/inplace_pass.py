@@ -29,7 +29,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import TYPE_CHECKING
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import (
     FIRST_COMPLETED,
     Executor,
@@ -38,8 +40,14 @@ from concurrent.futures import (
     wait,
 )
 
-from .runstate import DirReport
+from .planner import DirEntry
+from .runstate import DirReport, Run
 from .scan import AHEAD
+
+if TYPE_CHECKING:
+    from ..zfs.host_fs import RewriteAnswer
+
+Where = Callable[[DirEntry], tuple[bytes, int]]  # a directory's target root and its device
 
 PROC_FILES = 16384  # paths per `zfs rewrite` process (PROC_ARGV is what usually binds)
 PROC_ARGV = 1 << 20  # bytes of paths per process: under ARG_MAX (2 MiB with the usual 8 MiB stack)
@@ -50,7 +58,7 @@ SCAN_AHEAD = AHEAD  # files scanned and not yet handed to a lane, at most (about
 GONE = "gone or replaced since the scan"
 
 
-def eligible(r, d, root: bytes, dev: int) -> list:
+def eligible(r: Run, d: DirEntry, root: bytes, dev: int) -> list:
     """(name, lstat) of the files of directory ``d`` to rewrite. Runs on one scanning thread ahead
     of the rewrite (the hardlink set is only ever touched here, in directory order). The first
     directories were listed by the run's pre-scan moments before (the same `candidates`, the same
@@ -87,7 +95,7 @@ class _Dir:
 
     __slots__ = ("d", "fut", "off", "running", "rep")
 
-    def __init__(self, d, fut) -> None:
+    def __init__(self, d: DirEntry, fut: Future[list]) -> None:
         self.d, self.fut, self.off, self.running, self.rep = d, fut, 0, 0, None
 
     @property
@@ -109,7 +117,7 @@ class _StopOrHalt:
         self.stop.set()
 
 
-def batches(r, workers: Executor, scanner: Executor, dirs: list, where) -> "Batches":
+def batches(r: Run, workers: Executor, scanner: Executor, dirs: list[DirEntry], where: Where) -> Batches:
     """Rewrite ``dirs`` for run ``r`` (runstate.Run); yields (DirEntry, DirReport) for each directory,
     in order, once every file of it was answered. Ends when the directories are done or a limit is
     hit (the directory begun then is yielded with its files left counted as deferred). When the
@@ -122,10 +130,10 @@ class Batches:
     def __init__(self, p: "_Pipeline") -> None:
         self.p, self._it = p, p.run()
 
-    def __iter__(self):
+    def __iter__(self) -> Batches:
         return self
 
-    def __next__(self):
+    def __next__(self) -> tuple[DirEntry, DirReport]:
         return next(self._it)
 
     def rest(self) -> list:
@@ -146,7 +154,7 @@ class Batches:
 
 
 class _Pipeline:
-    def __init__(self, r, workers: Executor, scanner: Executor, dirs: list, where) -> None:
+    def __init__(self, r: Run, workers: Executor, scanner: Executor, dirs: list[DirEntry], where: Where) -> None:
         self.r, self.workers, self.scanner, self.dirs, self.where = r, workers, scanner, dirs, where
         self.left = sum(d.files for d in dirs)  # files not yet handed (by the pre-scan's count)
         self.k = procs_for(r.prep.jobs, self.left)
@@ -233,7 +241,7 @@ class _Pipeline:
             nbytes += sum(sizes[:n])
         r.events.progress(files, nbytes)
 
-    def _part(self, w: dict, cap_alloc: float, cap_size: float, budget, block: bool,
+    def _part(self, w: dict, cap_alloc: float, cap_size: float, budget: int | None, block: bool,
               share: int | None = None) -> list | None:
         """The next part, [(_Dir, start, end)] in order, from what is scanned; None when there is
         none to start now (the window is closed, every directory is handed, or the scan is behind
@@ -357,7 +365,7 @@ class _Pipeline:
 
     # -- answers ---------------------------------------------------------------------------------
 
-    def _answer(self, part: list, result) -> None:
+    def _answer(self, part: list, result: tuple[list[bytes], RewriteAnswer] | None) -> None:
         """Count a part's answer into its directories' reports."""
 
         r = self.r
@@ -451,7 +459,7 @@ class _Pipeline:
             x.fut.cancel()
 
 
-def _caps(r) -> tuple[float, float, bool]:
+def _caps(r: Run) -> tuple[float, float, bool]:
     """(allocated bytes, file bytes) a window may take before the run must look again, and whether
     the model sized it (then the window is not closed early as the target nears)."""
     alloc = size = float(WINDOW_BYTES)
@@ -474,7 +482,7 @@ def _caps(r) -> tuple[float, float, bool]:
     return alloc, size, need is not None
 
 
-def _tally(r, rep, files: int, nbytes: int, moved: int) -> None:
+def _tally(r: Run, rep: DirReport, files: int, nbytes: int, moved: int) -> None:
     rep.files += files
     rep.bytes += nbytes
     r.report.files += files

@@ -20,10 +20,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..outcome import Outcome
-from ..state import atomic
+from ..state import atomic, inserted
 from .files import FileRef, group_tmp_name, old_name, tmp_name
 
 OPEN = "copying"
+
 
 
 def begin_batch(conn: sqlite3.Connection, run_id: int, refs: Iterable[FileRef]) -> list[int]:
@@ -36,7 +37,7 @@ def begin_batch(conn: sqlite3.Connection, run_id: int, refs: Iterable[FileRef]) 
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (run_id, r.dir, r.name, tmp_name(r.ino), r.ino, r.size, r.mtime_ns, r.ctime_ns, OPEN),
             )
-            ids.append(cur.lastrowid)
+            ids.append(inserted(cur))
     return ids
 
 
@@ -49,7 +50,7 @@ def begin_group(conn: sqlite3.Connection, run_id: int, refs: list[FileRef]) -> i
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (run_id, r.dir, r.name, tmp_name(r.ino), r.ino, r.size, r.mtime_ns, r.ctime_ns, OPEN),
         )
-        jid = cur.lastrowid
+        jid = inserted(cur)
         conn.executemany(
             "INSERT INTO journal_links (journal_id, idx, dir, name) VALUES (?, ?, ?, ?)",
             [(jid, k, x.dir, x.name) for k, x in enumerate(refs)],

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import RebalError
@@ -16,11 +17,14 @@ from .scan import Filters, candidates
 
 if TYPE_CHECKING:
     from ..zfs.host import ZfsHost
+    from ..zfs.model import Pool
+    from .options import Target
+    from .planner import Plan
 
 PER_DIR = 16  # files measured per directory
 
 
-def measure_dirs(dirs: list[DirEntry], targets, pool, host: ZfsHost, filters: Filters, *,
+def measure_dirs(dirs: list[DirEntry], targets: list[Target], pool: Pool, host: ZfsHost, filters: Filters, *,
                  time_limit: float = 30.0) -> tuple[list[DirEntry], str, tuple | None]:
     """``dirs`` with ``placement`` set where measured; a note saying what was measured; and the pool's
     vdev ids (where.vdev_names: read once a run, the run's last measurement uses them again)."""
@@ -44,11 +48,11 @@ def measure_dirs(dirs: list[DirEntry], targets, pool, host: ZfsHost, filters: Fi
     order = {n: i for i, n in enumerate(v.name for v in pool.data_vdevs)}
     out = []
     for d in dirs:
-        by_vdev = Counter()
+        by_vdev: Counter[str] = Counter()
         for vid, n in got.get(d.path, Counter()).items():
             if vid in data_ids:
                 by_vdev[names[vid]] += n
-        if d.path in got and sum(by_vdev.values()):
+        if d.path in got and by_vdev.total():
             tot = sum(by_vdev.values())
             place = [0] * len(order)
             for name, n in by_vdev.items():
@@ -65,8 +69,9 @@ def measure_dirs(dirs: list[DirEntry], targets, pool, host: ZfsHost, filters: Fi
     return out, note, (names, data_ids)
 
 
-def _read_dirs(dirs, targets, filters, t0: float, time_limit: float, host: ZfsHost, batch_size: int,
-               read_objects) -> tuple[dict[bytes, Counter], bool]:
+def _read_dirs(dirs: list[DirEntry], targets: list[Target], filters: Filters, t0: float, time_limit: float,
+               host: ZfsHost, batch_size: int,
+               read_objects: Callable[..., tuple[dict, list[int]]]) -> tuple[dict[bytes, Counter], bool]:
     """Each measured directory's bytes by vdev id (its up to PER_DIR largest files, one zdb per
     dataset and batch), and whether the time limit stopped it."""
     roots = sorted(((t.root, t.dataset, os.lstat(t.root).st_dev) for t in targets), key=lambda r: -len(r[0]))
@@ -87,7 +92,7 @@ def _read_dirs(dirs, targets, filters, t0: float, time_limit: float, host: ZfsHo
     return got, False
 
 
-def rewritten_placement(plan, done: list[bytes], host: ZfsHost, *, sample: int = 500, time_limit: float = 30.0,
+def rewritten_placement(plan: Plan, done: list[bytes], host: ZfsHost, *, sample: int = 500, time_limit: float = 30.0,
                         ids: tuple | None = None) -> dict | None:
     """Where the data of the directories a run rewrote was (the plan's measurement) and is now (read
     again from the block pointers, a sample): {"before": {vdev: share}, "after": {...}, ...}.

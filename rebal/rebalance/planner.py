@@ -9,6 +9,7 @@ but not freed. The rewrite is simulated in small steps because the weights chang
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 STEPS = 200
@@ -113,7 +114,7 @@ def bytes_to_target(
     return hi
 
 
-def _near_first(under, guess: int, n: int, reach: int = 4) -> int | None:
+def _near_first(under: Callable[[int], bool], guess: int, n: int, reach: int = 4) -> int | None:
     """The first point under the target, looked for from ``guess`` (the one-pass simulation's, whose
     steps differ from ``simulate``'s: near the target the two can differ by a point): down while the
     point before is under too, or up a few points; only where that finds nothing is every point
@@ -257,7 +258,7 @@ def rank_measured(vdevs: list[VdevFill], dirs: list[DirEntry]) -> list[DirEntry]
 def _rewrite_dir(alloc: list[float], size: list[float], source: list[float], d: DirEntry, pinned_fraction: float,
                  step: float, steer: list[float] | None = None) -> bool:
     """Rewrite one directory in the model: the new copy by free space, the old freed where it lies."""
-    if d.placement is not None and sum(d.placement):
+    if d.placement is not None and any(d.placement):
         tot = sum(d.placement)
         where = [b / tot for b in d.placement]
     else:

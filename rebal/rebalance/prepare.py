@@ -5,14 +5,12 @@ Library code: it never prints; problems a user can act on are `RebalError`s."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
-import re
+import sqlite3
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from ..errors import RebalError, UsageError
@@ -20,47 +18,17 @@ from ..units import human
 from ..zfs.model import Pool
 from ..zfs.queries import EXPANSION_FEATURE, SNAPSHOT_PROPS, features
 from . import journal, rewrite
-from .planner import Plan, VdevFill, make_plan
+from .options import Options, RefusedError, Target
+from .planner import DirEntry, Plan, VdevFill, make_plan
 from .steer import Choice, steer_plan
 from .scan import AHEAD, Filters, ScanResult, scan
 
 if TYPE_CHECKING:
+    from ..zfs.expansion import Expansion
     from ..zfs.host import ZfsHost
+    from .rewrite import RewriteSupport
 
-
-class RefusedError(RebalError):
-    exit_code = 2
-
-
-@dataclass
-class Options:
-    targets: list[str]
-    target_spread: float = 10.0
-    max_bytes: int | None = None
-    until: float | None = None  # epoch seconds
-    max_rate: float | None = None
-    verify: str = "hash"
-    method: str = "auto"
-    jobs: int = 0
-    allow_snapshots: bool = False
-    max_growth: int | None = None  # with allow_snapshots: how much the pool may grow (None: the reserve decides)
-    rewrite_all: bool = False  # every eligible file, whatever the spread (after a RAIDZ expansion, say)
-    hardlinks: bool = False  # re-create hardlink groups whose every name lies in the targets
-    reserve_percent: float = 10.0
-    filters: Filters = field(default_factory=Filters)
-    replication_jobs: list = field(default_factory=list)  # the config's [[replicate]] jobs (costs of a rewrite)
-    placement: str = "auto"  # measured (zdb, block pointers), model, or auto: measured where zdb can read
-    measure_seconds: float = 30.0  # time limit of the measurement
-    listing: bool = False  # a run follows (not a plan): the scan keeps the first directories' files for it
-    purpose: str = "balance"  # or "refresh": rewrite the files the filters name, on any pool, no spread goal
-    steer: bool = True  # steer the allocator to the emptier vdevs during the run (steer.py), where ZFS can
-
-
-@dataclass
-class Target:
-    dataset: str
-    mountpoint: str
-    root: bytes  # the directory to rewrite (the mountpoint, or a directory below it)
+Pins = Callable[["Prepared"], "Prepared"]  # given a preparation, may wait and prepare again (ready)
 
 
 @dataclass
@@ -135,7 +103,8 @@ def resolve_targets(host: ZfsHost, specs: list[str]) -> list[Target]:
     return kept
 
 
-def _measured(opts: Options, dirs, targets, pool, host: ZfsHost, filters, notes: list[str]) -> tuple[list, tuple | None]:
+def _measured(opts: Options, dirs: list[DirEntry], targets: list[Target], pool: Pool, host: ZfsHost, filters: Filters,
+              notes: list[str]) -> tuple[list[DirEntry], tuple | None]:
     """The directories with their measured placement (opts.placement), a note of what was done, and
     the vdev ids read (or None)."""
     if opts.placement == "model" or not dirs or len(pool.data_vdevs) < 2:
@@ -173,10 +142,10 @@ class _Queried:
 
     targets: list[Target]
     pool: Pool
-    expansions: list
+    expansions: list[Expansion]
     snap_lists: tuple
     dedups: tuple
-    rewrite: object  # rewrite.detect's answer, None where the method is copy anyway
+    rewrite: RewriteSupport | None  # rewrite.detect's answer, None where the method is copy anyway
 
     @property
     def pool_name(self) -> str:
@@ -219,7 +188,7 @@ def _snapshots(q: _Queried, warnings: list[str]) -> list[tuple[str, int, int]]:
     return snaps
 
 
-def _method(opts: Options, sup, notes: list[str]) -> tuple[str, bool]:
+def _method(opts: Options, sup: RewriteSupport | None, notes: list[str]) -> tuple[str, bool]:
     """(method, physical): zfs rewrite where this ZFS has it (-P where it keeps the logical birth)."""
     if sup is None:
         return "copy", False
@@ -231,10 +200,12 @@ def _method(opts: Options, sup, notes: list[str]) -> tuple[str, bool]:
     return "copy", False
 
 
-def _resume(conn, pool_name: str, targets: list[Target], opts: Options, reclaim_after_expansion: bool):
+def _resume(conn: sqlite3.Connection | None, pool_name: str, targets: list[Target], opts: Options,
+            reclaim_after_expansion: bool) -> tuple[int | None, set[bytes]]:
     """(the earlier unfinished run of the same targets, the directories it finished); after a RAIDZ
     expansion also those rewritten since it (at the new ratio already)."""
-    resume_run, done = None, set()
+    resume_run: int | None = None
+    done: set[bytes] = set()
     if conn is None:
         return resume_run, done
     from .. import state
@@ -242,12 +213,12 @@ def _resume(conn, pool_name: str, targets: list[Target], opts: Options, reclaim_
     resume_run = state.resumable_run(conn, "rebalance", run_key(pool_name, [t.root for t in targets], opts.purpose))
     if resume_run is not None:
         done = journal.done_dirs(conn, resume_run)
-    if reclaim_after_expansion:
+    if reclaim_after_expansion and opts.filters.expanded_at is not None:
         done = done | journal.dirs_done_since(conn, pool_name, opts.filters.expanded_at)
     return resume_run, done
 
 
-def prepare(opts: Options, host: ZfsHost, conn=None, *, free: Callable[[str], None] | None = None) -> Prepared:
+def prepare(opts: Options, host: ZfsHost, conn: sqlite3.Connection | None = None, *, free: Callable[[str], None] | None = None) -> Prepared:
     """Measure, scan and plan. ``conn``: the state database (None: no resume, as a plan without one).
     ``free(pool)``: raises where another rebalance of the pool runs, asked before the scan."""
     import time
@@ -271,7 +242,7 @@ def prepare(opts: Options, host: ZfsHost, conn=None, *, free: Callable[[str], No
     if expanded:
         from dataclasses import replace
 
-        opts = replace(opts, filters=replace(opts.filters, expanded_at=max(e.ended for e in expanded),
+        opts = replace(opts, filters=replace(opts.filters, expanded_at=max(e.ended for e in expanded if e.ended is not None),
                                              only_old=reclaim_only))
     warnings: list[str] = []
     notes: list[str] = []
@@ -329,7 +300,7 @@ def prepare(opts: Options, host: ZfsHost, conn=None, *, free: Callable[[str], No
     return prep
 
 
-def _features(host: ZfsHost, pool_name: str, f_pool, wanted) -> dict[str, str]:
+def _features(host: ZfsHost, pool_name: str, f_pool: Future[list[Pool]], wanted: tuple[str, ...]) -> dict[str, str]:
     """The pool's feature states: as `zpool list -j` gave them with the figures, else (an older
     zpool, zfs-fuse) from `zpool get`."""
     try:
@@ -339,7 +310,7 @@ def _features(host: ZfsHost, pool_name: str, f_pool, wanted) -> dict[str, str]:
     return dict(pool.features) if pool.features is not None else host.pool_features(pool_name, wanted)
 
 
-def _expansions(host: ZfsHost, pool_name: str, f_feat=None) -> list:
+def _expansions(host: ZfsHost, pool_name: str, f_feat: Future[dict[str, str]] | None = None) -> list[Expansion]:
     """The pool's RAIDZ expansions from `zpool status`, asked only where the expansion feature may be
     active: while it is enabled or disabled, no vdev was ever expanded (one process less a run)."""
     if f_feat is not None and f_feat.result().get(EXPANSION_FEATURE) in ("enabled", "disabled"):
@@ -362,73 +333,7 @@ def _avail(path: bytes) -> int:
 
 
 
-METHODS = ("auto", "copy", "rewrite")
-PLACEMENTS = ("auto", "measured", "model")
-VERIFIES = ("hash", "size", "none")
-
-
-def options_from(cfg, targets: list[str], *, target_spread: float | None = None, max_bytes: str | None = None,
-                 until: str | None = None, max_rate: str | None = None, verify: str | None = None,
-                 method: str | None = None, jobs: int | None = None, exclude: list[str] | None = None,
-                 min_age: float | None = None, min_size: str | None = None, max_size: str | None = None,
-                 allow_snapshots: bool = False, max_growth: str | None = None, hardlinks: bool = False,
-                 rewrite_all: bool = False, placement: str = "auto", listing: bool = False,
-                 no_steer: bool = False) -> Options:
-    """The options of a rebalance or a plan: the config's [rebalance] table, with what the command
-    line overrides (its option names, its text as typed; None or False: the config decides). The one
-    place where either becomes Options, checked, each error naming the option to mend."""
-    from ..units import parse_size
-
-    rb = cfg.rebalance
-    spread = rb.target_spread if target_spread is None else target_spread
-    if not 0 < spread <= 100:
-        raise UsageError("--target-spread must be more than 0 and at most 100")
-    if jobs is not None and not 1 <= jobs <= 64:
-        raise UsageError("--jobs must be between 1 and 64")
-    filters = Filters(
-        exclude=tuple(rb.exclude) + tuple(exclude or ()),
-        min_age_days=rb.min_age_days if min_age is None else min_age,
-        min_size=parse_size(min_size) if min_size else 0,
-        max_size=parse_size(max_size) if max_size else None,
-    )
-    if filters.max_size is not None and filters.min_size > filters.max_size:
-        raise UsageError(f"--min-size {min_size} is more than --max-size {max_size}: no file could be rewritten")
-    growth = max_growth or rb.max_growth
-    rate = max_rate or rb.max_rate
-    return Options(
-        targets=list(targets), target_spread=spread, max_bytes=parse_size(max_bytes) if max_bytes else None,
-        until=until_epoch(until) if until else None, max_rate=parse_size(rate) if rate else None,
-        verify=_one_of("--verify", verify or rb.verify, VERIFIES),
-        method=_one_of("--method", method or rb.method, METHODS), jobs=jobs or rb.jobs,
-        allow_snapshots=allow_snapshots or rb.allow_snapshots, max_growth=parse_size(growth) if growth else None,
-        rewrite_all=rewrite_all, hardlinks=hardlinks or rb.hardlinks, reserve_percent=rb.reserve_percent,
-        filters=filters, replication_jobs=list(cfg.replicate), placement=_one_of("--placement", placement, PLACEMENTS),
-        listing=listing, steer=rb.steer and not no_steer)
-
-
-# the command-line options options_from takes (by name): a command passes what it was given of these
-PLANNER_OPTIONS = frozenset(inspect.signature(options_from).parameters) - {"cfg", "targets"}
-
-
-def _one_of(opt: str, value: str, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise UsageError(f"{opt} must be one of: {', '.join(allowed)}")
-    return value
-
-
-def until_epoch(hhmm: str, now: datetime | None = None) -> float:
-    """The next time of day HH:MM (local time) as epoch seconds."""
-    m = re.fullmatch(r"([01]?\d|2[0-3]):([0-5]\d)", hhmm.strip())
-    if not m:
-        raise UsageError(f"--until {hhmm!r}: give a time of day as HH:MM")
-    now = now or datetime.now().astimezone()
-    t = now.replace(hour=int(m.group(1)), minute=int(m.group(2)), second=0, microsecond=0)
-    if t <= now:
-        t = t.fromtimestamp(t.timestamp() + 86400, tz=t.tzinfo)
-    return t.timestamp()
-
-
-def ready(opts: Options, host: ZfsHost, conn=None, *, pins=None, free: Callable[[str], None] | None = None) -> Prepared:
+def ready(opts: Options, host: ZfsHost, conn: sqlite3.Connection | None = None, *, pins: Pins | None = None, free: Callable[[str], None] | None = None) -> Prepared:
     """Prepared and checked, for every caller that goes on to run (the command, the schedule, each
     refresh pass): the targets writable, snapshot-pinned data refused unless allowed. ``pins``: given
     the prepared run, may wait for the replication jobs that pin its data and return a new
@@ -436,7 +341,7 @@ def ready(opts: Options, host: ZfsHost, conn=None, *, pins=None, free: Callable[
     return checked(prepare(opts, host, conn, free=free), opts, pins=pins)
 
 
-def checked(prep: Prepared, opts: Options, *, pins=None) -> Prepared:
+def checked(prep: Prepared, opts: Options, *, pins: Pins | None = None) -> Prepared:
     """``prep`` through the checks a run must pass (ready() without the preparation)."""
     check_writable(prep)
     if pins is not None:

@@ -5,16 +5,20 @@ capacity a RAIDZ expansion holds back at the old data:parity ratio."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import RebalError
 from ..units import human
 
 if TYPE_CHECKING:
+    from ..zfs.expansion import Expansion
     from ..zfs.host import ZfsHost
+    from .options import Options, Target
+    from .planner import DirEntry
+    from .scan import ScanResult
 
 
-def scan_warnings(sc, snaps: list[tuple[str, int, int]], reserve: float, avail: int, notes: list[str]) -> list[str]:
+def scan_warnings(sc: ScanResult, snaps: list[tuple[str, int, int]], reserve: float, avail: int, notes: list[str]) -> list[str]:
     """The scan's warnings, in the order a reader meets them; a note for the hardlink groups."""
     warnings: list[str] = []
     if sc.pinned_bytes:
@@ -49,7 +53,8 @@ def scan_warnings(sc, snaps: list[tuple[str, int, int]], reserve: float, avail: 
     return warnings
 
 
-def reclaim_estimate(opts, targets, host: ZfsHost, expanded, remaining, sc, reclaim_only: bool,
+def reclaim_estimate(opts: Options, targets: list[Target], host: ZfsHost, expanded: list[Expansion],
+                     remaining: list[DirEntry], sc: ScanResult, reclaim_only: bool,
                      notes: list[str]) -> dict:
     """What rewriting returns after a RAIDZ expansion: the old-ratio bytes, estimated from file times,
     measured from block pointers where zdb can read them; a note saying so."""
@@ -59,7 +64,7 @@ def reclaim_estimate(opts, targets, host: ZfsHost, expanded, remaining, sc, recl
     else:
         old_files = sc.old_files
     e = expanded[0]
-    reclaim = {
+    reclaim: dict[str, Any] = {
         "vdevs": [x.as_dict() for x in expanded],
         "old_ratio_files": old_files,
         "old_ratio_bytes": old_alloc,
@@ -83,7 +88,7 @@ def reclaim_estimate(opts, targets, host: ZfsHost, expanded, remaining, sc, recl
     return reclaim
 
 
-def _measured_reclaim(opts, targets, host: ZfsHost, expanded, notes: list[str]) -> dict | None:
+def _measured_reclaim(opts: Options, targets: list[Target], host: ZfsHost, expanded: list[Expansion], notes: list[str]) -> dict | None:
     """The old-ratio bytes from block pointers where zdb can read them (else None: the estimate stands)."""
     import shutil
 

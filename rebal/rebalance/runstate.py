@@ -4,12 +4,16 @@ budgets (`Run`), a directory's and the run's reports, and the events the CLI ren
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
+import sqlite3
+import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import RebalError
 from ..outcome import Outcome
@@ -23,6 +27,7 @@ from .prepare import Prepared, fills
 
 if TYPE_CHECKING:
     from ..zfs.host import ZfsHost
+    from .options import Options
 
 SETTLE_EVERY = 10.0  # seconds: settle at least this often between directories
 MEASURE_BYTES = 64 << 20  # re-measure the pool after at least this much was rewritten (or SETTLE_EVERY)
@@ -42,7 +47,7 @@ class DirReport:
 @dataclass
 class Report:
     run_id: int
-    outcome: str  # ok, incomplete, stopped, interrupted, failed
+    outcome: Outcome  # ok, incomplete, stopped, interrupted, failed
     reason: str
     files: int = 0
     bytes: int = 0
@@ -60,7 +65,7 @@ class Report:
     waiting_on: list[str] = field(default_factory=list)  # those snapshots
     spread_when_freed: float | None = None  # predicted, once they go
     placement: dict | None = None  # measured: where the rewritten directories' data was, and is now
-    done_dirs: list[bytes] = field(default_factory=list)
+    done_dirs: list[builtins.bytes] = field(default_factory=list)
     steered: int | None = None  # the zfs_mg_noalloc_threshold the run held (None: not steered)
     read: dict | None = None  # `--measure-read`: each vdev's share of reading the tree, before and after
 
@@ -87,14 +92,34 @@ class Report:
         }
 
 
-class Events:
-    """Hooks for progress; the CLI renders them. Here (a scheduled run) notes go to the log."""
+class Events(Protocol):
+    """Hooks for progress; the CLI renders them (cli/progress.py), a scheduled run logs them."""
 
     def start(self, prep: Prepared, total_files: int, total_bytes: int) -> None: ...
     def file_done(self, ref: FileRef, result: Result) -> None: ...
     def dir_done(self, report: DirReport) -> None: ...
     def measured(self, spread: float) -> None: ...
     def progress(self, files: int, nbytes: int) -> None: ...  # rewrite: so far, while parts run
+    def note(self, text: str) -> None: ...
+
+
+class LogEvents:
+    """A scheduled run's events: its notes go to the log, the rest is its record's."""
+
+    def start(self, prep: Prepared, total_files: int, total_bytes: int) -> None:
+        pass
+
+    def file_done(self, ref: FileRef, result: Result) -> None:
+        pass
+
+    def dir_done(self, report: DirReport) -> None:
+        pass
+
+    def measured(self, spread: float) -> None:
+        pass
+
+    def progress(self, files: int, nbytes: int) -> None:
+        pass
 
     def note(self, text: str) -> None:
         logging.getLogger("rebal.job.rebalance").info("%s", text)
@@ -105,14 +130,15 @@ class Run:
     and budgets; what both passes (copy_pass, inplace_pass) and the engine's loop share."""
 
 
-    def __init__(self, prep, opts, host: ZfsHost, conn, events, stop):
+    def __init__(self, prep: Prepared, opts: Options, host: ZfsHost, conn: sqlite3.Connection, events: Events,
+                 stop: threading.Event) -> None:
         self.prep, self.opts, self.host, self.conn = prep, opts, host, conn
         self.events, self.stop = events, stop
         self.pool_name = prep.pool.name
         self.reserve = prep.pool.size * opts.reserve_percent / 100
         self.throttle = Throttle(opts.max_rate)
         self._copier = None
-        self.swap_pool = None  # the copy pass's second pool of threads (barriers and swaps), while it runs
+        self.swap_pool: ThreadPoolExecutor | None = None  # the copy pass's second pool of threads (barriers and swaps), while it runs
         self.report: Report
         self.stop_reason = ""
         self.last_settle = time.monotonic()

@@ -6,6 +6,7 @@ symlinks, never leaves the file system of the target (st_dev), never enters `.zf
 
 from __future__ import annotations
 
+import builtins
 import fnmatch
 import os
 import stat
@@ -64,9 +65,9 @@ class Skips:
     counts: dict[str, int] = field(default_factory=dict)
     bytes: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[str]] = field(default_factory=dict)
-    temps: list[bytes] = field(default_factory=list)  # every rebal temp or anchor name found
+    temps: list[builtins.bytes] = field(default_factory=list)  # every rebal temp or anchor name found
 
-    def add(self, kind: str, path: bytes, size: int = 0) -> None:
+    def add(self, kind: str, path: builtins.bytes, size: int = 0) -> None:
         self.counts[kind] = self.counts.get(kind, 0) + 1
         self.bytes[kind] = self.bytes.get(kind, 0) + size
         ex = self.examples.setdefault(kind, [])
@@ -97,7 +98,7 @@ class ScanResult:
     old_alloc: int = 0  # and the space they take
     # (name, lstat) of the eligible files of the first directories walked, up to ``keep`` files: an
     # in-place rewrite starts on these at once instead of listing them again (inplace_pass.eligible)
-    listings: dict[bytes, list] = field(default_factory=dict)
+    listings: dict[builtins.bytes, list] = field(default_factory=dict)
 
 
 def candidates(
@@ -114,7 +115,7 @@ def candidates(
         return
     plain = filters.plain  # no size or age filter: wants() is not asked per file
     excl = bool(filters.exclude)
-    only_old = filters.only_old and filters.expanded_at is not None
+    expanded_at = filters.expanded_at if filters.only_old else None  # only files written before it
     with it:
         for entry in it:
             try:
@@ -149,7 +150,7 @@ def candidates(
                 if skips is not None:
                     skips.add("filtered (age or size)", entry.path, st.st_size)
                 continue
-            if only_old and st.st_ctime >= filters.expanded_at:
+            if expanded_at is not None and st.st_ctime >= expanded_at:
                 if skips is not None:
                     skips.add("written since the RAIDZ expansion (already at the new ratio)", entry.path, st.st_size)
                 continue
@@ -157,7 +158,7 @@ def candidates(
 
 
 def subdirs(dirpath: bytes, root: bytes, dev: int, filters: Filters, skips: Skips) -> list[bytes]:
-    out = []
+    out: list[bytes] = []
     try:
         it = os.scandir(dirpath)
     except OSError:

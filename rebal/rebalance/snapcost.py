@@ -14,6 +14,11 @@ config's replication jobs), dicts out. Facts it stands on (OpenZFS man pages, DE
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..config import Replicate
+    from .prepare import Prepared
 
 RUNS = 800  # runs of a job simulated to find when retention drops a snapshot (a daily job: two years)
 
@@ -35,7 +40,7 @@ def owner_of(snap: str, jobs: list[str]) -> tuple[str, str | None]:
     return "other", None
 
 
-def expiry(snap: str, job, existing: list[str], now: datetime) -> tuple[str | None, str]:
+def expiry(snap: str, job: Replicate, existing: list[str], now: datetime) -> tuple[str | None, str]:
     """When retention of ``job`` (a config.Replicate) destroys its snapshot ``snap``: (ISO time or
     None, words). Simulates the job's next runs on its schedule against its source retention."""
     from ..replicate.job import buckets
@@ -72,7 +77,7 @@ def replicated_by(dataset: str, jobs: list) -> list:
     return [j for j in jobs if j.source == dataset or (j.recursive and dataset.startswith(j.source + "/"))]
 
 
-def assess(prep, jobs: list, now: datetime | None = None, budget: int | None = None) -> dict:
+def assess(prep: Prepared, jobs: list[Replicate], now: datetime | None = None, budget: int | None = None) -> dict:
     """The plan's "snapshots", "replication" and "growth" parts (see `rebal plan --json`)."""
     now = now or datetime.now(timezone.utc)
     names_ = [j.name for j in jobs]

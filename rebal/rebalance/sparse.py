@@ -5,6 +5,14 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import Protocol
+
+
+class Hasher(Protocol):
+    """What the copier's hash (xxhash) gives: bytes fed in, in order."""
+
+    def update(self, data: memoryview, /) -> None: ...
+
 
 CHUNK = 1 << 20
 ZERO = bytes(CHUNK)
@@ -30,7 +38,7 @@ def next_hole(fd: int, off: int, size: int) -> int:
         return size
 
 
-def hash_zeros(h, n: int) -> None:
+def hash_zeros(h: Hasher, n: int) -> None:
     zmv = memoryview(ZERO)
     while n > 0:
         k = min(n, CHUNK)

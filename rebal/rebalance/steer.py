@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..state import Cache
-from ..zfs.model import Pool
+from ..zfs.model import Pool, Vdev
 from ..zfs.tunable import Parameter, boot_id
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def free_percent(space: int, alloc: int) -> int:
     return int(max(space - alloc, 0) * 100 // (space + 1)) if space else 0
 
 
-def _space(v) -> int:
+def _space(v: Vdev) -> int:
     return v.alloc + v.free if v.exact and v.free else v.size
 
 

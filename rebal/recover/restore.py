@@ -16,7 +16,7 @@ from ..process.command import run
 from ..replicate.policy import parse_snapshot_name
 from ..replicate.rsync import PARTIAL_DIR
 from ..zfs.snapview import SnapView
-from ..transport import Ssh, Wire, classify_ssh
+from ..transport import Wire, classify_ssh
 
 
 class RestoreError(RebalError):

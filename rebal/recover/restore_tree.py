@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass, field
 
 from ..config import Replicate
 from ..outcome import Outcome
-from ..zfs.host import HostError, Tree, ZfsHost
+from ..zfs.host import HostError, Tree
 from ..zfs.snaps import Snap
 from ..replicate.policy import parse_snapshot_name
 from .restore import PointNotFound, RestoreError, RestorePoint, RestoreRefused
@@ -250,7 +251,7 @@ class TreeRestore:
         self._done += rep.bytes
 
 
-def restore_tree(job: Replicate, link: Wire, point: RestorePoint, to: str, **kw) -> TreeReport:
+def restore_tree(job: Replicate, link: Wire, point: RestorePoint, to: str, **kw: Any) -> TreeReport:
     from .. import names
 
     names.dataset(to)

@@ -6,6 +6,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 from dataclasses import asdict
 
 from .. import state
@@ -61,7 +62,7 @@ def find_job(cfg: Config, name: str) -> Replicate:
     return j
 
 
-def replicator(j: Replicate, ssh: Wire, every: bool = False, **kw):
+def replicator(j: Replicate, ssh: Wire, every: bool = False, **kw: Any):
     """The mode's replicator. ``every``: snapshot and send every dataset, unchanged ones too."""
     if j.mode == "zfs":
         job = Job(j.name, j.source, j.target, j.recursive, j.raw, j.compressed, j.large_blocks, j.embedded,

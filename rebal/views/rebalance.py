@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import os
 
 from .. import fill
@@ -9,8 +11,14 @@ from ..outcome import Outcome
 from ..units import human
 from .text import lines, table
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
-def plan_json(prep) -> dict:
+    from ..rebalance.prepare import Prepared
+    from ..rebalance.runstate import Report
+
+
+def plan_json(prep: Prepared) -> dict:
     plan = prep.plan
     after = {v.name: v for v in plan.after}
     return {
@@ -53,17 +61,18 @@ def plan_json(prep) -> dict:
     }
 
 
-def _steer_json(prep) -> dict | None:
+def _steer_json(prep: Prepared) -> dict | None:
     """Steering: the threshold (None: not steered) and why; steered, the unsteered plan beside it."""
-    if getattr(prep, "steer", None) is None:
+    steer = getattr(prep, "steer", None)
+    if steer is None:
         return None
     un = prep.unsteered
-    return {"threshold": prep.steer.threshold, "said": prep.steer.reason, "lowered_for": prep.steer.lowered_for,
+    return {"threshold": steer.threshold, "said": steer.reason, "lowered_for": steer.lowered_for,
             "unsteered": None if un is None else {"bytes_planned": un.bytes, "bytes_needed": un.needed_bytes,
                                                    "bytes_moved": un.moved, "spread_predicted": round(un.spread_after, 2)}}
 
 
-def _steer_lines(prep) -> list[str]:
+def _steer_lines(prep: Prepared) -> list[str]:
     """What is rewritten for what moves, and, steered, what the same goal takes unsteered."""
     plan, un = prep.plan, getattr(prep, "unsteered", None)
     if not plan.dirs or prep.reclaim_only:
@@ -77,7 +86,7 @@ def _steer_lines(prep) -> list[str]:
     return out
 
 
-def plan_text(prep, max_dirs: int = 30) -> str:
+def plan_text(prep: Prepared, max_dirs: int = 30) -> str:
     plan = prep.plan
     out = [f"{prep.pool.name}: spread now {plan.spread_before:.1f} points, target {plan.target:g}; "
            f"method: {prep.method}{' -P' if prep.physical else ''}, {prep.jobs} files at once"]
@@ -105,14 +114,14 @@ def plan_text(prep, max_dirs: int = 30) -> str:
         from ..rebalance.planner import overfull
 
         over = overfull(plan.before)
-        rows = [("BYTES", "FILES", "ON FULL VDEVS", "DIRECTORY")]
+        dir_rows = [("BYTES", "FILES", "ON FULL VDEVS", "DIRECTORY")]
         for e in plan.dirs[:max_dirs]:
             on = (f"{100 * sum(b for b, o in zip(e.placement, over) if o) / max(1, sum(e.placement)):.0f}%"
                   if e.placement else "-")
-            rows.append((human(e.bytes), str(e.files), on, os.fsdecode(e.path)))
+            dir_rows.append((human(e.bytes), str(e.files), on, os.fsdecode(e.path)))
         if len(plan.dirs) > max_dirs:
-            rows.append(("", "", "", f"... and {len(plan.dirs) - max_dirs} more (--json lists all)"))
-        out += table(rows, right={0, 1, 2})
+            dir_rows.append(("", "", "", f"... and {len(plan.dirs) - max_dirs} more (--json lists all)"))
+        out += table(dir_rows, right={0, 1, 2})
     idle = not plan.dirs  # nothing to rewrite: what a rewrite would cost (snapshots, growth) is no concern
     out += [] if idle else _costs_lines(prep.costs)
     skips = prep.scan.skips
@@ -154,7 +163,7 @@ def _costs_lines(costs: dict | None) -> list[str]:
     return out
 
 
-def _spread_line(prep) -> str:
+def _spread_line(prep: Prepared) -> str:
     plan = prep.plan
     if plan.everything:  # --all: every eligible file goes, whatever the target
         reach = ("the spread is within the target already" if plan.needed_bytes == 0 else
@@ -171,7 +180,7 @@ def _spread_line(prep) -> str:
             f"{human(plan.needed_bytes)} (of {human(plan.candidate_bytes)} eligible in {prep.scan.files} files)")
 
 
-def report_text(rep) -> str:
+def report_text(rep: Report) -> str:
     rate = rep.bytes / rep.seconds if rep.seconds else 0
     out = [f"{rep.outcome}: {rep.reason}",
            f"rewrote {rep.files} files, {human(rep.bytes)} in {rep.dirs} directories"
@@ -238,7 +247,7 @@ def reads_text(read: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def _figure(v, fmt) -> str:
+def _figure(v: object, fmt: Callable[[float], str]) -> str:
     """A run's count as its kind records it: a number, a pair (verify: the source's and the
     backup's), or nothing."""
     if isinstance(v, bool) or v is None:

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..outcome import Outcome
 from ..units import human
 from .text import lines
+
+if TYPE_CHECKING:
+    from ..recover.heal import HealReport
+    from ..recover.restore import RestorePoint, RestoreReport
+    from ..recover.restore_tree import TreeReport
+    from ..recover.verify import VerifyReport
+    from ..replicate.pairing import Pairing
 
 
 def replication_text(outcome: str, d: dict) -> str:
@@ -49,7 +58,7 @@ def replication_text(outcome: str, d: dict) -> str:
     return lines(out)
 
 
-def backups_text(job: str, mode: str, host: str, where: str, pts, newest: dict | None = None) -> str:
+def backups_text(job: str, mode: str, host: str, where: str, pts: list[RestorePoint], newest: dict | None = None) -> str:
     out = [f"job {job} ({mode}): {len(pts)} restore point(s) on {host}:{where}"]
     for p in pts:
         d = p.as_dict()
@@ -64,7 +73,7 @@ def backups_text(job: str, mode: str, host: str, where: str, pts, newest: dict |
     return lines(out)
 
 
-def restore_text(job: str, rep, dry_run: bool) -> str:
+def restore_text(job: str, rep: RestoreReport | TreeReport, dry_run: bool) -> str:
     if dry_run:
         return lines([f"dry run: would restore @{rep.point} to {rep.to}"]
                      + [f"  would run: {line}" for line in rep.planned])
@@ -80,7 +89,7 @@ def restore_text(job: str, rep, dry_run: bool) -> str:
     return lines(out + [f"  WARNING: {w}" for w in getattr(rep, "warnings", [])] + [f"  note: {n}" for n in rep.notes])
 
 
-def verify_text(job: str, rep, level_name: str) -> str:
+def verify_text(job: str, rep: VerifyReport, level_name: str) -> str:
     out = [f"{level_name}: job {job}, snapshot @{rep.snapshot or '-'}, files "
            f"{rep.files[0] if rep.files else '-'} / {rep.files[1] if rep.files else '-'} (source / backup), "
            f"{len(rep.sample)} hashed (seed {rep.seed})"]
@@ -89,7 +98,7 @@ def verify_text(job: str, rep, level_name: str) -> str:
     return lines(out)
 
 
-def pairing_text(p) -> str:
+def pairing_text(p: Pairing) -> str:
     """`rebal keys`: what was done, and what is left for the admin, in the order to do it."""
     if p.host is None:
         return f"job {p.job}: " + "; ".join(p.notes) + "\n"
@@ -123,7 +132,7 @@ def pairing_text(p) -> str:
     return "\n".join(out) + "\n"
 
 
-def heal_text(rep, dry_run: bool) -> str:
+def heal_text(rep: HealReport, dry_run: bool) -> str:
     """`rebal heal`: per damaged file what became of it, then what was run."""
     if not rep.before:
         return f"{rep.pool}: no permanent errors: nothing to heal\n"

@@ -3,12 +3,18 @@ by people and by timers, and its start-up time counts."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .. import fill
 from ..units import human, iso
 from .text import age, lines, table
 
+if TYPE_CHECKING:
+    from ..state import SampleRow
+    from ..zfs.model import Pool
 
-def status_text(pools, target: float, replication: list[dict]) -> str:
+
+def status_text(pools: list[Pool], target: float, replication: list[dict]) -> str:
     out: list[str] = []
     if not pools:
         out.append("no pools imported")
@@ -42,7 +48,7 @@ def replication_lines(replication: list[dict]) -> list[str]:
     return out
 
 
-def history_text(pool: str, rows) -> str:
+def history_text(pool: str, rows: list[SampleRow]) -> str:
     if not rows:
         return lines(f"no samples of pool {pool} yet (run 'rebal status {pool}', or the daemon)")
     series = fill.history_series(rows)

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 
-def table(rows: list[tuple[str, ...]], right: set[int] = frozenset(), gap: str = "  ") -> list[str]:
+
+def table(rows: Sequence[Sequence[str]], right: Collection[int] = frozenset(), gap: str = "  ") -> list[str]:
     """Rows of cells as aligned lines: the first row is the header; columns in ``right`` are
     right-aligned; trailing spaces are cut."""
     if not rows:
         return []
     n = max(len(r) for r in rows)
-    rows = [tuple(r) + ("",) * (n - len(r)) for r in rows]
-    widths = [max(len(r[i]) for r in rows) for i in range(n)]
+    full = [tuple(r) + ("",) * (n - len(r)) for r in rows]
+    widths = [max(len(r[i]) for r in full) for i in range(n)]
     out = []
-    for r in rows:
+    for r in full:
         cells = [r[i].rjust(widths[i]) if i in right else r[i].ljust(widths[i]) for i in range(n)]
         out.append(gap.join(cells).rstrip())
     return out

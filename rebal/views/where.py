@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .. import fill
 from ..units import human
 from .text import table
 
+if TYPE_CHECKING:
+    from ..readspeed import ReadResult
+    from ..where import WhereReport
 
-def where_text(rep) -> str:
+
+def where_text(rep: WhereReport) -> str:
     out = [f"{', '.join(rep.paths)} (pool {rep.pool}): {rep.files} file(s), "
            f"{human(rep.measured_bytes)} measured from the block pointers of {rep.sampled_files} file(s)"]
     rows = [("VDEV", "BYTES", "SHARE", "95%", "")]
@@ -22,7 +28,7 @@ def where_text(rep) -> str:
     return "\n".join(out) + "\n"
 
 
-def read_text(res) -> str:
+def read_text(res: ReadResult) -> str:
     d = res.as_dict()
     out = [f"{', '.join(res.paths)} (pool {res.pool}): {res.files_read} file(s), {human(res.bytes_read)} read in "
            f"{res.seconds:.1f} s ({human(res.throughput)}/s); {human(res.disk_bytes)} of it from the data vdevs "

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .. import names
 from ..errors import CommandFailed, NoSuchPool, RebalError, ToolMissing, UsageError
-from ..process.command import Result
+from ..process.command import Result, Stopping
 from . import argv as zargv
 from . import queries
 from .queries import mounted_dataset
@@ -229,7 +228,7 @@ class FileSystems:
         out = [(n, v["creation"], v.get("used", 0)) for n, v in snaps.items() if "creation" in v]
         return sorted(out, key=lambda s: s[1]), own
 
-    def rewrite(self, paths: Sequence[bytes], physical: bool, stop: threading.Event | None,
+    def rewrite(self, paths: Sequence[bytes], physical: bool, stop: Stopping | None,
                 on_out: Callable[[bytes], None] | None = None) -> RewriteAnswer:
         """Rewrite these files in place with one `zfs rewrite -v [-P]` process (the caller keeps the
         command line under ARG_MAX). Ended at once when ``stop`` is set. What `-v` names was

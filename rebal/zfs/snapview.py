@@ -43,7 +43,7 @@ class SnapView:
             self.notes.append(note)
         return self.dir
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.clone:
             self.host.destroy_clone(self.clone)
             self.host.remove_dir(self.dir or "")

@@ -16,7 +16,8 @@ from zfsenv import sh
 
 from rebal import state
 from rebal.rebalance import engine
-from rebal.rebalance.prepare import Options, RefusedError, prepare
+from rebal.rebalance.options import Options, RefusedError
+from rebal.rebalance.prepare import prepare
 from rebal.transport import Here
 from rebal.zfs.host import ZfsHost
 from rebal.zfs.parse import parse_zpool_status

@@ -293,7 +293,8 @@ def test_time_window_end_stops_cleanly(make_pool, tmp_path):
     """--until: the window's end stops the run at a safe point; nothing half-done is left."""
     from rebal import state
     from rebal.rebalance import engine
-    from rebal.rebalance.prepare import Options, prepare
+    from rebal.rebalance.options import Options
+    from rebal.rebalance.prepare import prepare
     from rebal.zfs.host import ZfsHost
 
     pool, data = grown_pool(make_pool, tmp_path, size="128M",

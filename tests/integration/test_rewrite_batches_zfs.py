@@ -14,7 +14,8 @@ from zfsenv import sh
 
 from rebal import state
 from rebal.rebalance import engine
-from rebal.rebalance.prepare import Options, prepare
+from rebal.rebalance.options import Options
+from rebal.rebalance.prepare import prepare
 from rebal.rebalance.runstate import Run
 from rebal.transport import Here
 from rebal.zfs.host import ZfsHost
@@ -328,7 +329,7 @@ def test_progress_is_told_while_a_part_runs_and_adds_up_at_the_end(make_pool, tm
     told: list[tuple[int, int]] = []
     seen = threading.Condition()
 
-    class Events(engine.Events):
+    class Events(engine.LogEvents):
         def progress(self, files, nbytes):
             with seen:
                 told.append((files, nbytes))

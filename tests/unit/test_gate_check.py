@@ -3,6 +3,7 @@ generated command lines (valid ones mutated) never lets a refusal through nor ra
 Refused. The end-to-end tests through a real sshd are in tests/integration/test_gate.py."""
 
 import random
+import subprocess
 import shlex
 
 import pytest

@@ -7,7 +7,8 @@ from datetime import datetime
 import pytest
 
 from rebal.errors import UsageError
-from rebal.rebalance.prepare import default_jobs, until_epoch
+from rebal.rebalance.options import until_epoch
+from rebal.rebalance.prepare import default_jobs
 from rebal.rebalance.scan import Filters, scan
 
 

@@ -113,7 +113,7 @@ def test_min_size_over_max_size_is_refused():
     import pytest
 
     from rebal.errors import UsageError
-    from rebal.rebalance.prepare import options_from
+    from rebal.rebalance.options import options_from
 
     with pytest.raises(UsageError, match="--min-size 10M is more than --max-size 1M"):
         options_from(config.parse({}, "c.toml"), ["tank/a"], min_size="10M", max_size="1M")
@@ -127,7 +127,7 @@ def test_each_option_of_plan_and_rebalance_reaches_the_planner_or_is_the_command
     import inspect
 
     from rebal.cli.rebalance_cmd import plan, rebalance
-    from rebal.rebalance.prepare import PLANNER_OPTIONS
+    from rebal.rebalance.options import PLANNER_OPTIONS
 
     assert {"target_spread", "exclude", "max_bytes", "method", "placement"} <= PLANNER_OPTIONS
     for command in (plan, rebalance):

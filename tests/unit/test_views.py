@@ -6,7 +6,8 @@ from __future__ import annotations
 from conftest import fixture_text
 
 from rebal.rebalance.planner import DirEntry, VdevFill, make_plan
-from rebal.rebalance.prepare import Prepared, Target
+from rebal.rebalance.options import Target
+from rebal.rebalance.prepare import Prepared
 from rebal.rebalance.runstate import Report
 from rebal.rebalance.scan import ScanResult, Skips
 from rebal.state import SampleRow
