@@ -17,6 +17,7 @@ _COMPONENT = r"[A-Za-z0-9_][A-Za-z0-9_.:-]*"  # a dataset part or a snapshot nam
 POOL = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]*")
 DATASET = re.compile(rf"[A-Za-z][A-Za-z0-9_.:-]*(?:/{_COMPONENT})*")
 SNAPNAME = re.compile(_COMPONENT)
+BACKUP_PROPERTY = "rebal:backup"  # a dataset's own say in a recursive job (replicate/select.py)
 HOST = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
 USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
 RESERVED_POOLS = re.compile(r"(mirror|raidz|spare|log|cache|special|dedup|draid)\d*")

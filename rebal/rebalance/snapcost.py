@@ -14,11 +14,13 @@ config's replication jobs), dicts out. Facts it stands on (OpenZFS man pages, DE
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ..config import Replicate
-    from .prepare import Prepared
+    from .options import Target
+    from .planner import Plan
+    from .scan import ScanResult
 
 RUNS = 800  # runs of a job simulated to find when retention drops a snapshot (a daily job: two years)
 
@@ -26,6 +28,19 @@ RUNS = 800  # runs of a job simulated to find when retention drops a snapshot (a
 KNOWN = (("autosnap_", "sanoid"), ("zfs-auto-snap_", "zfs-auto-snapshot"), ("zrepl_", "zrepl"),
          ("pyznap_", "pyznap"), ("znap_", "znapzend"), ("syncoid_", "syncoid"))
 
+
+
+class Planned(Protocol):
+    """What the costs are read from: a prepared run (prepare.Prepared), as far as they need it."""
+
+    targets: list[Target]
+    snapshots: list[tuple[str, int, int]]  # (dataset@name, creation, used), oldest first
+    scan: ScanResult
+    plan: Plan
+    method: str
+    physical: bool
+    available: int
+    reserve: int
 
 def owner_of(snap: str, jobs: list[str]) -> tuple[str, str | None]:
     """("rebal:<job>", None) for a snapshot of a configured rebal job, else ("other", tool or None)."""
@@ -77,7 +92,7 @@ def replicated_by(dataset: str, jobs: list) -> list:
     return [j for j in jobs if j.source == dataset or (j.recursive and dataset.startswith(j.source + "/"))]
 
 
-def assess(prep: Prepared, jobs: list[Replicate], now: datetime | None = None, budget: int | None = None) -> dict:
+def assess(prep: Planned, jobs: list[Replicate], now: datetime | None = None, budget: int | None = None) -> dict:
     """The plan's "snapshots", "replication" and "growth" parts (see `rebal plan --json`)."""
     now = now or datetime.now(timezone.utc)
     names_ = [j.name for j in jobs]

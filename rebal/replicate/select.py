@@ -23,11 +23,11 @@ from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Protocol
 
 from .. import names
+from ..names import BACKUP_PROPERTY as PROPERTY
 
 if TYPE_CHECKING:
     from ..zfs.host import ZfsHost
 
-PROPERTY = "rebal:backup"
 OFF = ("false", "off", "no", "none")
 BAD_NAME = "a name rebal cannot take"  # a dataset left out for its name: the run says so as a warning
 

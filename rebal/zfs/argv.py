@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-BACKUP_PROPERTY = "rebal:backup"  # a dataset's own say in a recursive job (replicate/select.py)
+from ..names import BACKUP_PROPERTY
 
 
 def pool_names(pool: str | None = None) -> list[str]:

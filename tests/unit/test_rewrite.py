@@ -43,7 +43,6 @@ class Replay:
 
 @pytest.mark.parametrize("feature, physical", [("enabled", True), ("active", True), ("disabled", False), ("", False)])
 def test_detect_uses_P_only_with_the_pool_feature(feature, physical):
-    from rebal.zfs.host import ZfsHost
 
     r = Replay(feature)
     sup = rewrite.detect(ZfsHost.here(r), "tank")
@@ -54,7 +53,6 @@ def test_detect_uses_P_only_with_the_pool_feature(feature, physical):
 
 
 def test_detect_on_2_3_4_has_rewrite_without_P_and_on_zfs_fuse_none():
-    from rebal.zfs.host import ZfsHost
 
     def older(usage):
         def run(argv, **kw):
@@ -71,7 +69,6 @@ def test_detect_on_2_3_4_has_rewrite_without_P_and_on_zfs_fuse_none():
 
 def test_settle_on_openzfs_waits_for_freeing_to_reach_zero():
     """`zpool sync`, then `freeing` polled until 0 (OpenZFS); old ZFS: a property set and cleared."""
-    from rebal.zfs.host import ZfsHost
 
     answers = iter(["1048576\n", "4096\n", "0\n"])  # (the values only: `-o value`)
     calls = []
@@ -102,7 +99,6 @@ def test_settled_reads_freeing_with_the_figures_and_again_only_while_frees_run()
     """`zpool list` says `freeing` beside the figures (OpenZFS 2.3+): one process after `zpool sync`;
     where frees were still under way, freeing is polled to 0 and the figures read again (the
     recorded output of a pool right after a destroy, and of the same pool settled, as answers)."""
-    from rebal.zfs.host import ZfsHost
 
     settled = fixture_text("fx_zpool-list-v-j-json-int-o-freeing.json")
     freeing = fixture_text("fx-freeing_zpool-list-v-j-json-int-o-freeing.json")
@@ -154,7 +150,6 @@ def _features_replay(features_file, calls):
     ("fx_zpool-get-H-o-property-value-unknown-feature.txt", {"physical_rewrite": "enabled"}),
 ])
 def test_features_are_read_in_one_zpool_get(recorded, states):
-    from rebal.zfs.host import ZfsHost
 
     calls = []
     got = ZfsHost.here(_features_replay(recorded, calls)).pool_features("tank", ("physical_rewrite", "raidz_expansion"))
@@ -164,7 +159,6 @@ def test_features_are_read_in_one_zpool_get(recorded, states):
 
 
 def test_features_of_a_zpool_that_fails_on_them_are_none():
-    from rebal.zfs.host import ZfsHost
 
     def zfs_fuse(argv, **kw):
         return Result(tuple(argv), 2, "", "bad property list: invalid property 'feature@physical_rewrite'\n")
@@ -181,7 +175,6 @@ def test_zpool_status_is_asked_only_where_the_expansion_feature_may_be_active(re
     from concurrent.futures import Future
 
     from rebal.rebalance.prepare import _expansions
-    from rebal.zfs.host import ZfsHost
 
     calls = []
     zpool = ZfsHost.here(_features_replay(recorded, calls))
@@ -213,7 +206,6 @@ def test_a_run_asks_the_features_with_the_figures_and_zpool_get_only_where_they_
     from concurrent.futures import Future
 
     from rebal.rebalance.prepare import _features
-    from rebal.zfs.host import ZfsHost
     from rebal.zfs.queries import features
 
     calls = []
