@@ -361,8 +361,7 @@ def predict_compression(m: Measured, seed: int = 0, budget: int = PREDICT_BYTES)
     if comp is None:
         return {"predicted": False, "why": f"this machine has no {algo} compressor to measure with"}
     random.Random(seed).shuffle(rows)
-    before = after = 0.0
-    used = 0
+    before, after, used = 0, 0.0, 0  # (after: a share of each block's size)
     for o, b, _w in rows:
         if used >= budget:
             break

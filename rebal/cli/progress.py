@@ -125,7 +125,7 @@ class ProgressEvents:
         self.spread = spread
 
     def progress(self, files: int, nbytes: int) -> None:  # method rewrite: the totals so far (no file_done per file)
-        if self.bar and self.task is not None:
+        if self.bar:
             self.bar.update(self.task, completed=nbytes, files=f"{files}/{self.total_files}")
 
     def note(self, text: str) -> None:

@@ -32,14 +32,14 @@ def rebuild(
     from ..views.rebuild import rebuild_text
 
     cfg = load_config()
-    if sum([job is not None, go_on, show]) != 1:
+    if sum([bool(job), go_on, show]) != 1:
         raise UsageError("give one of --job JOB (check and record), --continue (after the new pool exists), --status")
     if show:
         rec = R.status(cfg, pool)
     elif go_on:
         with Signals() as sig:
             rec = R.go_on(cfg, pool, stop=sig.stop)
-    elif job is not None:
+    elif job:
         rec = R.check(cfg, pool, job, leave_out=tuple(leave_out or ()), ashift=ashift,
                       seed=random.SystemRandom().randrange(2**31), writers_stopped=writers_stopped)
     if as_json:

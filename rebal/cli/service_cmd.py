@@ -99,9 +99,9 @@ def scrub(
     """Start a scrub of POOL, or of a job's target pool on the backup host (or say one is running)."""
     from ..errors import UsageError
 
-    if (pool is None) == (job is None):
+    if bool(pool) == bool(job):
         raise UsageError("give a POOL, or --job JOB for the backup host's pool")
-    if pool is not None:
+    if pool:
         from ..zfs.host import ZfsHost
 
         what = "running" if ZfsHost.here().scrub(pool) == "running" else "started"
@@ -109,7 +109,7 @@ def scrub(
         return
     from ..recover.backups import scrub_backup
 
-    assert job is not None  # (one of the two, said above)
+    assert job  # (one of the two, said above)
     host, target_pool, what = scrub_backup(load_config(), job)
     if as_json:
         out_json({"pool": target_pool, "host": host, "scrub": what})
@@ -134,7 +134,7 @@ def run_cmd(
         raise UsageError("give a job name or --due (not both)")
     if job and job not in scheduler.all_jobs(cfg):
         raise UsageError(f"no job named {job!r} (jobs: {', '.join(scheduler.all_jobs(cfg))})")
-    names_ = scheduler.due(cfg, state.connect(cfg.state_db)) if due or job is None else [job]
+    names_ = scheduler.due(cfg, state.connect(cfg.state_db)) if due or not job else [job]
     if dry_run:
         if as_json:
             out_json({"due" if due else "jobs": names_, "dry_run": True})
