@@ -212,6 +212,9 @@ class Replicate(Model):
     keepalive: int = spec(10, ge=1, le=600)  # seconds between ssh keepalives; 3 missed = link down
     # dead-man pings (ping.py): POST URL/start, URL on success, URL/fail, as healthchecks.io takes them
     ping_url: str | None = spec(None, pattern=r"^https?://[^\s]+$", hint="give an http:// or https:// address")
+    # the source keeps its last replicated snapshot beside the bookmark: a failback then sends only
+    # the changes (recover/failback.py); it pins one run's changed blocks until the next run
+    keep_base: bool = False
     retention_source: Retention = spec(factory=lambda: replace(SOURCE_RETENTION))
     retention_target: Retention = spec(factory=Retention)
 

@@ -422,3 +422,27 @@ class Cache:
     def forget(self, key: str) -> None:
         with atomic(self.conn):
             self.conn.execute("DELETE FROM kv WHERE key = ?", (key,))
+
+
+def record(conn: sqlite3.Connection, key: str) -> dict | None:
+    """A JSON record kept in the kv table under ``key`` (a failover's, a failback's), None if none."""
+    row = conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+    try:
+        value = json.loads(row[0]) if row else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def set_record(conn: sqlite3.Connection, key: str, value: dict | None) -> None:
+    """Keep ``value`` under ``key`` durably (None: forget it)."""
+    with atomic(conn):
+        if value is None:
+            conn.execute("DELETE FROM kv WHERE key = ?", (key,))
+        else:
+            conn.execute("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", (key, json.dumps(value)))
+
+
+def failover_key(job: str) -> str:
+    """The record of a job whose backup is served while its file server is down (recover/failover.py)."""
+    return f"failover:{job}"

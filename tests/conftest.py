@@ -194,3 +194,31 @@ def own_sshd(tmp_path, zfs_ready):
     host = start_sshd(tmp_path / "sshd")
     yield host
     host.stop()
+
+
+@pytest.fixture
+def monitor():
+    """A monitor of dead-man pings on loopback (a real HTTP server, as healthchecks.io takes them):
+    (its URL, the (path, body) of each POST it got)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    got: list[tuple[str, str]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (http.server's name)
+            n = int(self.headers.get("Content-Length", 0))
+            got.append((self.path, self.rfile.read(n).decode()))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"OK")
+
+        def log_message(self, *args):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}/ping/0f1e", got
+    srv.shutdown()
+    srv.server_close()

@@ -65,7 +65,7 @@ def log_for_service() -> None:
     root.setLevel(logging.DEBUG if OPTS.debug else logging.INFO)
 
 
-COMMAND_MODULES = ("status_cmd", "rebalance_cmd", "refresh_cmd", "replicate_cmd", "rebuild_cmd", "service_cmd", "config_cmd",
+COMMAND_MODULES = ("status_cmd", "rebalance_cmd", "refresh_cmd", "replicate_cmd", "rebuild_cmd", "failover_cmd", "service_cmd", "config_cmd",
                    "gate_cmd")
 
 

@@ -21,6 +21,7 @@ import sys
 import time
 from dataclasses import replace
 
+from .. import names
 from ..process.pipeline import connect
 from ..errors import RebalError
 from ..transport import Here
@@ -152,6 +153,40 @@ def _snapshot_room(policy: Policy, stage: list[str]) -> None:
                           f"--max-snapshots {policy.max_snapshots}): prune them there first")
 
 
+def _written(policy: Policy, stages: list[list[str]], rsync: bool) -> list[str]:
+    """The datasets a receiving key's command would write into (none for a read or the usage text)."""
+    if rsync:
+        return [policy.root]
+    last, first = stages[-1], stages[0]
+    if tuple(last[:2]) in RECEIVES and len(last) > 2 and "-A" not in last:
+        return [last[-1]]
+    if first[:2] == ["zfs", "snapshot"]:
+        return [a.split("@", 1)[0] for a in first[2:]]
+    if first[:2] in (["zfs", "set"], ["zfs", "create"]):
+        return [first[-1]]
+    return []
+
+
+def _not_failed_over(policy: Policy, datasets: list[str]) -> None:
+    """A backup served while its file server is down (`rebal failover`) takes nothing from a key: a
+    file server that comes back must not receive over, or roll back, what was written there."""
+    zfs = _zfs()
+    for ds in datasets:
+        at = ds
+        while True:  # a dataset still to be made: its nearest parent says
+            try:
+                since = zfs.values(at, [names.FAILOVER_PROPERTY], recursive=False).get(at, {}).get(names.FAILOVER_PROPERTY)
+                break
+            except RebalError:
+                if at == policy.root or "/" not in at:
+                    since = None
+                    break
+                at = at.rsplit("/", 1)[0]
+        if since not in (None, "", "-"):
+            raise Refused(f"{ds} is failed over since {since} (rebal failover on this host): it takes no receive "
+                          "until `rebal failback` there")
+
+
 def _refuse(policy: Policy, who: str, shown: str, e: Refused) -> int:
     log.warning("refused from %s (%s %s): %s: %s", who, policy.mode, policy.root, shown, e)
     sys.stderr.write(f"rebal gate: refused: {e}\n")
@@ -180,6 +215,8 @@ def serve(policy: Policy, line: str | None, log_path: str | None = None, who: st
         if token is not None:
             _check_token(policy, token)
         _snapshot_room(policy, stages[0])
+        if policy.mode == "receive":
+            _not_failed_over(policy, _written(policy, stages, rsync_destination(stages[-1]) is not None))
         if rsync_destination(stages[-1]) is not None:
             assert policy.mountpoint  # check() refused an rsync line without one
             stage, rsync_fd, notes = gate_rsync.prepare(stages[-1], policy.mountpoint)

@@ -70,7 +70,8 @@ def replicator(j: Replicate, ssh: Wire, every: bool = False, **kw: Any):
                   buckets(j.retention_source), buckets(j.retention_target), pull=j.direction == "pull",
                   stream_compress_level=j.stream_compress_level, mbuffer_size=j.mbuffer_size,
                   exclude=tuple(j.exclude), include=tuple(j.include), by_property=j.by_property,
-                  parallel=j.parallel or default_parallel(), skip_unchanged=not every)
+                  parallel=j.parallel or default_parallel(), skip_unchanged=not every,
+                  keep_base=j.keep_base)
         return ZfsReplicator(job, ssh, **kw)
     kw.pop("force_rollback", None)
     rjob = RsyncJob(j.name, j.source, j.target, j.recursive,
@@ -115,6 +116,11 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: tu
     if dry_run:
         return _dry_run(j, every, force_rollback, stop)
     conn = conn or state.connect(cfg.state_db)
+    over = state.record(conn, state.failover_key(name)) if j.direction == "pull" or j.local_target else None
+    if over is not None:  # (a push job's backup host is asked by its gate, which refuses too)
+        raise UsageError(f"job {name} is failed over since {over.get('since')}: its backup is written here now, and a "
+                         f"run would receive over it. `rebal failback {name}` brings those writes to the file server "
+                         "and starts the replication again")
     from ..locks import Together
 
     with FileLock(cfg.state_db, f"replicate-{name}", f"run of replication job {name}"), \

@@ -35,6 +35,7 @@ class Pairing:
     installed_to: str = ""  # user@host:file it was added to (or found in)
     replicated: bool = False  # the job has landed a run before
     dry_run: str | None = None  # the dry run's outcome, when one ran
+    failover: str = ""  # a push job as its backup host's config describes it (rebal failover there)
     notes: list[str] = field(default_factory=list)
 
 
@@ -152,6 +153,20 @@ def _last(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def failover_block(j: Replicate) -> str:
+    """A push zfs job as the backup host describes it to run `rebal failover` and `rebal failback`
+    there: a pull job from this file server (its name as this host knows itself)."""
+    import socket
+
+    if j.mode != "zfs" or j.direction != "push" or j.target_host is None:
+        return ""
+    return "\n".join(["[[replicate]]", f'name = "{j.name}"', 'direction = "pull"',
+                      f'source_host = "{socket.getfqdn()}"', f'source = "{j.source}"', f'target = "{j.target}"',
+                      f"recursive = {'true' if j.recursive else 'false'}", f"raw = {'true' if j.raw else 'false'}",
+                      'identity_file = "/etc/rebal/id_ed25519"  # a key root on this host takes (failback rolls back)',
+                      'known_hosts = "/etc/rebal/known_hosts"'])
+
+
 def pair(j: Replicate, *, pin: str | None, do_install: bool, login_identity: str | None, authorized_keys: str,
          rebal_path: str, gate_root: str | None = None) -> Pairing:
     """Each step that can be done for job ``j`` now, and what is left for the admin."""
@@ -194,6 +209,7 @@ def pair(j: Replicate, *, pin: str | None, do_install: bool, login_identity: str
                 raise CannotWrite.of("the known_hosts file", j.known_hosts, e) from None
             out.pinned = out.pinned_now = True
     out.line, out.where = gate_line(j, out.public, rebal_path, gate_root)
+    out.failover = failover_block(j)
     hint = allow_hint(j, out.line)
     if hint:
         out.notes.append(hint)

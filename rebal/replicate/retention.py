@@ -89,7 +89,7 @@ def prune(rep: Replicating, datasets: list[str]) -> None:
     for dr in report.datasets:
         if dr.source in sent_ok:
             protect_tgt.add(report.snapshot)  # the new common snapshot: the next base
-            if dr.cursor != "bookmark":
+            if dr.cursor != "bookmark" or rep.job.keep_base:  # (keep_base: a failback's common snapshot)
                 protect_src.add(report.snapshot)
         elif dr.base:
             protect_tgt.add(dr.base)  # this dataset still depends on its old base

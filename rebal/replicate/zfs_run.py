@@ -95,6 +95,7 @@ class Job:
     include: tuple[str, ...] = ()
     by_property: bool = False
     skip_unchanged: bool = True  # a dataset with nothing written since its base sits the run out
+    keep_base: bool = False  # the source keeps its base snapshot beside the bookmark (config.Replicate)
 
 
 class Replicating(Protocol):

@@ -364,6 +364,9 @@ class ZfsReplicator(Capabilities):
             rep.kind = plan.kind
             rep.expected = self.estimate(flags, ds, snap, plan.kind) if self.estimates or self.dry_run else None
             force = plan.kind == "incremental" and rollback
+            if force and (why := self._failed_over(target)):
+                rep.kind, rep.error = Outcome.FAILED, why
+                return rep
             if force:
                 self._say_rollback(target, plan)
             recv = self.receive_argv(target, force=force, full=plan.kind == "full")
@@ -400,6 +403,14 @@ class ZfsReplicator(Capabilities):
         except RebalError as e:
             rep.kind, rep.error = Outcome.FAILED, str(e)
             return rep
+
+    def _failed_over(self, target: str) -> str:
+        """Why a --force-rollback of ``target`` is refused: a failed-over backup is written on."""
+        since = self.target.values(target, [names.FAILOVER_PROPERTY], recursive=False).get(target, {}).get(
+            names.FAILOVER_PROPERTY, "-")
+        return "" if since in ("-", "") else (f"{target} is failed over since {since} on the backup host: "
+                                              "--force-rollback would destroy what was written there. "
+                                              "rebal failback there brings it here first")
 
     def _say_rollback(self, target: str, plan: SendPlan) -> None:
         """What a named --force-rollback destroys, said as a warning of the run (and of its dry run)."""

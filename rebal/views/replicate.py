@@ -128,6 +128,9 @@ def pairing_text(p: Pairing) -> str:
             nxt = f"add the line of step 3 there (or --install), then rebal keys {p.job} again"
         out.append(f"4. a dry run of the job: {p.dry_run}")
         out.append(f"   next: {nxt}")
+    if p.failover:
+        out.append(f"for {p.host}'s own config, to serve from it when this host is down (rebal failover {p.job} there):")
+        out += [f"     {line}" for line in p.failover.splitlines()]
     out += [f"note: {n}" for n in p.notes]
     return "\n".join(out) + "\n"
 

@@ -316,6 +316,26 @@ class ZfsHost(PoolCalls, Listings, FileSystems, Streams):
         if res.returncode != 0 and "already mounted" not in res.stderr:
             raise self._error(res)
 
+    def unmount(self, dataset: str) -> None:
+        res = self._zfs("unmount", dataset, readonly=False)
+        if res.returncode != 0 and "not currently mounted" not in res.stderr and "not mounted" not in res.stderr:
+            raise self._error(res)
+
+    def rollback(self, snapshot: str) -> None:
+        """`zfs rollback -r`: ``snapshot``'s dataset back to it, the snapshots after it destroyed
+        (the failback's only caller keeps their data elsewhere first, or was told to discard it)."""
+        names.snapshot(snapshot)
+        res = self._zfs("rollback", "-r", snapshot, readonly=False)
+        if res.returncode != 0:
+            raise self._error(res)
+
+    def create_holder(self, dataset: str) -> None:
+        """An empty file system that never mounts (canmount=off), to hold others under it."""
+        names.dataset(dataset)
+        res = self._zfs("create", "-o", "canmount=off", dataset, readonly=False)
+        if res.returncode != 0 and "already exists" not in res.stderr:
+            raise self._error(res)
+
     def change_key_inherit(self, dataset: str) -> None:
         """Make ``dataset`` inherit its parent's encryption root (after a raw receive made it its own)."""
         res = self._zfs("change-key", "-i", dataset, readonly=False)

@@ -226,9 +226,10 @@ class PoolCalls:
             raise self._error(res)
         return res.stdout.split("\n")[:-1] if res.stdout.endswith("\n") else res.stdout.splitlines()
 
-    def local_props(self, root: str) -> dict[str, dict[str, str]]:
+    def local_props(self, root: str, recursive: bool = True) -> dict[str, dict[str, str]]:
         """dataset -> {property: value} of the properties set on it (source local), for the tree."""
-        res = self._zfs("get", "-Hp", "-r", "-s", "local", "-o", "name,property,value", "all", root)
+        res = self._zfs("get", "-Hp", *(["-r"] if recursive else []), "-s", "local", "-o", "name,property,value",
+                        "all", root)
         if res.returncode != 0:
             raise self._error(res)
         out: dict[str, dict[str, str]] = {}

@@ -6,37 +6,12 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from conftest import rebal, rebal_json
 from zfsenv import sh
 
 pytestmark = pytest.mark.zfs
-
-
-@pytest.fixture
-def monitor():
-    got: list[tuple[str, str]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 (http.server's name)
-            n = int(self.headers.get("Content-Length", 0))
-            got.append((self.path, self.rfile.read(n).decode()))
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"OK")
-
-        def log_message(self, *args):
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}/ping/0f1e", got
-    srv.shutdown()
-    srv.server_close()
 
 
 def job_cfg(tmp_path, source: str, target: str, url: str):

@@ -1,0 +1,88 @@
+"""One backup host, two file servers (issue 68), over a real sshd: each file server pushes its own
+tree through its own gated key into its own root, and pings a dead-man monitor (a real HTTP server
+on loopback). The backup host's `rebal watch`, with no config of theirs, reports both; the file
+server whose replication stops (its backup failed over, its runs refused by the gate) is the one
+flagged, its monitor got /fail with the reason, and the gate's refusals are said."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import rebal, rebal_json
+from replscenarios import mountpoint
+from zfsenv import sh
+
+pytestmark = [pytest.mark.zfs, pytest.mark.lane]
+
+
+def push_config(tmp_path, name: str, host, key, source: str, target: str, url: str):
+    cfg = tmp_path / f"{name}.toml"
+    cfg.write_text(f'state_db = "{tmp_path / (name + ".db")}"\n[[replicate]]\nname = "nightly"\n'
+                   f'source = "{source}"\ntarget = "{target}"\ntarget_host = "{host.host}"\n'
+                   f'target_port = {host.port}\nidentity_file = "{key}"\nknown_hosts = "{host.known_hosts}"\n'
+                   f'recursive = true\nping_url = "{url}/{name}"\n')
+    return cfg
+
+
+def test_two_file_servers_into_one_backup_host_watched_there(make_pool, own_sshd, tmp_path, monitor):
+    url, got = monitor
+    bk = make_pool([[]], size="256M")
+    servers = {n: make_pool([[]], size="128M") for n in ("fs1", "fs2")}
+    log = tmp_path / "gate.log"
+    lines = []
+    for n, pool in servers.items():
+        sh("zfs", "create", f"{bk.name}/{n}")  # each file server's root, as docs/first-backup.md makes it
+        sh("zfs", "create", f"{pool.name}/data")
+        sh("zfs", "create", f"{pool.name}/data/home")
+        with open(os.path.join(mountpoint(f"{pool.name}/data/home"), "f"), "wb") as f:
+            f.write(os.urandom(100_000))
+        key = tmp_path / f"{n}.key"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"rebal@{n}", "-f", str(key)], check=True)
+        gate = f"{shlex.quote(sys.executable)} -m rebal gate --receive-into {bk.name}/{n} --log {shlex.quote(str(log))}"
+        lines.append(f'command="{gate}",restrict {(tmp_path / f"{n}.key.pub").read_text().strip()}\n')
+    keys = own_sshd.dir / "authorized_keys"
+    keys.write_text("".join(lines))
+    cfgs = {n: push_config(tmp_path, n, own_sshd, tmp_path / f"{n}.key", f"{p.name}/data", f"{bk.name}/{n}/data", url)
+            for n, p in servers.items()}
+    assert rebal_json("replicate", "nightly", config=cfgs["fs2"])["outcome"] == "ok"  # fs2 first: the older backup
+    newest = sh("zfs", "list", "-H", "-t", "snapshot", "-o", "name", "-s", "createtxg", f"{bk.name}/fs2/data").stdout.split()[-1]
+    made = int(sh("zfs", "get", "-Hp", "-o", "value", "creation", newest).stdout)
+    while int(time.time()) <= made:  # (snapshot times are in seconds: fs1's must be a later one)
+        time.sleep(0.05)
+    assert rebal_json("replicate", "nightly", config=cfgs["fs1"])["outcome"] == "ok"
+    assert [p for p, _ in got] == ["/ping/0f1e/fs2/start", "/ping/0f1e/fs2", "/ping/0f1e/fs1/start", "/ping/0f1e/fs1"]
+
+    # fs2's backup is failed over (its file server "down"); fs2's next run is refused by the gate
+    bcfg = tmp_path / "backup-host.toml"
+    bcfg.write_text(f'state_db = "{tmp_path / "backup.db"}"\n[[replicate]]\nname = "fs2"\ndirection = "pull"\n'
+                    f'source_host = "fs2.invalid"\nsource = "{servers["fs2"].name}/data"\n'
+                    f'target = "{bk.name}/fs2/data"\nrecursive = true\n')
+    rebal_json("failover", "fs2", config=bcfg)
+    got.clear()
+    with open(os.path.join(mountpoint(f"{servers['fs2'].name}/data/home"), "g"), "wb") as f:
+        f.write(os.urandom(50_000))
+    r = rebal("replicate", "nightly", "--json", config=cfgs["fs2"], check=False)
+    assert r.returncode != 0 and "failed over" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert [p for p, _ in got] == ["/ping/0f1e/fs2/start", "/ping/0f1e/fs2/fail"], got
+    assert "failed over" in got[1][1], got[1][1]
+
+    # the backup host watches both, from its authorized_keys alone
+    watch = ["watch", "--authorized-keys", str(keys), "--gate-log", str(log), "--json"]
+    first = json.loads(rebal(*watch, config=bcfg, check=False).stdout)
+    assert [(x["root"], x["key"]) for x in first["roots"]] == [(f"{bk.name}/fs1", "rebal@fs1"),
+                                                               (f"{bk.name}/fs2", "rebal@fs2")]
+    age = {x["root"]: max(v["age_hours"] for v in x["newest"].values() if v) for x in first["roots"]}
+    assert age[f"{bk.name}/fs2"] > age[f"{bk.name}/fs1"], age  # fs2 replicated first, and not since
+    refused = [f for f in first["findings"] if f["subject"].startswith("gate:")]
+    assert refused and "failed over" in refused[0]["message"], first["findings"]
+    limit = (age[f"{bk.name}/fs2"] + age[f"{bk.name}/fs1"]) / 2  # between the two: fs2 is late, fs1 is not
+    r = rebal(*watch, "--max-age-hours", f"{limit:.9f}", config=bcfg, check=False)
+    late = [f for f in json.loads(r.stdout)["findings"] if "older than" in f["message"]]
+    assert r.returncode == 1 and [f["subject"] for f in late] == [f"backup:{bk.name}/fs2 (rebal@fs2)"], late
+    assert f"{bk.name}/fs2/data" in late[0]["message"], late
