@@ -446,3 +446,8 @@ def set_record(conn: sqlite3.Connection, key: str, value: dict | None) -> None:
 def failover_key(job: str) -> str:
     """The record of a job whose backup is served while its file server is down (recover/failover.py)."""
     return f"failover:{job}"
+
+
+def failback_key(job: str) -> str:
+    """The record of a job's failback, step by step (recover/failback.py)."""
+    return f"failback:{job}"

@@ -35,6 +35,7 @@ from ..zfs import argv as zargv
 RECEIVES = (("zfs", "receive"), ("zfs", "recv"))
 SEND = ("zfs", "send")
 SNAPSHOT = ("zfs", "snapshot")
+WRITES = (("zfs", "set"), ("zfs", "create"))  # on a receiving key: a property set, an empty parent made
 POOL_SYNC = ("zpool", "sync")
 USAGE_ASKS = (("zfs", "receive"), ("zfs", "recv"), ("zfs", "send"))  # a job's first question: the usage text
 INFO = "rebal-gate-info"  # the probe a job sends to learn it talks to a gate (and what the gate allows)

@@ -27,7 +27,7 @@ from ..errors import RebalError
 from ..transport import Here
 from ..zfs.host import ZfsHost
 from . import rsync as gate_rsync
-from .check import INFO, RECEIVES, USAGE_ASKS, Policy, Refused, check, rsync_destination, send_token, split
+from .check import INFO, RECEIVES, SNAPSHOT, USAGE_ASKS, WRITES, Policy, Refused, check, rsync_destination, send_token, split
 from .verify import VERIFY, check_verify, serve_verify
 
 # properties a hostile stream could set on the backup host (mount it over /etc, setuid binaries)
@@ -160,9 +160,9 @@ def _written(policy: Policy, stages: list[list[str]], rsync: bool) -> list[str]:
     last, first = stages[-1], stages[0]
     if tuple(last[:2]) in RECEIVES and len(last) > 2 and "-A" not in last:
         return [last[-1]]
-    if first[:2] == ["zfs", "snapshot"]:
+    if tuple(first[:2]) == SNAPSHOT:
         return [a.split("@", 1)[0] for a in first[2:]]
-    if first[:2] in (["zfs", "set"], ["zfs", "create"]):
+    if tuple(first[:2]) in WRITES:
         return [first[-1]]
     return []
 

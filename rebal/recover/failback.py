@@ -44,7 +44,9 @@ DIVERGED = "rebal-diverged"
 
 
 def record_key(job: str) -> str:
-    return f"failback:{job}"
+    from ..state import failback_key
+
+    return failback_key(job)
 
 
 @dataclass
@@ -322,13 +324,13 @@ class Failback:
         tree = sorted((d for d in vals if vals[d].get("type") == "filesystem"), key=lambda d: (-d.count("/"), d))
         for d in tree:
             self.backup.unmount(d)
-        for d in reversed(tree):
-            for prop in ("mountpoint", "readonly"):
-                value = was.get(d, {}).get(prop)
-                if d in was and value is None:
-                    self.backup.inherit(d, prop)
-                elif value is not None:
-                    self.backup.set(d, prop, value)
+        for d in reversed(tree):  # a backup is read-only whatever it was (a write there stops the next incremental)
+            value = was.get(d, {}).get("mountpoint")
+            if d in was and value is None:
+                self.backup.inherit(d, "mountpoint")
+            elif value is not None:
+                self.backup.set(d, "mountpoint", value)
+            self.backup.set(d, "readonly", "on")
         self.backup.inherit(j.target, MARK)
         back = (state.record(self.conn, record_key(j.name)) if self.conn is not None else None) or {}
         for m, value in (back.get("server_readonly") or {}).items():

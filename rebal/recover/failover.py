@@ -121,13 +121,16 @@ def failover(job: Replicate, conn: sqlite3.Connection | None, *, mountpoint_root
     steps: list[tuple[str, Callable[[], None]]] = []
     for d in partial:  # a cut receive holds only part of what the file server has; it blocks writes
         steps.append((f"zfs receive -A {d} (a cut receive: the file server holds all of it)", partial_fn(host.abort, d)))
+    mounted = host.values(job.target, ["mounted"], recursive=job.recursive)
+    for d in sorted(tree, key=lambda d: (-d.count("/"), d)):  # the changes are made unmounted (zfs-fuse
+        if mounted.get(d, {}).get("mounted") == "yes":      # takes readonly=off only at a mount)
+            steps.append((f"zfs unmount {d}", partial_fn(host.unmount, d)))
     steps.append((f"zfs set {MARK}={since} {job.target}", partial_fn(host.set, job.target, MARK, since)))
     if mountpoint_root is not None:
         steps.append((f"zfs set mountpoint={mountpoint_root} {job.target}",
                       partial_fn(host.set, job.target, "mountpoint", mountpoint_root)))
-    for d in tree:
-        if vals[d].get("readonly") == "on":
-            steps.append((f"zfs set readonly=off {d}", partial_fn(host.set, d, "readonly", "off")))
+    for d in tree:  # (always: a mount may hold a "temporary" readonly that the property hides, zfs-fuse's)
+        steps.append((f"zfs set readonly=off {d}", partial_fn(host.set, d, "readonly", "off")))
     for d in tree:
         steps.append((f"zfs mount {d}", partial_fn(host.mount, d)))
     if dry_run:
@@ -135,9 +138,7 @@ def failover(job: Replicate, conn: sqlite3.Connection | None, *, mountpoint_root
         return rep
     assert conn is not None
     if old is None:  # a new failover: an earlier failback's record is history
-        from .failback import record_key as back_key
-
-        state.set_record(conn, back_key(job.name), None)
+        state.set_record(conn, state.failback_key(job.name), None)
     state.set_record(conn, record_key(job.name), {"since": since, "target": job.target, "was": was,
                                                    "mountpoint_root": mountpoint_root, "at": time.time()})
     for _shown, do in steps:
@@ -155,11 +156,10 @@ def failover(job: Replicate, conn: sqlite3.Connection | None, *, mountpoint_root
 def status(job: Replicate, conn: sqlite3.Connection | None) -> dict:
     """Where the job stands: failed over (since when, the record) or not, and a failback's record."""
     from .. import state
-    from .failback import record_key as back_key
 
     host = backup_here(job)
     rec = state.record(conn, record_key(job.name)) if conn is not None else None
-    back = state.record(conn, back_key(job.name)) if conn is not None else None
+    back = state.record(conn, state.failback_key(job.name)) if conn is not None else None
     return {"job": job.name, "target": job.target, "failed_over": marked(host, job.target) is not None,
             "since": (rec or {}).get("since"), "mountpoint_root": (rec or {}).get("mountpoint_root"),
             "failback": back}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -51,7 +52,8 @@ def test_two_file_servers_into_one_backup_host_watched_there(make_pool, own_sshd
     cfgs = {n: push_config(tmp_path, n, own_sshd, tmp_path / f"{n}.key", f"{p.name}/data", f"{bk.name}/{n}/data", url)
             for n, p in servers.items()}
     assert rebal_json("replicate", "nightly", config=cfgs["fs2"])["outcome"] == "ok"  # fs2 first: the older backup
-    newest = sh("zfs", "list", "-H", "-t", "snapshot", "-o", "name", "-s", "createtxg", f"{bk.name}/fs2/data").stdout.split()[-1]
+    newest = [n for n in sh("zfs", "list", "-H", "-t", "snapshot", "-o", "name", "-s", "createtxg", "-r",
+                            f"{bk.name}/fs2/data").stdout.split() if n.startswith(f"{bk.name}/fs2/data@")][-1]
     made = int(sh("zfs", "get", "-Hp", "-o", "value", "creation", newest).stdout)
     while int(time.time()) <= made:  # (snapshot times are in seconds: fs1's must be a later one)
         time.sleep(0.05)
@@ -74,10 +76,14 @@ def test_two_file_servers_into_one_backup_host_watched_there(make_pool, own_sshd
 
     # the backup host watches both, from its authorized_keys alone
     watch = ["watch", "--authorized-keys", str(keys), "--gate-log", str(log), "--json"]
-    first = json.loads(rebal(*watch, config=bcfg, check=False).stdout)
+    prom = tmp_path / "watch.prom"
+    first = json.loads(rebal(*watch, "--metrics", str(prom), config=bcfg, check=False).stdout)
     assert [(x["root"], x["key"]) for x in first["roots"]] == [(f"{bk.name}/fs1", "rebal@fs1"),
                                                                (f"{bk.name}/fs2", "rebal@fs2")]
-    age = {x["root"]: max(v["age_hours"] for v in x["newest"].values() if v) for x in first["roots"]}
+    age: dict[str, float] = {}  # root -> its oldest newest-snapshot, in hours (the metrics have the seconds)
+    for m in re.finditer(r'^rebal_watch_backup_age_seconds\{(.*)\} (\S+)$', prom.read_text(), re.M):
+        root = re.search(r'root="([^"]*)"', m.group(1)).group(1)
+        age[root] = max(age.get(root, 0.0), float(m.group(2)) / 3600)
     assert age[f"{bk.name}/fs2"] > age[f"{bk.name}/fs1"], age  # fs2 replicated first, and not since
     refused = [f for f in first["findings"] if f["subject"].startswith("gate:")]
     assert refused and "failed over" in refused[0]["message"], first["findings"]
