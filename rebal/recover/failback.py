@@ -216,7 +216,9 @@ class Failback:
 
     def _keep(self, rep: DatasetBack, m: str, base: Snap, after: list[Snap]) -> bool:
         """What the file server wrote after the base, as a read-only clone of the base elsewhere in
-        its pool, checked by guid before anything is rolled back. False: refused (said in ``rep``)."""
+        its pool, checked by guid before anything is rolled back. False: refused (said in ``rep``).
+        A receive makes a clone of a single incremental only (`-o origin=` with `-I` is refused as
+        "destination does not exist"): the base to the first snapshot after it, then the rest."""
         pool, _, rest = m.partition("/")
         holder = f"{pool}/{DIVERGED}-{self.stamp}"
         parts = rest.split("/") if rest else [pool]
@@ -224,41 +226,57 @@ class Failback:
         parents = [holder] + ["/".join([holder, *parts[:i]]) for i in range(1, len(parts))]
         rep.kept = keep
         mark = f"{DIVERGED}-{self.stamp}"
-        kept = (self.server.tree(keep, recursive=False) or Tree()).snaps.get(keep)
-        if kept is not None and all_kept(after, kept) and any(s.name == mark for s in after):
-            return True  # kept by an earlier run, cut before its rollback
-        if kept is not None:
-            rep.kind, rep.error = "refused", (f"{keep} exists and does not hold every snapshot {m} made after "
-                                              f"@{base.name}: look at it, rename it, and run again")
-            return False
         if not self.server.abilities().receive_o:
             rep.kind, rep.error = "refused", (f"this zfs cannot receive a clone (zfs receive -o origin=): what {m} "
                                               "holds after the base cannot be kept; give --discard-diverged to roll "
                                               "it back without keeping it")
             return False
-        t = Transfer(self.server, self.server, self.job, self.link, stop=self.stop, notes=self.report.notes)
-        send = t.send(f"{m}@{mark}", base=f"@{base.name}", between=bool(after))
-        recv = self.server.receive(keep, props={"origin": f"{m}@{base.name}", "readonly": "on"}, resumable=False)
-        if self.dry_run:
-            self.report.planned += [f"zfs snapshot {m}@{mark}", *(f"zfs create -o canmount=off {p}" for p in parents),
-                                    t.line(send, recv)]
-            return True
-        if not any(s.name == mark for s in after):
+        plan = [f"zfs snapshot {m}@{mark}"] if not any(s.name == mark for s in after) else []
+        if plan and not self.dry_run:
             self.server.snapshot([f"{m}@{mark}"])
-        for p in parents:
+            after = self._after(m, base)
+        chain = [s.name for s in after] + ([mark] if self.dry_run and plan else [])
+        kept = (self.server.tree(keep, recursive=False) or Tree()).snaps.get(keep)
+        t = Transfer(self.server, self.server, self.job, self.link, stop=self.stop, notes=self.report.notes)
+        streams: list[tuple[list[str], list[str]]] = []
+        if kept is None:
+            plan += [f"zfs create -o canmount=off {p}" for p in parents]
+            streams.append((t.send(f"{m}@{chain[0]}", base=f"@{base.name}"),
+                            self.server.receive(keep, props={"origin": f"{m}@{base.name}", "readonly": "on"},
+                                                resumable=False)))
+            start = chain[0]
+        else:
+            have = [s.name for s in after if s.guid in {k.guid for k in kept}]
+            newest = max(kept, key=lambda k: k.txg, default=None)
+            if not have or newest is None or newest.name != have[-1]:
+                rep.kind, rep.error = "refused", (f"{keep} exists and is not what a failback keeps of {m}: look at "
+                                                  "it, rename it, and run again")
+                return False
+            start = have[-1]
+        if start != chain[-1]:
+            streams.append((t.send(f"{m}@{chain[-1]}", base=f"@{start}", between=chain.index(start) < len(chain) - 2),
+                            self.server.receive(keep, resumable=False)))
+        if self.dry_run:
+            self.report.planned += plan + [t.line(send, recv) for send, recv in streams]
+            return True
+        for p in parents if kept is None else []:
             self.server.create_holder(p)
         try:
-            t.run(send, recv, what=f"keeping what {m} holds after @{base.name}")
+            for send, recv in streams:
+                t.run(send, recv, what=f"keeping what {m} holds after @{base.name}")
         except StreamFailed as e:
             rep.kind, rep.error = Outcome.FAILED, str(e)
             return False
-        made = [s for s in (self.server.tree(m, recursive=False) or Tree()).snaps.get(m, [])
-                if not s.bookmark and s.txg > base.txg]
         kept = (self.server.tree(keep, recursive=False) or Tree()).snaps.get(keep, [])
-        if not all_kept(made, kept):
+        if not all_kept(self._after(m, base), kept):
             rep.kind, rep.error = Outcome.FAILED, f"{keep} does not hold every snapshot {m} made after @{base.name}: nothing rolled back"
             return False
         return True
+
+    def _after(self, m: str, base: Snap) -> list[Snap]:
+        """The file server's snapshots of ``m`` after the base, oldest first, as they are now."""
+        now = (self.server.tree(m, recursive=False) or Tree()).snaps.get(m, [])
+        return sorted((s for s in now if not s.bookmark and s.txg > base.txg), key=lambda s: s.txg)
 
     def _hold_still(self, m: str) -> None:
         """Nothing is written to the file server's dataset while it comes back (readonly=on; put back
@@ -322,8 +340,6 @@ class Failback:
         was: dict[str, dict[str, str | None]] = over.get("was") or {}
         vals = self.backup.values(j.target, ["type"], recursive=j.recursive)
         tree = sorted((d for d in vals if vals[d].get("type") == "filesystem"), key=lambda d: (-d.count("/"), d))
-        for d in tree:
-            self.backup.unmount(d)
         for d in reversed(tree):  # a backup is read-only whatever it was (a write there stops the next incremental)
             value = was.get(d, {}).get("mountpoint")
             if d in was and value is None:
@@ -331,6 +347,8 @@ class Failback:
             elif value is not None:
                 self.backup.set(d, "mountpoint", value)
             self.backup.set(d, "readonly", "on")
+        for d in tree:  # last: a new mount point mounts it again
+            self.backup.unmount(d)
         self.backup.inherit(j.target, MARK)
         back = (state.record(self.conn, record_key(j.name)) if self.conn is not None else None) or {}
         for m, value in (back.get("server_readonly") or {}).items():

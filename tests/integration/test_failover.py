@@ -31,7 +31,7 @@ def prop(ds: str, name: str) -> str:
 
 
 def write(path: str, size: int, seed: int) -> bytes:
-    data = (bytes([seed % 251]) * 4096 + os.urandom(4096)) * (size // 8192)
+    data = b"".join(bytes([seed % 251]) * 4096 + os.urandom(4096) for _ in range(size // 8192))  # half compressible
     with open(path, "wb") as f:
         f.write(data)
         f.flush()
@@ -110,7 +110,7 @@ def test_fail_over_serve_from_the_backup_and_fail_back(make_pool, own_sshd, tmp_
         if OPENZFS:  # what the file server wrote meanwhile is kept, readable, and named
             top = next(d for d in back["datasets"] if d["server"] == data)
             kept = top["kept"]
-            assert kept.startswith(f"{src.name}/rebal-diverged-") and top["diverged"] >= 3 * MIB, top
+            assert kept.startswith(f"{src.name}/rebal-diverged-") and top["diverged"] >= MIB, top  # (compressed)
             assert open(os.path.join(mountpoint(kept), "mine.bin"), "rb").read() == mine
             assert prop(kept, "readonly") == "on"
             assert not os.path.exists(os.path.join(mountpoint(data), "mine.bin"))
@@ -165,22 +165,24 @@ def test_a_killed_failback_goes_on_from_where_it_was_cut(make_pool, own_sshd, tm
     data, backup = f"{src.name}/data", f"{dst.name}/fo"
     sh("zfs", "create", data)
     write(os.path.join(mountpoint(data), "a.bin"), MIB, 1)
-    cfg = job_config(tmp_path, own_sshd, data, backup, bwlimit='"8M"')
+    cfg = job_config(tmp_path, own_sshd, data, backup, bwlimit='"4M"')  # (16 s for what follows)
     rebal_json("replicate", "fo", config=cfg)
     rebal_json("failover", "fo", config=cfg)
-    big = write(os.path.join(mountpoint(backup), "big.bin"), 64 * MIB, 9)
+    big = os.urandom(64 * MIB)  # incompressible: the stream is as long as the file
+    with open(os.path.join(mountpoint(backup), "big.bin"), "wb") as f:
+        f.write(big)
     p = subprocess.Popen([sys.executable, "-m", "rebal", "--config", str(cfg), "failback", "fo"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     db = tmp_path / "backup-state.db"
     deadline = time.monotonic() + 300
     moved = 0
-    while moved < 8 * MIB and p.poll() is None and time.monotonic() < deadline:  # the send is under way
+    while moved < 4 * MIB and p.poll() is None and time.monotonic() < deadline:  # the send is under way
         with sqlite3.connect(db) as c:
             row = c.execute("SELECT progress FROM runs WHERE kind = 'failback' ORDER BY id DESC LIMIT 1").fetchone() \
                 if c.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone() else None
         moved = (row[0] or 0) if row else 0
         time.sleep(0.2)  # (polling the run's own progress record, not waiting for time to pass)
-    assert p.poll() is None and moved >= 8 * MIB, (moved, p.poll())
+    assert p.poll() is None and moved >= 4 * MIB, (moved, p.poll())
     p.send_signal(signal.SIGKILL)
     p.wait()
     assert prop(data, "receive_resume_token") not in ("-", ""), "the cut send left no token"

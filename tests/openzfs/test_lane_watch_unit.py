@@ -60,6 +60,8 @@ def test_the_watch_unit_runs_confined_and_fails_on_a_finding(zfs_ready):
         assert any(f"{pool.name}/fs1/new" in f["message"] for f in out["findings"]), out["findings"]
         assert state.exists()  # the time of the last watch, written through ReadWritePaths
         sh("zfs", "snapshot", f"{pool.name}/fs1/new@rebal-nightly-20261206T010000Z")
+        sh("zpool", "scrub", pool.name)  # (a pool never scrubbed is a warning of its own)
+        sh("zpool", "wait", "-t", "scrub", pool.name)
         code, out = start(" --max-age-hours 1000000")
         assert code == 0 and out["level"] == "OK", out
     finally:
