@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -11,8 +11,20 @@ from . import complete
 from .app import JsonOpt, app
 from .io import Signals, load_config, open_state, out_json, out_text
 
+if TYPE_CHECKING:
+    from ..config import Config, Replicate
+
 JobArg = Annotated[str, typer.Argument(help="A zfs replication job, described on the backup host as a pull job.",
                                        autocompletion=complete.replication_jobs)]
+
+
+def _status(cfg: Config, job: Replicate, as_json: bool) -> None:
+    """`--status` of both commands: whether the job is failed over, and where its failback stands."""
+    from ..recover.failover import status
+    from ..views.failover import status_text
+
+    st = status(job, open_state(cfg))
+    out_json(st) if as_json else out_text(status_text(st))
 
 
 @app.command()
@@ -26,16 +38,14 @@ def failover(
     """On the backup host, while the file server is down: make the job's backup writable and mounted.
 
     Nothing may receive into it afterwards (the gate refuses, a pull run refuses) until `rebal failback`."""
-    from ..recover.failover import failover as do, status
+    from ..recover.failover import failover as do
     from ..replicate.job import find_job
-    from ..views.failover import failover_text, status_text
+    from ..views.failover import failover_text
 
     cfg = load_config()
     j = find_job(cfg, job)
     if show:
-        st = status(j, open_state(cfg))
-        out_json(st) if as_json else out_text(status_text(st))
-        return
+        return _status(cfg, j, as_json)
     rep = do(j, None if dry_run else open_state(cfg), mountpoint_root=mountpoint_root, dry_run=dry_run)
     out_json(asdict(rep) | {"dry_run": dry_run}) if as_json else out_text(failover_text(rep, dry_run))
 
@@ -52,17 +62,14 @@ def failback(
 
     Every step is resumed by running the same command again."""
     from ..recover.failback import FailbackFailed, run_failback
-    from ..recover.failover import status
     from ..replicate.job import find_job
-    from ..views.failover import failback_text, status_text
+    from ..views.failover import failback_text
     from .progress import ByteBar
 
     cfg = load_config()
     j = find_job(cfg, job)
     if show:
-        st = status(j, open_state(cfg))
-        out_json(st) if as_json else out_text(status_text(st))
-        return
+        return _status(cfg, j, as_json)
     with Signals() as sig, ByteBar(f"failback {job}", enabled=not (as_json or dry_run)) as bar:
         try:
             rep = run_failback(cfg, j, discard_diverged=discard_diverged, dry_run=dry_run, stop=sig.stop,

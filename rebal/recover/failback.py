@@ -29,13 +29,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from datetime import datetime, timezone
+from functools import partial
 
 from ..config import Config, Replicate
 from ..errors import HostError, RebalError
 from ..outcome import Outcome
 from ..replicate.policy import snapshot_name
 from ..replicate.sides import job_hosts
-from ..replicate.stream import StreamFailed, Transfer
+from ..replicate.stream import StreamFailed, Transfer, counted
 from ..transport import TransportError, Wire
 from ..zfs.snaps import Snap, Tree
 from .failover import MARK, FailoverRefused, backup_here, marked, record_key as over_key
@@ -315,15 +316,9 @@ class Failback:
         if self.dry_run:
             self.report.planned.append(t.line(send, recv))
             return
-        base = self._done
-
-        def progress(n: int) -> None:
-            rep.bytes = n
-            if self.progress:
-                self.progress(base + n)
-
         try:
-            res = t.run(send, recv, progress=progress, what=f"{rep.backup} to {m}")
+            res = t.run(send, recv, progress=counted(partial(setattr, rep, "bytes"), self._done, self.progress),
+                        what=f"{rep.backup} to {m}")
             rep.bytes = res.bytes
         except StreamFailed as e:
             rep.kind = Outcome.FAILED

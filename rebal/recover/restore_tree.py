@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 from dataclasses import dataclass, field
+from functools import partial
 
 from ..config import Replicate
 from ..outcome import Outcome
@@ -28,7 +29,7 @@ from ..zfs.snaps import Snap
 from ..replicate.policy import parse_snapshot_name
 from .restore import PointNotFound, RestoreError, RestorePoint, RestoreRefused
 from ..replicate.sides import job_hosts
-from ..replicate.stream import StreamFailed, Transfer
+from ..replicate.stream import StreamFailed, Transfer, counted
 from ..transport import TransportError, Wire
 
 
@@ -229,15 +230,8 @@ class TreeRestore:
         if self.dry_run:
             self.report.planned.append(t.line(send, recv))
             return
-        base = self._done
-
-        def progress(n: int) -> None:
-            rep.bytes = n
-            if self.progress:
-                self.progress(base + n)
-
         try:
-            res = t.run(send, recv, progress=progress)
+            res = t.run(send, recv, progress=counted(partial(setattr, rep, "bytes"), self._done, self.progress))
         except StreamFailed as e:
             res = e.result
             rep.kind = Outcome.FAILED

@@ -85,6 +85,17 @@ def incremental_args(base: str | None, *, between: bool = False) -> list[str]:
     return ["-I" if between and "#" not in base else "-i", base]
 
 
+def counted(own: Callable[[int], None], done: int, outer: Callable[[int], None] | None) -> Callable[[int], None]:
+    """A stream's progress in a run of several, one after another: its own bytes to ``own``, and the
+    run's (``done`` before it, plus its own) to ``outer``."""
+    def progress(n: int) -> None:
+        own(n)
+        if outer:
+            outer(done + n)
+
+    return progress
+
+
 class StreamFailed(Exception):
     """A stream that did not land: ``message`` says why in one line (the receiver's error first)."""
 
