@@ -38,6 +38,7 @@ from ..replicate.policy import snapshot_name
 from ..replicate.sides import job_hosts
 from ..replicate.stream import StreamFailed, Transfer, counted
 from ..transport import TransportError, Wire
+from ..units import human
 from ..zfs.snaps import Snap, Tree
 from .failover import MARK, FailoverRefused, backup_here, marked, record_key as over_key
 
@@ -178,6 +179,9 @@ class Failback:
             return
         mine = server.snaps.get(m)
         if mine is None:  # made on the backup while it served
+            if why := self._no_room(f"{ds}@{self.snap}", m.rsplit("/", 1)[0]):
+                rep.kind, rep.error = "refused", why
+                return
             rep.kind = "full"
             self._send(rep, self._t().send(f"{ds}@{self.snap}"), m)
             return
@@ -195,13 +199,28 @@ class Failback:
                                               "written@): give --discard-diverged once you know nothing there matters")
             return
         rep.diverged = (written or {}).get((m, f"written@{here.name}"), 0)
+        between = any(s.txg > base.txg and s.name != self.snap for s in backup.snaps[ds] if not s.bookmark)
+        if why := self._no_room(f"{ds}@{self.snap}", m, base=f"@{base.name}", between=between):
+            rep.kind, rep.error = "refused", why  # (before anything is changed on the file server)
+            return
         self._hold_still(m)
         if (after or rep.diverged) and not self.discard and not self._keep(rep, m, here, after):
             return
         self._roll_back(rep, m, here, after)  # (nothing after the base, or all of it kept: destroys nothing)
-        between = any(s.txg > base.txg and s.name != self.snap for s in backup.snaps[ds] if not s.bookmark)
         rep.kind = "incremental"
         self._send(rep, self._t().send(f"{ds}@{self.snap}", base=f"@{base.name}", between=between), m)
+
+    def _no_room(self, snapshot: str, into: str, *, base: str | None = None, between: bool = False) -> str:
+        """Why the backup's stream of ``snapshot`` would not fit where it goes on the file server
+        (empty: it fits, or neither zfs can say)."""
+        need = self._t().size(snapshot, base=base, between=between)
+        if need is None:
+            return ""
+        free = self.server.values(into, ["available"], recursive=False).get(into, {}).get("available", "")
+        if not free.isdigit() or need <= int(free):
+            return ""
+        return (f"the backup's changes for {into} are {human(need)} and the file server has {human(int(free))} free "
+                "there: make room (nothing was changed on it), then run again")
 
     def _no_base(self, ds: str, m: str, backup: list[Snap], mine: list[Snap]) -> str:
         guids = {s.guid for s in backup}

@@ -144,6 +144,16 @@ class Transfer:
                                            embedded=j.embedded)
         return self.sender.send(snapshot, flags + incremental_args(base, between=between))
 
+    def size(self, snapshot: str, *, base: str | None = None, between: bool = False) -> int | None:
+        """What ``send`` of the same would move, in bytes (`zfs send -nP`); None where the sender's
+        zfs cannot say."""
+        if not self.sender.abilities().send_size:
+            return None
+        j = self.job
+        flags = self.sender.send_flags(raw=j.raw, compressed=j.compressed, large_blocks=j.large_blocks,
+                                       embedded=j.embedded)
+        return self.sender.send_size(snapshot, flags + incremental_args(base, between=between))
+
     def pump(self, senders: list[list[str]], recv: list[str], *, progress: Callable[[int], None] | None = None,
              procs: list | None = None) -> StreamResult:
         """The stream moved, its result as it came (the replicator explains a failure in its own

@@ -213,3 +213,23 @@ def test_a_push_told_to_roll_back_a_failed_over_backup_refuses(make_pool, own_ss
     r = rebal("replicate", "p", "--force-rollback", f"{dst.name}/x", "--json", config=push, check=False)
     assert r.returncode != 0 and "failed over" in r.stdout, r.stdout + r.stderr
     assert os.path.exists(os.path.join(mountpoint(f"{dst.name}/x"), "served.bin"))
+
+
+@pytest.mark.skipif(not OPENZFS, reason="a send's size (zfs send -nP) is asked of OpenZFS; zfs-fuse cannot say it")
+def test_a_failback_that_does_not_fit_changes_nothing_on_the_file_server(make_pool, own_sshd, tmp_path):
+    src = make_pool([[]], size="256M")
+    dst = make_pool([[]], size="1G")
+    data, backup = f"{src.name}/data", f"{dst.name}/fo"
+    sh("zfs", "create", data)
+    write(os.path.join(mountpoint(data), "a.bin"), MIB, 1)
+    cfg = job_config(tmp_path, own_sshd, data, backup)
+    rebal_json("replicate", "fo", config=cfg)
+    rebal_json("failover", "fo", config=cfg)
+    with open(os.path.join(mountpoint(backup), "big.bin"), "wb") as f:  # more than the file server's pool holds
+        for _ in range(300):
+            f.write(os.urandom(MIB))
+    r = rebal("failback", "fo", config=cfg, check=False)
+    assert r.returncode != 0 and "free" in r.stderr and "make room" in r.stderr, r.stderr
+    assert prop(data, "readonly") == "off"  # nothing changed on the file server
+    assert not os.path.exists(os.path.join(mountpoint(data), "big.bin"))
+    assert rebal_json("failback", "fo", "--status", config=cfg)["failed_over"]  # still served from the backup
