@@ -185,6 +185,9 @@ def test_a_killed_failback_goes_on_from_where_it_was_cut(make_pool, own_sshd, tm
     assert p.poll() is None and moved >= 4 * MIB, (moved, p.poll())
     p.send_signal(signal.SIGKILL)
     p.wait()
+    deadline = time.monotonic() + 120  # the file server's receive sees the end of its stream after rebal died
+    while prop(data, "receive_resume_token") in ("-", "") and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert prop(data, "receive_resume_token") not in ("-", ""), "the cut send left no token"
     back = rebal_json("failback", "fo", config=cfg)
     assert back["done"] and back["datasets"][0]["kind"] == "resumed", back
