@@ -126,9 +126,10 @@ class Failback:
         self.report.snapshot = snap
         if not self.dry_run and self.conn is not None and not rec:
             state.set_record(self.conn, record_key(j.name), {"stamp": stamp, "snapshot": snap, "done": False})
+        # the file server first: while it cannot be reached the backup goes on serving, unfrozen
+        server = self.server.tree(j.source, recursive=j.recursive, tokens=True) or Tree()
         self._freeze()
         backup = self.backup.tree(j.target, recursive=j.recursive) or Tree()
-        server = self.server.tree(j.source, recursive=j.recursive, tokens=True) or Tree()
         for ds in sorted(backup.snaps, key=lambda d: (d.count("/"), d)):
             rep = DatasetBack(ds, self.server_of(ds))
             self.report.datasets.append(rep)

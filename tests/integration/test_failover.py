@@ -80,6 +80,9 @@ def test_fail_over_serve_from_the_backup_and_fail_back(make_pool, own_sshd, tmp_
     assert again.returncode == 2 and "failed over" in again.stderr, again.stderr
     st = rebal_json("failback", "fo", "--status", config=cfg)
     assert st["failed_over"] and st["since"] == fo["since"], st
+    down = rebal("failback", "fo", config=cfg, check=False)  # the file server still down: said, nothing frozen
+    assert down.returncode != 0 and "Traceback" not in down.stderr, down.stderr
+    write(str(served / "still.bin"), MIB, 9)  # the backup still serves, writable
 
     # the file server is back, and wrote something of its own meanwhile
     fs = start_sshd(own_sshd.dir, port=own_sshd.port)
