@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec "${REBAL_VENV:-$PWD/.venv}/bin/python" -m pytest -q "$@"
+exec "${REBAL_VENV:-$PWD/.venv}/bin/python" -m pytest -q --durations=25 "$@"

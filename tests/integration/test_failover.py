@@ -199,6 +199,7 @@ def test_a_killed_failback_goes_on_from_where_it_was_cut(make_pool, own_sshd, tm
     assert json.loads(rebal("replicate", "fo", "--json", config=cfg).stdout)["outcome"] == "ok"
 
 
+@pytest.mark.lane_long  # the suite runs it on zfs-fuse (CI's time: the quick lane leaves it to the full lane)
 def test_a_push_told_to_roll_back_a_failed_over_backup_refuses(make_pool, own_sshd, tmp_path):
     """An ungated push job whose admin names --force-rollback, not knowing the backup host serves
     the data now: what was written there stays."""
@@ -222,6 +223,7 @@ def test_a_push_told_to_roll_back_a_failed_over_backup_refuses(make_pool, own_ss
 
 
 @pytest.mark.skipif(not OPENZFS, reason="a send's size (zfs send -nP) is asked of OpenZFS; zfs-fuse cannot say it")
+@pytest.mark.lane_long  # CI's time; the quick set's rewrite -P test asks the same estimate
 def test_a_failback_that_does_not_fit_changes_nothing_on_the_file_server(make_pool, own_sshd, tmp_path):
     src = make_pool([[]], size="256M")
     dst = make_pool([[]], size="1G")

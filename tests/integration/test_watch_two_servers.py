@@ -19,7 +19,8 @@ from conftest import rebal, rebal_json
 from replscenarios import mountpoint
 from zfsenv import sh
 
-pytestmark = [pytest.mark.zfs, pytest.mark.lane]
+# the suite runs it on zfs-fuse; CI's quick lane leaves it to the full lane (CI's time, 2026-12-07)
+pytestmark = [pytest.mark.zfs, pytest.mark.lane, pytest.mark.lane_long]
 
 
 def push_config(tmp_path, name: str, host, key, source: str, target: str, url: str):

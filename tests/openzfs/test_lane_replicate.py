@@ -268,6 +268,7 @@ def test_rsync_reads_the_snapshot_directory(pools, backup_host, tmp_path):
     assert manifest(mountpoint(f"{src.name}/data"), exclude=kids) == manifest(target, exclude=kids)
 
 
+@pytest.mark.lane_long  # CI's time: the quick set restores in test_lane_restore and verifies in the bookmark test
 def test_restore_and_verify_round_trip(pools, backup_host, tmp_path):
     src, dst = pools
     cfg = cfg_for(tmp_path, backup_host, name="j", source=f"{src.name}/data", target=f"{dst.name}/copy",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from zfsenv import create_pool, sh
 
-pytestmark = [pytest.mark.openzfs]
+pytestmark = [pytest.mark.openzfs, pytest.mark.lane_long]  # a unit under systemd, as the confined ones: the full lane
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = "rebal-watch.service"
