@@ -69,11 +69,49 @@ COMMAND_MODULES = ("status_cmd", "rebalance_cmd", "refresh_cmd", "replicate_cmd"
                    "gate_cmd")
 
 
-def build() -> typer.Typer:
-    """The app with every command registered (each command module registers its own on import)."""
+# which module registers each command (tests/unit/test_cli_lazy.py holds it to what they register)
+MODULE_OF = {
+    "status": "status_cmd", "history": "status_cmd", "where": "status_cmd",
+    "plan": "rebalance_cmd", "rebalance": "rebalance_cmd", "runs": "rebalance_cmd",
+    "refresh": "refresh_cmd",
+    "replicate": "replicate_cmd", "backups": "replicate_cmd", "restore": "replicate_cmd", "verify": "replicate_cmd",
+    "heal": "replicate_cmd", "keys": "replicate_cmd",
+    "rebuild": "rebuild_cmd",
+    "failover": "failover_cmd", "failback": "failover_cmd",
+    "daemon": "service_cmd", "health": "service_cmd", "metrics": "service_cmd", "notify": "service_cmd",
+    "run": "service_cmd", "scrub": "service_cmd", "watch": "service_cmd",
+    "config": "config_cmd", "units": "config_cmd",
+    "gate": "gate_cmd", "prune": "gate_cmd",
+}
+VALUED = ("--config", "-c")  # the global options that take a value
+
+
+def command_of(argv: list[str]) -> str | None:
+    """The command an argument list names (after the global options), or None: none, or help,
+    --version or completion asked of the whole app."""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in VALUED:
+            i += 2
+        elif a.startswith("--config=") or a == "--debug":
+            i += 1
+        elif a.startswith("-"):
+            return None
+        else:
+            return a
+    return None
+
+
+def build(argv: list[str] | None = None) -> typer.Typer:
+    """The app with its commands registered (each command module registers its own on import):
+    where ``argv`` (the arguments) names a known command, only that command's module (a scheduled run does not build
+    every other command's options: about a second of a start under emulation); else all of them,
+    for the whole app's help and for a command it does not know."""
     import importlib
 
-    for m in COMMAND_MODULES:
+    cmd = None if argv is None else command_of(argv)
+    for m in ((MODULE_OF[cmd],) if cmd in MODULE_OF else COMMAND_MODULES):
         importlib.import_module(f"{__package__}.{m}")
     for info in app.registered_commands:  # --help lists each command with its whole first sentence
         if info.short_help is None and info.callback is not None and info.callback.__doc__:
@@ -94,5 +132,5 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: logging set up once, then the app; a RebalError becomes one line on stderr and
     its exit code."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    cli = build()
+    cli = build(sys.argv[1:] if argv is None else argv)
     guarded(lambda: cli(args=argv, prog_name="rebal", standalone_mode=True))

@@ -6,7 +6,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from dataclasses import asdict
 
 from .. import state
@@ -18,9 +18,11 @@ from ..recorded import Run, recorded
 from ..units import parse_size
 from .hooks import run_hook
 from .policy import Buckets, parse_snapshot_name
-from .rsync import RsyncJob, RsyncReplicator, RsyncReport
 from ..transport import Endpoint, Here, Ssh, TransportError, Wire
 from .zfs_send import DatasetReport, Job, ReplicationError, ZfsReplicator, ZfsReport, kill_all
+
+if TYPE_CHECKING:  # the rsync mode is imported by the run that needs it (a zfs job's start does not pay it)
+    from .rsync import RsyncReplicator, RsyncReport
 
 
 class HookFailed(RebalError):
@@ -73,6 +75,8 @@ def replicator(j: Replicate, ssh: Wire, every: bool = False, **kw: Any):
                   parallel=j.parallel or default_parallel(), skip_unchanged=not every,
                   keep_base=j.keep_base)
         return ZfsReplicator(job, ssh, **kw)
+    from .rsync import RsyncJob, RsyncReplicator
+
     kw.pop("force_rollback", None)
     rjob = RsyncJob(j.name, j.source, j.target, j.recursive,
                     f"{max(1, parse_size(j.bwlimit) // 1024)}K" if j.bwlimit else None,
