@@ -126,13 +126,13 @@ class Selecting(Protocol):
     def by_property(self) -> bool: ...
 
 
-def select(job: Selecting, host: ZfsHost) -> Selection:
+def select(job: Selecting, host: ZfsHost, rows: list[tuple[str, str]] | None = None) -> Selection:
     """The selection of a zfs or rsync job (``job`` has source, name, recursive, exclude, include,
-    by_property). Without a rule, no property is read: the listing is the plain one."""
+    by_property). ``rows``: the (dataset, rebal:backup) listing where the caller has it already."""
     sel = Selection(job.source)
     if not job.recursive:
         sel.choices.append(Choice(job.source, True, "the source"))
         return sel
-    sel.choices = decide(host.backup_choices(job.source, True), job.name, exclude=list(job.exclude), include=list(job.include),
-                         by_property=job.by_property)
+    sel.choices = decide(host.backup_choices(job.source, True) if rows is None else rows, job.name,
+                         exclude=list(job.exclude), include=list(job.include), by_property=job.by_property)
     return sel

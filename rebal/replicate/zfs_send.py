@@ -112,9 +112,8 @@ class ZfsReplicator(Capabilities):
         here = None
         self.plan = None
         if self.landed and self._may_skip():
-            self.selection = select(self.job, self.source)
-            here = self.source.listing(self.job.source, self.job.recursive)
-            if self._unchanged_by_record(here, t0):
+            here = self._by_record(t0)
+            if self.plan is not None and len(self.plan.same) == len(self.selection.included):
                 return self.report
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-list") as ex:
             # the backup's datasets, snapshots and resume tokens, while this side lists its own: the
@@ -180,22 +179,23 @@ class ZfsReplicator(Capabilities):
                 return tree
         return self.source.listing(self.job.source, self.job.recursive)
 
-    def _unchanged_by_record(self, here: dict[str, list[Snap]], t0: float) -> bool:
-        """Does rebal's record of what landed, with the backup's answer that it still holds every
-        base, say that nothing was written since? Then the run is reported so (True). Else the plan
-        it leaves says which datasets sit out and what part of the backup to list."""
-        from .unchanged import by_record
+    def _by_record(self, t0: float) -> dict[str, list[Snap]]:
+        """Ask rebal's record, with the backup's answer that it still holds every base, whether
+        nothing was written since (unchanged.first_questions: every question at once). Where so, the
+        run is reported so; else the plan it leaves says which datasets sit out and what part of the
+        backup to list. The source's listing."""
+        from .unchanged import first_questions
 
-        self.plan = by_record(self, here)
+        self.selection, here, self.plan = first_questions(self)
         if self.plan is None or len(self.plan.same) < len(self.selection.included):
-            return False
+            return here
         self.report.phases["listing"] = round(time.monotonic() - t0, 3)
         self._unchanged(self.selection.included, self.plan.same)
         self.report.backup_asked = "bases"
         self.report.notes.append("nothing was written since the last run: no snapshot taken, nothing sent; "
                                  "the backup still holds every base (rebal's record of what landed, its "
                                  "bases asked of the backup host in one command)")
-        return True
+        return here
 
     def _list_target(self, tokens: bool) -> tuple[dict[str, list[Snap]], dict[str, str]]:
         """The backup's datasets with their snapshots (and resume tokens where asked): the whole tree,

@@ -42,6 +42,13 @@ def backup_listing(source: str, recursive: bool) -> list[str]:
             "filesystem,volume", source]
 
 
+def choices_written(source: str, recursive: bool, props: Sequence[str]) -> list[str]:
+    """backup_listing with `written@SNAP` / `written#BOOKMARK` columns: a run's selection and what was
+    written since its bases in one command ("-" where a dataset has no such snapshot or bookmark)."""
+    return ["zfs", "list", "-Hp", *(["-r"] if recursive else []), "-t", "filesystem,volume",
+            "-o", ",".join(["name", BACKUP_PROPERTY, *props]), source]
+
+
 def written_since(source: str, recursive: bool, props: Sequence[str]) -> list[str]:
     """`written@SNAP` / `written#BOOKMARK` of ``source`` (and its file systems and volumes)."""
     return ["zfs", "get", "-Hp", *(["-r", "-t", "filesystem,volume"] if recursive else []),

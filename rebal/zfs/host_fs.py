@@ -105,6 +105,26 @@ class FileSystems:
                 out.append((name.strip(), val.strip() or "-"))
         return out
 
+    def choices_written(self, source: str, recursive: bool,
+                        props: Sequence[str]) -> tuple[list[tuple[str, str]], dict[tuple[str, str], int]] | None:
+        """backup_choices and written_since in one command: (the rows, (dataset, property) -> bytes);
+        None where this zfs refuses it (then each is asked alone)."""
+        names.dataset(source)
+        res = self.run(zargv.choices_written(source, recursive, props), check=False)
+        if res.returncode != 0:
+            return None
+        rows, written = [], {}
+        for line in res.stdout.splitlines():
+            parts = line.split("\t")
+            if len(parts) != 2 + len(props) or not parts[0].strip():
+                return None  # not the columns asked for: ask each alone
+            name = parts[0].strip()
+            rows.append((name, parts[1].strip() or "-"))
+            for prop, value in zip(props, parts[2:]):
+                if value.strip().isdigit():
+                    written[(name, prop)] = int(value)
+        return rows, written
+
     def written_since(self, source: str, recursive: bool, props: Sequence[str]) -> dict[tuple[str, str], int] | None:
         """(dataset, `written@SNAP` or `written#BOOKMARK`) -> bytes, of ``source`` (and with
         ``recursive`` its file systems and volumes); None where this zfs cannot say (no written@)."""

@@ -78,3 +78,35 @@ def test_the_gate_lets_a_job_make_an_empty_parent_under_its_root_only():
                 "zfs create -o mountpoint=/etc backup/t/x"):
         with pytest.raises(Refused):
             check(pol, bad)
+
+
+def test_the_choices_and_what_was_written_since_the_bases_come_in_one_listing():
+    """A run with a record asks the selection and `written@`/`written#` of its recorded base names in
+    one `zfs list` (real OpenZFS 2.4.4 output: "-" where a dataset has no such snapshot or
+    bookmark); the send gate of a pull job lets it through, and columns it did not ask for are no answer."""
+    import shlex
+    from pathlib import Path
+
+    from rebal.process.command import Result
+    from rebal.zfs.host import ZfsHost
+
+    out = (Path(__file__).parents[1] / "fixtures/openzfs/choices-written_zfs-list-Hp-r-t-filesystem-written.txt").read_text()
+    s = "rebal-j-20261207T120000Z"
+    props = [f"written@{s}", f"written#{s}"]
+    asked = []
+
+    def zfs(argv, **kw):
+        asked.append(argv)
+        return Result(tuple(argv), 0, out, "")
+
+    rows, written = ZfsHost.here(zfs).choices_written("tq/a", True, props)
+    assert rows == [("tq/a", "j"), ("tq/a/b", "j"), ("tq/a/c", "off")]
+    assert written == {("tq/a", f"written@{s}"): 0, ("tq/a/b", f"written#{s}"): 145408, ("tq/a/c", f"written@{s}"): 0}
+    assert asked == [["zfs", "list", "-Hp", "-r", "-t", "filesystem,volume", "-o",
+                      f"name,rebal:backup,written@{s},written#{s}", "tq/a"]]
+    assert check(Policy("send", "tq/a"), shlex.join(asked[0])) == [asked[0]]
+    with pytest.raises(Refused):
+        check(Policy("send", "tq/a"), shlex.join(asked[0][:-1] + ["tq/other"]))
+    assert ZfsHost.here(zfs).choices_written("tq/a", True, props[:1]) is None  # three columns for two asked
+    assert ZfsHost.here(lambda argv, **kw: Result(tuple(argv), 1, "", "bad property list")).choices_written(
+        "tq/a", True, props) is None
