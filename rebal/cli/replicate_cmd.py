@@ -23,15 +23,22 @@ def replicate(
     as_json: JsonOpt = False,
 ) -> None:
     """Replicate a job to its backup host now (zfs send/receive or rsync, over ssh)."""
-    from ..replicate.job import run_job
-    from ..views.replicate import replication_text
-    from .progress import ByteBar
+    from ..replicate.wire import early
 
     cfg = load_config()
-    with Signals() as sig, ByteBar(f"replicate {job}", enabled=not (as_json or dry_run)) as bar:
-        outcome, details = run_job(cfg, job, dry_run=dry_run, force_rollback=tuple(force_rollback or ()), stop=sig.stop,
-                                   progress=bar.update if bar.wanted else None, on_wait=warn,
-                                   on_dataset=bar.dataset if bar.lines else None)
+    wire = early(cfg, job)  # its handshake overlaps what follows
+    try:
+        from ..replicate.job import run_job
+        from ..views.replicate import replication_text
+        from .progress import ByteBar
+
+        with Signals() as sig, ByteBar(f"replicate {job}", enabled=not (as_json or dry_run)) as bar:
+            outcome, details = run_job(cfg, job, dry_run=dry_run, force_rollback=tuple(force_rollback or ()),
+                                       stop=sig.stop, progress=bar.update if bar.wanted else None, on_wait=warn,
+                                       on_dataset=bar.dataset if bar.lines else None, wire=wire)
+    finally:
+        if wire is not None:  # (run_job closes it too, however the run ends)
+            wire.close()
     if as_json:
         out_json(details | {"outcome": outcome})
     elif outcome != Outcome.FAILED:

@@ -18,7 +18,8 @@ from ..recorded import Run, recorded
 from ..units import parse_size
 from .hooks import run_hook
 from .policy import Buckets, parse_snapshot_name
-from ..transport import Endpoint, Here, Ssh, TransportError, Wire
+from ..transport import TransportError, Wire
+from .wire import connect, endpoint  # noqa: F401  (imported from here too)
 from .zfs_send import DatasetReport, Job, ReplicationError, ZfsReplicator, ZfsReport, kill_all
 
 if TYPE_CHECKING:  # the rsync mode is imported by the run that needs it (a zfs job's start does not pay it)
@@ -31,21 +32,6 @@ class HookFailed(RebalError):
 
 def buckets(r: Retention) -> Buckets:
     return Buckets(r.hourly, r.daily, r.weekly, r.monthly, r.last)
-
-
-def endpoint(j: Replicate) -> Endpoint:
-    """The other end: the backup host of a push job, the file server of a pull job."""
-    host, user, port = ((j.source_host, j.source_user, j.source_port) if j.direction == "pull"
-                        else (j.target_host, j.target_user, j.target_port))
-    if host is None:
-        raise RebalError(f"job {j.name}: no host to reach (a local target needs no ssh)")
-    return Endpoint(host, user, port, j.identity_file, j.known_hosts,
-                    connect_timeout=max(5, j.keepalive), alive_interval=j.keepalive, options=tuple(j.ssh_options))
-
-
-def connect(j: Replicate) -> Wire:
-    """The other end of a job: ssh to its host, or this host for a local target."""
-    return Here() if j.local_target else Ssh(endpoint(j))
 
 
 def default_parallel() -> int:
@@ -107,10 +93,23 @@ def record_landed(conn: sqlite3.Connection, job: str, r: ZfsReplicator | RsyncRe
 def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: tuple[str, ...] = (),
             stop: threading.Event | None = None, progress: Callable[..., None] | None = None,
             conn: sqlite3.Connection | None = None, on_wait: Callable[[str], None] | None = None,
-            every: bool = False, on_dataset: Callable[[DatasetReport], None] | None = None) -> tuple[Outcome, dict]:
+            every: bool = False, on_dataset: Callable[[DatasetReport], None] | None = None,
+            wire: Wire | None = None) -> tuple[Outcome, dict]:
     """Run one job. Returns (outcome, details); outcome is ok, warning or failed. Never raises for a
     failed transfer: that is recorded; raises for bad input and for a run that is already going.
-    Waits while a rebalance of data this job replicates runs (``on_wait`` is told)."""
+    Waits while a rebalance of data this job replicates runs (``on_wait`` is told). ``wire``: the
+    job's connection where the caller began it early (wire.early); closed here however the run ends."""
+    try:
+        return _run_job(cfg, name, dry_run, force_rollback, stop, progress, conn, on_wait, every, on_dataset, wire)
+    finally:
+        if wire is not None:
+            wire.close()
+
+
+def _run_job(cfg: Config, name: str, dry_run: bool, force_rollback: tuple[str, ...], stop: threading.Event | None,
+             progress: Callable[..., None] | None, conn: sqlite3.Connection | None,
+             on_wait: Callable[[str], None] | None, every: bool,
+             on_dataset: Callable[[DatasetReport], None] | None, wire: Wire | None) -> tuple[Outcome, dict]:
     j = find_job(cfg, name)
     for ds in force_rollback:
         if not (_within(ds, j.source) or _within(ds, j.target)):
@@ -118,7 +117,7 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: tu
                              f"backup {j.target}, or below them)")
     stop = stop or threading.Event()
     if dry_run:
-        return _dry_run(j, every, force_rollback, stop)
+        return _dry_run(j, every, force_rollback, stop, wire)
     conn = conn or state.connect(cfg.state_db)
     over = state.record(conn, state.failover_key(name)) if j.direction == "pull" or j.local_target else None
     if over is not None:  # (a push job's backup host is asked by its gate, which refuses too)
@@ -131,12 +130,12 @@ def run_job(cfg: Config, name: str, *, dry_run: bool = False, force_rollback: tu
             Together(cfg.state_db, [name], f"replication job {name}", stop=stop, on_wait=on_wait):
         state.mark_dead_runs(conn, "replicate", job=name)
         with recorded(conn, "replicate", job=name, pool=(j.source if j.direction == "push" else j.target).split("/")[0]) as run:
-            return _recorded_run(j, run, conn, cfg.state_db, every, force_rollback, stop, progress, on_dataset)
+            return _recorded_run(j, run, conn, cfg.state_db, every, force_rollback, stop, progress, on_dataset, wire)
 
 
 def _recorded_run(j: Replicate, run: Run, conn: sqlite3.Connection, state_db: str, every: bool,
                   force_rollback: tuple[str, ...], stop: threading.Event, progress: Callable[..., None] | None,
-                  on_dataset: Callable[[DatasetReport], None] | None) -> tuple[Outcome, dict]:
+                  on_dataset: Callable[[DatasetReport], None] | None, wire: Wire | None = None) -> tuple[Outcome, dict]:
     """The run, its record ``run`` (its row's outcome, details and error set here, however it ends)."""
     assert run.id is not None
     name, run_id = j.name, run.id
@@ -163,7 +162,7 @@ def _recorded_run(j: Replicate, run: Run, conn: sqlite3.Connection, state_db: st
             problem = run_hook(j.pre_command, "pre", hook_env, j.hook_timeout, stop)
             if problem:  # nothing was snapshot or sent
                 raise HookFailed(f"{problem}; no snapshot was taken, nothing was sent")
-        with connect(j) as ssh:
+        with wire or connect(j) as ssh:
             # a bar's total needs zfs send -nP per stream: asked only when someone watches a bar
             extra = {"cache": state.Cache(conn), "estimates": progress is not None, "on_dataset": on_dataset,
                      "landed": {d: s for d, (s, _) in state.replica_points(conn, name).items()}} if j.mode == "zfs" else {}
@@ -218,9 +217,10 @@ def _within(ds: str, root: str) -> bool:
     return ds == root or ds.startswith(root + "/")
 
 
-def _dry_run(j: Replicate, every: bool, force_rollback: tuple[str, ...], stop: threading.Event) -> tuple[Outcome, dict]:
+def _dry_run(j: Replicate, every: bool, force_rollback: tuple[str, ...], stop: threading.Event,
+             wire: Wire | None) -> tuple[Outcome, dict]:
     """What a run would do, changing nothing (no record, no hook run: the hooks are named)."""
-    with connect(j) as ssh:
+    with wire or connect(j) as ssh:
         rep = replicator(j, ssh, every, dry_run=True, force_rollback=force_rollback, stop=stop).run()
     hooks = {"pre_command": j.pre_command, "post_command": j.post_command}
     return Outcome.OK, {"job": j.name, "mode": j.mode, "dry_run": True, "local_target": j.local_target,
