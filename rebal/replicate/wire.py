@@ -31,9 +31,13 @@ def early(cfg: Config, name: str) -> Wire | None:
     """Job ``name``'s connection, begun now: its master connects in the background while the run
     imports its parts, takes its lock and opens its record (under emulation that handshake is
     seconds, on a WAN a few round trips). None where a run must not connect first: no such job, a
-    local target, or a `pre_command` (it runs before anything is sent, and may wake the backup
-    host). The run closes it however it ends (job.run_job's ``wire``)."""
+    local target, a `pre_command` (it runs before anything is sent, and may wake the backup host),
+    or a connection that cannot even begin (the run's own then fails in its record, and is reported).
+    The run closes it however it ends (job.run_job's ``wire``)."""
     j = cfg.job(name)
     if j is None or j.local_target or j.pre_command:
         return None
-    return connect(j)
+    try:
+        return connect(j)
+    except RebalError:  # (a bad ssh option): the run connects again, and records and reports why
+        return None

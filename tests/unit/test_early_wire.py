@@ -36,6 +36,16 @@ def test_early_connects_only_where_a_run_would_connect_first(tmp_path, monkeypat
     assert early(local, "j") is None
 
 
+def test_a_connection_that_cannot_begin_is_left_to_the_run(tmp_path, monkeypatch):
+    from rebal.errors import RebalError
+
+    def refuse(j):
+        raise RebalError("ssh option 'ProxyCommand=x': not allowed")
+
+    monkeypatch.setattr("rebal.replicate.wire.connect", refuse)
+    assert early(cfg(tmp_path), "j") is None  # the run connects again: its record says why it failed
+
+
 def test_a_run_that_ends_early_closes_the_wire_it_was_given(tmp_path):
     w = Wire()
     with pytest.raises(UsageError):
