@@ -29,6 +29,7 @@ class Root:
     dataset: str
     key: str  # the gated key's comment (which file server), or where the root was named
     datasets: dict[str, tuple[str, float] | None] = field(default_factory=dict)  # dataset -> newest (snap, created)
+    failed_over: dict[str, str] = field(default_factory=dict)  # dataset -> since when the backup serves it
 
 
 def gated_roots(text: str, source: str = "") -> list[Root]:
@@ -63,9 +64,17 @@ def age_findings(roots: list[Root], max_age_hours: float, now: float) -> list[H.
         if not r.datasets:
             out.append(H.Finding(H.CRITICAL, subject, "the root is not there (its pool not imported, or destroyed)"))
             continue
-        old = sorted((d, p) for d, p in r.datasets.items() if p is not None and now - p[1] > max_age_hours * 3600)
+        # a backup served by this host while its file server is down (`rebal failover`): said as
+        # such, not as a late backup (it gets nothing until `rebal failback`)
+        tops = sorted(d for d in r.failed_over if d.rsplit("/", 1)[0] not in r.failed_over)
+        for d in tops:
+            out.append(H.Finding(H.WARNING, subject, f"{d} is failed over since {r.failed_over[d]}: this host serves "
+                                 "it and nothing backs it up; `rebal failback JOB` once its file server is back"))
+        served = set(r.failed_over)
+        old = sorted((d, p) for d, p in r.datasets.items()
+                     if p is not None and d not in served and now - p[1] > max_age_hours * 3600)
         never = sorted(d for d, p in r.datasets.items()
-                       if p is None and not any(o.startswith(d + "/") for o in r.datasets))
+                       if p is None and d not in served and not any(o.startswith(d + "/") for o in r.datasets))
         if old:
             named = ", ".join(f"{d} (@{p[0]}, {(now - p[1]) / 3600:.0f} h)" for d, p in old[:10])
             out.append(H.Finding(H.WARNING, subject, f"{len(old)} dataset(s) whose newest snapshot is older than "

@@ -212,7 +212,7 @@ def watch(
 
     host = ZfsHost.here()
     for r in roots:
-        r.datasets = host.newest_snapshots(r.dataset)
+        r.datasets, r.failed_over = host.newest_snapshots(r.dataset)
     limit = max_age_hours or cfg.health.replication_max_age_hours
     findings = W.age_findings(roots, limit, now)
     pools = sorted({r.dataset.split("/")[0] for r in roots})

@@ -210,18 +210,23 @@ class FileSystems:
             self._zdb_roots[dataset] = dataset + "/" if r.returncode == 0 else dataset
         return self._zdb_roots[dataset]
 
-    def newest_snapshots(self, root: str) -> dict[str, tuple[str, float] | None]:
-        """Every dataset under ``root`` -> its newest snapshot (name, creation), None for one with none;
-        {} where ``root`` is not there."""
+    def newest_snapshots(self, root: str) -> tuple[dict[str, tuple[str, float] | None], dict[str, str]]:
+        """Every dataset under ``root`` -> its newest snapshot (name, creation), None for one with none
+        ({} where ``root`` is not there); and the datasets that carry the failover mark -> its value
+        (since when the backup serves them: recover/failover.py), in the same command."""
         names.dataset(root)
         res = self.run(queries.tree_creation(root), check=False)
         if res.returncode != 0:
-            return {}
+            return {}, {}
         out: dict[str, tuple[str, float] | None] = {}
+        marked: dict[str, str] = {}
         snaps = []
         for line in res.stdout.splitlines():
-            name, _, value = line.partition("\t")
-            if "@" not in name:
+            name, prop, value = (line.split("\t") + ["", ""])[:3]
+            if prop == names.FAILOVER_PROPERTY:
+                if "@" not in name and value.strip() not in ("", "-"):
+                    marked[name] = value.strip()
+            elif "@" not in name:
                 out.setdefault(name, None)
             elif value.strip().isdigit():
                 snaps.append((name, float(value)))
@@ -230,7 +235,7 @@ class FileSystems:
             now = out.get(d)
             if d in out and (now is None or t > now[1]):
                 out[d] = (s, t)
-        return out
+        return out, marked
 
     def snapshot_costs(self, dataset: str, props: Sequence[str]) -> tuple[list[tuple[str, int, int]], dict[str, str]]:
         """(name, creation time, used bytes) of the snapshots of ``dataset`` itself, oldest first

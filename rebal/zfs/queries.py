@@ -48,9 +48,9 @@ def snapshots_and(dataset: str, props: Sequence[str]) -> list[str]:
 
 
 def tree_creation(root: str) -> list[str]:
-    """The creation time of every dataset and snapshot under ``root``, in one `zfs get` (zfs-fuse's
-    `zfs list` has no -p)."""
-    return ["zfs", "get", "-Hp", "-r", "-o", "name,value", "creation", root]
+    """The creation time of every dataset and snapshot under ``root``, and the failover mark
+    (names.FAILOVER_PROPERTY), in one `zfs get` (zfs-fuse's `zfs list` has no -p)."""
+    return ["zfs", "get", "-Hp", "-r", "-o", "name,property,value", f"creation,{names.FAILOVER_PROPERTY}", root]
 
 
 REWRITE_FEATURE = "physical_rewrite"

@@ -33,3 +33,18 @@ def test_refusals_from_the_log_file_and_the_journal_after_the_last_watch():
     since = datetime(2026, 12, 6, 12, 0).timestamp()
     got = [(who, what.split(":")[0]) for _t, who, what in refusals(lines, since)]
     assert got == [("10.0.0.5", "backup/fs1"), ("10.0.0.6", "backup/fs2")]
+
+
+def test_a_failed_over_backup_is_said_so_and_not_called_late():
+    from rebal.watch import Root, age_findings
+
+    now = 1_800_000_000.0
+    old = ("rebal-n-20270101T000000Z", now - 90 * 3600)
+    r = Root("backup/fs2", "rebal@fs2", {"backup/fs2": None, "backup/fs2/data": old, "backup/fs2/data/home": old,
+                                         "backup/fs2/other": old},
+             {"backup/fs2/data": "2027-01-04T10:00:00Z", "backup/fs2/data/home": "2027-01-04T10:00:00Z"})
+    found = age_findings([r], 26, now)
+    over = [f for f in found if "failed over" in f.message]
+    late = [f for f in found if "older than" in f.message]
+    assert len(over) == 1 and over[0].message.startswith("backup/fs2/data is failed over since 2027-01-04T10:00:00Z")
+    assert len(late) == 1 and "backup/fs2/other" in late[0].message and "fs2/data" not in late[0].message
