@@ -51,7 +51,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "setup: python3 -m venv $VENV"
   python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c 'import rebal, typer, apscheduler, xxhash, pytest, hypothesis, aiosmtpd, prometheus_client, mypy' 2>/dev/null \
+if ! "$VENV/bin/python" -c 'import rebal, typer, apscheduler, xxhash, pytest, xdist, hypothesis, aiosmtpd, prometheus_client, mypy' 2>/dev/null \
    || [ "$("$VENV/bin/python" -c 'import rebal, os; print(os.path.dirname(os.path.dirname(rebal.__file__)))' 2>/dev/null)" != "$PWD" ]; then
   echo "setup: pip install -e .[test] (into $VENV)"
   "$VENV/bin/python" -m pip install -q -e ".[test]"

@@ -62,8 +62,14 @@ class PoolCalls:
                 return []
             raise
         io = parse.parse_zpool_iostat_v(res.stdout)
-        st = {s.name: s for s in self.status([p.name for p in io])}
-        return [parse.merge_iostat_status(p, st.get(p.name)) for p in io]
+        if pool_names:
+            st = {s.name: s for s in self.status(pool_names)}
+            return [parse.merge_iostat_status(p, st.get(p.name)) for p in io]
+        # every pool: their status by no name, so that a pool exported or destroyed since the
+        # listing is left out (naming it made `zpool status` fail, and with it a health check of
+        # every pool: seen with another pool destroyed in between)
+        st = {s.name: s for s in self.status()}
+        return [parse.merge_iostat_status(p, st[p.name]) for p in io if p.name in st]
 
     def status(self, pool_names: Sequence[str] = ()) -> list[PoolStatus]:
         """`zpool status` of the named pools (every imported pool when none are named), parsed."""

@@ -26,7 +26,7 @@ from zfsenv import sh
 from rebal.rebalance import durable
 from rebal.rebalance.copier import Copier, FileRef, FileOutcome, Prepared, tmp_name
 
-pytestmark = pytest.mark.zfs
+pytestmark = [pytest.mark.zfs, pytest.mark.alone]  # kills zfs-fuse: no other test may run meanwhile
 
 DATA = os.urandom(1 << 20)
 

@@ -286,6 +286,15 @@ def test_rsync_full_then_again(pools, backup_host, tmp_path):
     assert not [n for n in sh("zfs", "list", "-H", "-o", "name", "-r", src.name).stdout.split() if "rebal-view" in n]
 
 
+def rsync_of(pid: int, target: str) -> bool:
+    """Whether rsync ``pid`` is this test's: its command line names the test's own target."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return target.encode() in f.read()
+    except OSError:
+        return False
+
+
 def test_rsync_cut_halfway_continues_without_resending(pools, backup_host, tmp_path):
     src, dst = pools
     target = os.path.join(mountpoint(dst.name), "files")
@@ -303,6 +312,8 @@ def test_rsync_cut_halfway_continues_without_resending(pools, backup_host, tmp_p
     while time.monotonic() < deadline and not killed:
         if tree_bytes(target) >= total // 3:  # a third is over: cut the transfer
             for pid in subprocess.run(["pgrep", "-x", "rsync"], capture_output=True, text=True).stdout.split():
+                if not rsync_of(int(pid), target):
+                    continue  # another test's (the suite runs two at once)
                 try:
                     os.kill(int(pid), signal.SIGKILL)
                     killed = True

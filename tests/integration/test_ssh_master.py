@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,9 +40,23 @@ def endpoint(host) -> Endpoint:
     return Endpoint(host.host, port=host.port, identity_file=str(host.identity), known_hosts=str(host.known_hosts))
 
 
-def test_a_killed_rebal_leaves_no_master_and_the_next_sweeps_its_directory(backup_host):
+@pytest.fixture
+def private_tmp(monkeypatch):
+    """A temporary directory of this test's own: another test's rebal, running meanwhile
+    (scripts/test.sh runs three at once), would sweep a dead rebal's directory from /tmp before
+    this test looks at it. Short (under /tmp, not pytest's tmp_path): the master's socket path
+    must fit a unix socket's 108 bytes."""
+    private = tempfile.mkdtemp(prefix="rbt-tmp-")
+    monkeypatch.setattr(tempfile, "tempdir", private)
+    yield private
+    shutil.rmtree(private, ignore_errors=True)
+
+
+def test_a_killed_rebal_leaves_no_master_and_the_next_sweeps_its_directory(backup_host, private_tmp):
+    private = private_tmp
     code = CHILD.format(port=backup_host.port, key=str(backup_host.identity), kh=str(backup_host.known_hosts))
-    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "TMPDIR": str(private)})
     pid, d = p.stdout.readline().split()
     master = int(pid)
     start = _started(master)
@@ -49,7 +64,7 @@ def test_a_killed_rebal_leaves_no_master_and_the_next_sweeps_its_directory(backu
     p.kill()  # SIGKILL: no handler, no finally
     p.wait()
     assert gone(master, start), "the master outlived the rebal that started it"
-    assert os.path.isdir(d)  # a SIGKILL cleans nothing up: the next rebal does
+    assert os.path.dirname(d) == str(private) and os.path.isdir(d)  # a SIGKILL cleans nothing up: the next rebal does
     with Ssh(endpoint(backup_host)) as s:
         assert s.run(["echo", "ok"]).stdout.strip() == "ok"
         assert not os.path.exists(d), "the dead rebal's directory was swept"

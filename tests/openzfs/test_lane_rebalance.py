@@ -25,6 +25,7 @@ def grown(make_pool, size="256M"):
     return pool, data
 
 
+@pytest.mark.lane_long  # CI's quick set rebalances with rewrite -P in the expansion and the replicated-dataset tests
 def test_auto_uses_zfs_rewrite_P_keeps_inodes_and_stops_under_target(make_pool, tmp_path):
     pool, data = grown(make_pool)
     cfg = write_cfg(tmp_path)

@@ -139,8 +139,20 @@ def test_full_then_incremental_from_a_bookmark_and_receive_u(pools, backup_host,
     assert f"{src.name}/data#{r1['snapshot']}" in r2["pruned_bookmarks"]
     assert manifest(mountpoint(f"{src.name}/data"), exclude=("child", "sibling")) == \
         manifest(backup_root(f"{dst.name}/copy"), exclude=("child", "sibling"))
-    # verify: the common point is a bookmark only, so verify replicates once more, compares at that
-    # run's snapshot, and leaves the source as it found it: bookmarks only (issue 36: it compared nothing)
+
+
+@pytest.mark.lane_long  # CI's quick set verifies from bookmarks in its restore of a tree (retention_source 0)
+def test_verify_from_a_bookmark_only_source_and_the_next_run_goes_on_from_its_point(pools, backup_host, tmp_path):
+    """The common point is a bookmark only, so verify replicates once more, compares at that run's
+    snapshot, and leaves the source as it found it: bookmarks only (issue 36: it compared nothing)."""
+    src, dst = pools
+    cfg = cfg_for(tmp_path, backup_host, name="night", source=f"{src.name}/data", target=f"{dst.name}/copy",
+                  recursive=True)
+    fill(src, 1)
+    r1 = rebal_json("replicate", "night", config=cfg)
+    fill(src, 2)
+    r2 = rebal_json("replicate", "night", config=cfg)
+    assert {(d["base"], d["base_bookmark"]) for d in r2["datasets"]} == {(r1["snapshot"], True)}, r2
     v = json.loads(rebal("verify", "night", "--sample", "all", "--json", config=cfg).stdout)
     assert v["level"] == "OK" and any("replicated first" in n for n in v["notes"]), v
     assert v["snapshot"] not in (r1["snapshot"], r2["snapshot"]) and v["files"][0] == v["files"][1] > 0, v
@@ -226,6 +238,7 @@ def test_stale_token_is_aborted_once(pools, backup_host, tmp_path):
     assert r2["outcome"] == "ok" and r2["aborted_tokens"] == [] and r2["datasets"][0]["kind"] in ("incremental", "unchanged")
 
 
+@pytest.mark.lane_long  # the suite refuses a diverged target on zfs-fuse (test_replicate.py); CI's time
 def test_diverged_and_modified_targets_fail_with_nothing_destroyed(pools, backup_host, tmp_path):
     src, dst = pools
     cfg = cfg_for(tmp_path, backup_host, name="j", source=f"{src.name}/data", target=f"{dst.name}/copy")

@@ -19,7 +19,7 @@ from zfsenv import sh
 pytestmark = pytest.mark.openzfs
 
 
-@pytest.mark.lane_long  # 142 s under TCG; CI's suite runs the same scenario on zfs-fuse, its quick lane the cut one
+@pytest.mark.lane_long  # 142 s under TCG; CI's suite runs the same scenario on zfs-fuse, its quick lane the tree's and the raw one
 def test_a_whole_tree_comes_back_and_the_chain_goes_on(make_pool, backup_host, tmp_path):
     src, dst, spare = make_pool([[], []], size="512M"), make_pool([[]], size="1G"), make_pool([[]], size="512M")
     out, after = restore_tree_scenario(src, dst, backup_host, tmp_path, spare=spare)
@@ -27,6 +27,7 @@ def test_a_whole_tree_comes_back_and_the_chain_goes_on(make_pool, backup_host, t
     print("restored", out["bytes"], "bytes; the next incremental", sum(d["bytes"] for d in after["datasets"]))
 
 
+@pytest.mark.lane_long  # CI's quick set resumes a cut stream from its token in the killed failback (the same Transfer)
 def test_a_cut_restore_resumes_from_its_token(make_pool, backup_host, tmp_path):
     src, dst = make_pool([[]], size="1G"), make_pool([[]], size="1G")
     sh("zfs", "create", f"{src.name}/vm")

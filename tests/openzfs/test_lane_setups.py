@@ -103,6 +103,7 @@ def test_local_target_resumes_a_cut_receive(pools, tmp_path):
     verified_ok(cfg, "usb", 1)
 
 
+@pytest.mark.lane_long  # the suite runs the same hooks scenario on zfs-fuse (test_replicate_setups.py)
 def test_hooks_on_openzfs(pools, backup_host, tmp_path):
     src, dst = pools
     hooks_scenario(src, dst, tmp_path, lambda **h: backup_host.config_block(

@@ -106,3 +106,22 @@ def test_a_parent_is_asked_only_whether_it_is_there():
     assert snaps["fx/dst"] == [] and "fx/gone" not in snaps and [s.name for s in snaps["fx/dst/a"]] == ["s1", "s2"]
     assert ("zfs", "list", "-H", "-o", "name", "-t", "filesystem,volume", "fx/dst", "fx/gone") in calls
     assert [c for c in calls if c[:2] == ("zfs", "list") and "-d" in c][0][-1] == "fx/dst/a"
+
+
+def test_every_pool_by_iostat_leaves_out_a_pool_gone_since_the_listing():
+    """zfs-fuse's way to every pool (`zpool iostat -v`, then `zpool status`): a pool destroyed between
+    the two commands is left out, not a failure of the whole listing (a health check of every pool
+    failed so: `zpool status` named it). The status is asked by no name; recorded zfs-fuse output."""
+    zf = OZ.parent / "zfs-fuse"
+    iostat = (zf / "zfsfuse_mixed_zpool-iostat-v.txt").read_text()
+    status = (zf / "zfsfuse_mixed_zpool-status.txt").read_text()
+    gone = (1, "", "cannot open 'tank': no such pool\n")
+    for after, want in (("no pools available\n", []), (status, ["tank"])):
+        h, calls = host({("zpool", "iostat", "-v"): (0, iostat, ""), ("zpool", "status", "tank"): gone,
+                         ("zpool", "status"): (0, after, "")})
+        h.flavour = "iostat"
+        assert [p.name for p in h.pools()] == want
+        assert ("zpool", "status") in calls and ("zpool", "status", "tank") not in calls, calls
+    h, calls = host({("zpool", "iostat", "-v"): (0, iostat, ""), ("zpool", "status", "tank"): (0, status, "")})
+    h.flavour = "iostat"
+    assert [p.name for p in h.pools(["tank"])] == ["tank"]  # a pool named: asked by its name
