@@ -141,7 +141,10 @@ def test_the_first_backup_guide_as_written_ends_verified_and_healthy(make_pool, 
         # 5. the job, as written, and the check of the config; a test's state database of its own
         (toml,) = by_step[5]
         assert toml.lang == "toml"
+        # (and the pools this test made: the suite runs three tests at once, and another's pool,
+        # imbalanced on purpose, would be in a health check of every pool of the machine)
         (me.etc / "config.toml").write_text(f'state_db = "{tmp_path / "state.db"}"\n'
+                                            f'pools = ["{src.name}", "{dst.name}"]\n'
                                             + me.put_in(toml.text).replace(
                                                 'target_host = "127.0.0.1"',
                                                 f'target_host = "127.0.0.1"\ntarget_port = {host.port}'))
