@@ -60,8 +60,21 @@ def free_port() -> int:
 
 
 def start_sshd(d: Path, host: str = "127.0.0.1", port: int | None = None, netns: str | None = None) -> BackupHost:
+    """sshd on ``host``: on ``port``, or on a free one, drawn again where another process took it
+    between the draw and sshd's bind (the suite runs three tests at once)."""
+    if port is not None:
+        return _start_sshd(d, host, port, netns)
+    for attempt in range(3):
+        try:
+            return _start_sshd(d, host, free_port(), netns)
+        except RuntimeError as e:
+            if attempt == 2 or "Address already in use" not in str(e):
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start_sshd(d: Path, host: str, port: int, netns: str | None) -> BackupHost:
     d.mkdir(parents=True, exist_ok=True)
-    port = port or free_port()
     for key in ("hostkey", "clientkey"):
         if not (d / key).exists():
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / key)], check=True)
