@@ -313,7 +313,7 @@ def test_rsync_cut_halfway_continues_without_resending(pools, backup_host, tmp_p
         if tree_bytes(target) >= total // 3:  # a third is over: cut the transfer
             for pid in subprocess.run(["pgrep", "-x", "rsync"], capture_output=True, text=True).stdout.split():
                 if not rsync_of(int(pid), target):
-                    continue  # another test's (the suite runs two at once)
+                    continue  # another test's (the suite runs three at once)
                 try:
                     os.kill(int(pid), signal.SIGKILL)
                     killed = True
