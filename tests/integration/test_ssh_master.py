@@ -53,10 +53,9 @@ def private_tmp(monkeypatch):
 
 
 def test_a_killed_rebal_leaves_no_master_and_the_next_sweeps_its_directory(backup_host, private_tmp):
-    private = private_tmp
     code = CHILD.format(port=backup_host.port, key=str(backup_host.identity), kh=str(backup_host.known_hosts))
     p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                         env={**os.environ, "TMPDIR": str(private)})
+                         env={**os.environ, "TMPDIR": private_tmp})
     pid, d = p.stdout.readline().split()
     master = int(pid)
     start = _started(master)
@@ -64,7 +63,7 @@ def test_a_killed_rebal_leaves_no_master_and_the_next_sweeps_its_directory(backu
     p.kill()  # SIGKILL: no handler, no finally
     p.wait()
     assert gone(master, start), "the master outlived the rebal that started it"
-    assert os.path.dirname(d) == str(private) and os.path.isdir(d)  # a SIGKILL cleans nothing up: the next rebal does
+    assert os.path.dirname(d) == private_tmp and os.path.isdir(d)  # a SIGKILL cleans nothing up: the next rebal does
     with Ssh(endpoint(backup_host)) as s:
         assert s.run(["echo", "ok"]).stdout.strip() == "ok"
         assert not os.path.exists(d), "the dead rebal's directory was swept"
