@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -61,13 +62,10 @@ def test_the_guest_output_is_passed_on_and_a_hung_run_is_stopped(capfdbinary):
     assert (code, out) == (None, "started\n")
 
 
-def test_a_hung_lane_test_fails_alone_with_where_it_hung(tmp_path):
-    """The guest's watchdog (tests/conftest.py): a test over its lane_limit fails, the stacks of
-    where it hung are in the progress log, and the next test still runs."""
-    import os
-    import subprocess
-
+def _hanging_tests(tmp_path: Path) -> Path:
+    """A test that hangs past a 1-second limit and one after it, under the suite's own conftest."""
     tests = Path(__file__).resolve().parents[1]
+    tmp_path.mkdir()
     (tmp_path / "conftest.py").write_text(  # the suite's own conftest, under another module name
         "import importlib.util, sys\n"
         f"spec = importlib.util.spec_from_file_location('rebal_conftest', {str(tests / 'conftest.py')!r})\n"
@@ -78,17 +76,49 @@ def test_a_hung_lane_test_fails_alone_with_where_it_hung(tmp_path):
         "@pytest.mark.lane_limit(1)\n"
         "def test_hangs():\n    subprocess.run(['sleep', '120'])\n"
         "def test_next():\n    assert True\n")
-    log = tmp_path / "progress.log"
-    env = dict(os.environ, REBAL_LANE="openzfs", REBAL_LANE_PROGRESS=str(log))
+    return tmp_path
+
+
+def _pytest(where: Path, env: dict, *args: str) -> tuple[str, str]:
+    import subprocess
+
     r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-W",
-                        "ignore::pytest.PytestUnknownMarkWarning", str(tmp_path)],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100)
-    assert "1 failed, 1 passed" in r.stdout, r.stdout
-    assert "LaneTestTimeout" in r.stdout
+                        "ignore::pytest.PytestUnknownMarkWarning", *args, str(where)],
+                       cwd=where, env=env, capture_output=True, text=True, timeout=100)
+    return r.stdout, r.stderr
+
+
+def test_a_hung_lane_test_fails_alone_with_where_it_hung(tmp_path):
+    """The guest's watchdog (tests/conftest.py): a test over its lane_limit fails, the stacks of
+    where it hung are in the progress log, and the next test still runs."""
+    import os
+
+    log = tmp_path / "progress.log"
+    out, _ = _pytest(_hanging_tests(tmp_path / "t"), dict(os.environ, REBAL_LANE="openzfs", REBAL_LANE_PROGRESS=str(log)))
+    assert "1 failed, 1 passed" in out, out
+    assert "HungTestError" in out
     text = log.read_text()
     assert "start test_hang.py::test_hangs (limit 1 s)" in text
     assert "in test_hangs" in text  # faulthandler's stack of the hung test
     assert "end test_hang.py::test_next" in text
+
+
+def test_a_hung_test_of_the_suite_three_at_once_fails_naming_what_it_ran(tmp_path):
+    """On the host, three tests at once (pytest-xdist, as scripts/test.sh runs the suite): a hung
+    test fails with the command it still waited on, its state and age, whether ZFS answers, and its
+    stack; the other tests still run (CI's suite once hung 30 minutes with nothing said)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("REBAL_LANE", "REBAL_TEST_LIMIT")}
+    env["CI"] = "true"  # as .ci/run: pytest's summary lines are then whole
+    out, err = _pytest(_hanging_tests(tmp_path / "t"), env, "-n", "2")
+    assert "1 failed, 1 passed" in out, out
+    summary = out[out.index("short test summary"):]  # the line a CI log's tail shows
+    assert re.search(r"FAILED test_hang.py::test_hangs - hang.HungTestError: test_hang.py::test_hangs over its "
+                     r"limit of 1 s; waiting on pid \d+ state S for \d+ s: sleep 120; ZFS: ", summary), summary
+    assert "in test_hangs" in out
+    assert re.search(r"hung: test_hang.py::test_hangs over its limit of 1 s; waiting on pid \d+ state S", err), err
+    assert not (tmp_path / "t" / "progress.log").exists()
 
 
 def test_the_guest_tests_split_into_two_streams_of_about_equal_time():
