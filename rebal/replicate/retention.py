@@ -15,6 +15,7 @@ from ..errors import CommandFailed, RebalError
 from ..outcome import Outcome
 from ..zfs.host import NoBookmarks
 from . import guard
+from .backup_record import confirmed
 from .source_snaps import destroy_where_they_are
 from .policy import Buckets, Snap, is_ours, retain, snapshot_time
 
@@ -109,6 +110,7 @@ def prune(rep: Replicating, datasets: list[str]) -> None:
     # (a dataset whose backup this run did not list, or that has none, keeps its snapshots this time)
     drops = _guarded(rep, "source", drops, tree, {ds: rep.target_tree[rep.target_of(ds)] for ds in drops
                                                   if rep.target_of(ds) in rep.target_tree})
+    drops = confirmed(rep, drops, {ds: {s.name: s.guid for s in snaps.get(ds, [])} for ds in drops})
     having: dict[str, list[str]] = {}
     for d in sorted(drops):
         for n in drops[d]:
@@ -146,6 +148,7 @@ def prune(rep: Replicating, datasets: list[str]) -> None:
             report.notes.append(f"could not prune {t}@{name} on the backup host: {why}")
             kept_t.add(name)
         done.update(gone)
+        ttree[t] = [s for s in ttree.get(t, []) if s.name not in set(gone) - set(left)]  # as the run leaves it
     report.pruned_target.extend(sorted(done - kept_t))
 
 

@@ -55,6 +55,7 @@ class ZfsReport:
     # (the datasets with something to send, their parents, backups no longer chosen) or "whole"
     backup_asked: str = ""
     backup_listed: int = 0  # datasets listed on the backup ("part": those asked; "whole": found)
+    backup_recorded: int = 0  # datasets rebal's record stood for, their listing not asked (backup_record.py)
 
     @property
     def bytes(self) -> int:
@@ -109,6 +110,7 @@ class Replicating(Protocol):
     gate: dict | None  # what a gate on the other end allows (None: no gate)
     cache: Cache | None
     landed: dict[str, str]
+    recorded: dict[str, float]
     selection: Selection
     source_tree: dict[str, list[Snap]]
     target_tree: dict[str, list[Snap]]
@@ -121,3 +123,5 @@ class Replicating(Protocol):
     def source_of(self, target: str) -> str: ...
 
     def gated_since(self, err: str) -> bool: ...
+
+    def may_skip(self) -> bool: ...

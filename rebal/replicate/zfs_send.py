@@ -27,6 +27,7 @@ from ..process.command import Counted, run
 from ..throttle import Throttle
 from ..process.command import Runner
 from ..zfs.host import ZfsHost, here_host
+from . import backup_record as R
 from . import source_snaps as S
 from . import targets as T
 from .capabilities import Capabilities
@@ -78,6 +79,7 @@ class ZfsReplicator(Capabilities):
         self.resumable = False  # both ends resume a cut stream (detect)
         self.landed = landed or {}  # dataset -> the snapshot that landed on the backup, as recorded
         self.plan: ByRecord | None = None  # what the record and the backup's bases said (unchanged.py)
+        self.recorded: dict[str, float] = {}  # backup datasets a record stood for (backup_record.py)
         self.force_rollback, self.dry_run = force_rollback, dry_run
         self.stop = stop or threading.Event()
         self.progress = progress
@@ -111,7 +113,7 @@ class ZfsReplicator(Capabilities):
         self.detect()
         here = None
         self.plan = None
-        if self.landed and self._may_skip():
+        if self.landed and self.may_skip():
             here = self._by_record(t0)
             if self.plan is not None and len(self.plan.same) == len(self.selection.included):
                 return self.report
@@ -121,7 +123,7 @@ class ZfsReplicator(Capabilities):
             there = ex.submit(self._list_target, self.resumable)
             if here is None:
                 self.selection = select(self.job, self.source)
-                if self._may_skip() and self.selection.included:
+                if self.may_skip() and self.selection.included:
                     here = self.source.listing(self.job.source, self.job.recursive)
             datasets = chosen = self.selection.included
             self.target_tree, tokens = there.result()
@@ -154,11 +156,14 @@ class ZfsReplicator(Capabilities):
         self.report.phases["listing the source again"] = round(time.monotonic() - t0, 3)
         self.orphans = T.find_orphans(self, chosen)
         t0 = time.monotonic()
+        if not self.dry_run:
+            R.forget(self, [self.target_of(d) for d in datasets])
         self._send_by_level(datasets, snap)
         self.report.phases["sends"] = round(time.monotonic() - t0, 3)
         t0 = time.monotonic()
         if not self.dry_run and not self.stop.is_set():
             self.prune(chosen)
+            R.keep(self)
         self.report.phases["prune"] = round(time.monotonic() - t0, 3)
         return self.report
 
@@ -201,9 +206,12 @@ class ZfsReplicator(Capabilities):
         """The backup's datasets with their snapshots (and resume tokens where asked): the whole tree,
         or where rebal's record said which datasets sit out, only the part the others need."""
         if self.plan is not None:
-            self.report.backup_asked = "part"
-            self.report.backup_listed = len(self.plan.listed) + len(self.plan.parents)
-            return self.target.part(self.plan.listed, tokens, self.plan.parents)
+            known = R.from_record(self, self.plan.listed)  # what a record of rebal's stands for
+            rest = [t for t in self.plan.listed if t not in known]
+            self.report.backup_asked, self.report.backup_recorded = "part", len(known)
+            self.report.backup_listed = len(rest) + len(self.plan.parents)
+            tree, found = self.target.part(rest, tokens, self.plan.parents)
+            return tree | known, found
         tree, found = self.target.tree_tokens(self.job.target, tokens)
         self.report.backup_asked, self.report.backup_listed = "whole", len(tree)
         return tree, found
@@ -250,7 +258,7 @@ class ZfsReplicator(Capabilities):
     def source_of(self, target: str) -> str:
         return self.job.source + target[len(self.job.target):]
 
-    def _may_skip(self) -> bool:
+    def may_skip(self) -> bool:
         """Whether datasets with nothing new may sit the run out (old ZFS: no written@ either)."""
         return self.job.skip_unchanged and self.source.abilities().send_size
 
@@ -258,7 +266,7 @@ class ZfsReplicator(Capabilities):
         """The datasets to snapshot and send this run: those with nothing written since their base
         sit it out (unchanged.py), reported as such. Only where the ZFS can say (OpenZFS).
         ``tree``: the source's snapshots and bookmarks, where already listed."""
-        if not self._may_skip():
+        if not self.may_skip():
             return datasets
         from .unchanged import find_unchanged
 

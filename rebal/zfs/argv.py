@@ -101,6 +101,13 @@ def resume_tokens(roots: Sequence[str], recursive: bool) -> list[str]:
             "receive_resume_token", *roots]
 
 
+def snapshot_marks(names: Sequence[str]) -> list[str]:
+    """When the snapshots of each file system or volume named last changed (OpenZFS 2.2+: made,
+    destroyed or renamed; seconds), with its receive_resume_token."""
+    return ["zfs", "list", "-Hp", "-o", "name,snapshots_changed,receive_resume_token", "-t", "filesystem,volume",
+            *names]
+
+
 def datasets_named(names: Sequence[str]) -> list[str]:
     """Which of the file systems and volumes named exist (each that does, by name; none opened for
     its children or snapshots)."""

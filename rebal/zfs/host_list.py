@@ -87,6 +87,24 @@ class Listings:
                     out[name] = int(value)
         return out
 
+    def snapshot_marks(self, datasets: list[str]) -> dict[str, tuple[int, str]] | None:
+        """Of each of ``datasets`` that exists here: (its `snapshots_changed` in seconds, its
+        receive_resume_token or ""), in as few commands as the names fit; None where this zfs has
+        no `snapshots_changed` (zfs-fuse, OpenZFS before 2.2)."""
+        out: dict[str, tuple[int, str]] = {}
+        for part in chunks(datasets):
+            res = self.run(zargv.snapshot_marks(part), check=False)
+            if res.returncode != 0 and any(w in res.stderr for w in ("invalid property", "bad property", "invalid option")):
+                return None
+            if res.returncode != 0 and not only_missing(res.stderr):
+                raise self._error(res)
+            for line in res.stdout.splitlines():
+                name, _, rest = line.partition("\t")
+                changed, _, token = rest.partition("\t")
+                if changed.isdigit():
+                    out[name] = (int(changed), "" if token.strip() in ("", "-") else token.strip())
+        return out
+
     def snapshots_named(self, snapshots: list[str]) -> dict[str, Snap]:
         """``dataset@name`` -> its Snap, of those of ``snapshots`` that exist here, in as few commands
         as the names fit: what a run needs of the snapshot it just made, without listing the tree."""
