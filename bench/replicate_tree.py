@@ -216,7 +216,8 @@ def one_tool(host: Host, tool: str, n: int, depth: int, kib: int, one: list[str]
             out[f"{run} remote"] = rep["remote_commands"]
             out[f"{run} phases"] = rep.get("phases", {})
             out[f"{run} sent"] = sum(1 for d in rep["datasets"] if d["kind"] in ("full", "incremental"))
-            out[f"{run} backup"] = f"{rep.get('backup_asked') or '-'} {rep.get('backup_listed', 0)}"
+            out[f"{run} backup"] = (f"{rep.get('backup_asked') or '-'} {rep.get('backup_listed', 0)}"
+                                      + (f", {rep['backup_recorded']} by record" if rep.get("backup_recorded") else ""))
     return out
 
 

@@ -200,7 +200,8 @@ class Bench:
             out[f"{run} phases"] = rep.get("phases", {})
             out[f"{run} pruned"] = (len(rep.get("pruned_source", [])), len(rep.get("pruned_target", [])))
             out[f"{run} commands"] = rep.get("remote_commands")
-            out[f"{run} backup"] = f"{rep.get('backup_asked') or '-'} {rep.get('backup_listed', 0)}"
+            out[f"{run} backup"] = (f"{rep.get('backup_asked') or '-'} {rep.get('backup_listed', 0)}"
+                                      + (f", {rep['backup_recorded']} by record" if rep.get("backup_recorded") else ""))
         names[:] = sh("zfs", "list", "-H", "-t", "snapshot", "-o", "name", "-s", "createtxg", "-d", "1",
                       src).stdout.split()
         names[:] = [n.split("@", 1)[1] for n in names]
