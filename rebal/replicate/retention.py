@@ -148,7 +148,10 @@ def prune(rep: Replicating, datasets: list[str]) -> None:
             report.notes.append(f"could not prune {t}@{name} on the backup host: {why}")
             kept_t.add(name)
         done.update(gone)
-        ttree[t] = [s for s in ttree.get(t, []) if s.name not in set(gone) - set(left)]  # as the run leaves it
+        # the tree as the run leaves it (a record of it may stand for the next run's listing): what
+        # went, and what was not there to destroy (gone behind a record, backup_record.py)
+        absent = {n for n, why in left.items() if "could not find" in why or "does not exist" in why}
+        ttree[t] = [s for s in ttree.get(t, []) if s.name not in (set(gone) - set(left)) | absent]
     report.pruned_target.extend(sorted(done - kept_t))
 
 

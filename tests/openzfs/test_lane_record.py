@@ -134,3 +134,7 @@ def test_a_snapshot_gone_from_the_backup_unseen_by_the_record_is_kept_on_the_sou
     assert doomed not in r["pruned_source"]
     assert [x for x in r["notes"] if "no longer holds them" in x], r["notes"]
     same(ds, target)
+    # the backup's retention met the missing snapshot (its destroy found nothing): the record the
+    # run leaves is what the backup holds again
+    rec = record_of(tmp_path, target)
+    assert rec is not None and [s[0] for s in rec["snaps"]] == names_on(target), (rec, names_on(target))
