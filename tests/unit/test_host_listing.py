@@ -125,3 +125,21 @@ def test_every_pool_by_iostat_leaves_out_a_pool_gone_since_the_listing():
     h, calls = host({("zpool", "iostat", "-v"): (0, iostat, ""), ("zpool", "status", "tank"): (0, status, "")})
     h.flavour = "iostat"
     assert [p.name for p in h.pools(["tank"])] == ["tank"]  # a pool named: asked by its name
+
+
+def test_when_a_backups_snapshots_last_changed_with_its_token_in_one_command():
+    """`snapshots_changed` in seconds and the resume token of the datasets named (OpenZFS 2.4.4): a
+    dataset with no snapshot (its value "-") and one not there are left out: no record stands for
+    them."""
+    h, calls = host({("zfs", "list", "-Hp", "-o"): answer("marks_zfs-list", 1)})
+    marks = h.snapshot_marks(["fx/dst", "fx/cut", "fx/empty", "fx/nope"])
+    assert marks == {"fx/dst": (1796681021, "")}
+    assert calls == [("zfs", "list", "-Hp", "-o", "name,snapshots_changed,receive_resume_token", "-t",
+                      "filesystem,volume", "fx/dst", "fx/cut", "fx/empty", "fx/nope")]
+
+
+def test_a_zfs_without_snapshots_changed_says_none():
+    """zfs-fuse (no `zfs list -p`, no such property): None, and the run lists as before."""
+    err = (FIXTURES / "zfs-fuse" / "marks_zfs-list-Hp.txt.stderr").read_text()
+    h, _ = host({("zfs", "list"): (2, "", err)}, fast=False)
+    assert h.snapshot_marks(["tank/backup"]) is None
