@@ -117,7 +117,8 @@ def keep(rep: Replicating) -> int:
     return n
 
 
-def confirmed(rep: Replicating, drops: dict[str, list[str]], guid_of: dict[str, dict[str, int]]) -> dict[str, list[str]]:
+def confirmed(rep: Replicating, drops: dict[str, list[str]],
+              guid_of: dict[str, dict[str, int]]) -> dict[str, list[str]]:
     """Of the source's ``drops`` (dataset -> snapshot names its retention would destroy), those whose
     backup came from a record keep only the names the backup still holds with the same guid (asked
     by name, one command): the source never destroys what the backup lost behind a record.
@@ -133,7 +134,8 @@ def confirmed(rep: Replicating, drops: dict[str, list[str]], guid_of: dict[str, 
             out[ds] = names
             continue
         t = rep.target_of(ds)
-        ok = [n for n in names if held.get(f"{t}@{n}") == guid_of.get(ds, {}).get(n)]
+        theirs = guid_of.get(ds, {})
+        ok = [n for n in names if (g := held.get(f"{t}@{n}")) is not None and g == theirs.get(n)]
         if len(ok) < len(names):
             rep.report.notes.append(f"kept {len(names) - len(ok)} snapshot(s) of {ds} on the source that "
                                     f"retention would prune: the backup ({t}) no longer holds them")

@@ -123,6 +123,8 @@ def test_a_snapshot_of_another_guid_by_the_same_name_is_not_pruned_at_the_source
     rep = rep_of(cache, Backup(guids={f"{T}@{snaps[0].name}": 999}))
     rep.recorded = {T: 0.0}
     assert R.confirmed(rep, {"tank/d": [snaps[0].name]}, {"tank/d": {snaps[0].name: snaps[0].guid}}) == {}
+    # a name neither side can give a guid for is no proof either
+    assert R.confirmed(rep, {"tank/d": [snaps[1].name]}, {"tank/d": {}}) == {}
 
 
 def test_a_record_that_is_not_json_is_no_record(cache):
