@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -238,6 +239,12 @@ def classify_ssh(ep: Endpoint, stderr: str) -> TransportError:
     if "permission denied" in low:
         return HostKeyError(f"{where}: login refused (key not authorised for {ep.user}?): {err.splitlines()[-1]}")
     last = err.splitlines()[-1] if err else "ssh failed"
+    if "kex_exchange_identification" in low or re.search(r"connection (closed|reset) by \S+ port \d+", low):
+        return TransportError(
+            f"{where}: the backup host's sshd hung up before the login ({last}): it may be at its MaxStartups, "
+            "or shutting this address out for a while (OpenSSH 9.8 and later: PerSourcePenalties, after "
+            "logins that failed or were given up; its log says \"penalty\"; PerSourcePenaltyExemptList "
+            "exempts the file server)")
     return TransportError(f"{where}: cannot reach the backup host: {last}")
 
 

@@ -188,6 +188,18 @@ def test_host_key_failures_are_clear():
     assert isinstance(e, HostKeyError) and "never accepts a host key" in str(e) and "/x/kh" in str(e)
     e = classify_ssh(ep, "ssh: connect to host 127.0.0.1 port 2222: Connection refused")
     assert not isinstance(e, HostKeyError) and "Connection refused" in str(e)
+    assert "PerSourcePenalties" not in str(e)
+
+
+def test_a_login_cut_before_it_began_names_sshds_penalties():
+    """What ssh said in CI's lane when OpenSSH 10's sshd shut 127.0.0.1 out (PerSourcePenalties)."""
+    ep = Endpoint("127.0.0.1", port=42657)
+    for said in ("Connection closed by 127.0.0.1 port 42657\r\n",
+                 "kex_exchange_identification: read: Connection reset by peer\r\n"
+                 "Connection reset by 127.0.0.1 port 42657\r\n"):
+        e = classify_ssh(ep, said)
+        assert not isinstance(e, HostKeyError) and "PerSourcePenalties" in str(e) and "MaxStartups" in str(e), e
+        assert "port 42657" in str(e)
 
 
 def test_a_permission_denied_receive_names_the_zfs_allow_set():
