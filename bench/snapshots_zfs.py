@@ -16,7 +16,9 @@ timed from start to end:
   rebal     `rebal replicate` of the job, adopting the backup (no record: both sides listed whole),
             its retention set to prune the P oldest on each side (`last`, the rest 0): planning,
             sending the newest and pruning P at once; its phases as its report gives them.
-            Then a second run after a small write, with rebal's record (the bases asked by name)
+            Then a changed run after a small write, with rebal's record (the bases asked by name,
+            the backup's snapshots from its record while their `snapshots_changed` stands), --runs
+            times (the median printed; each anchor run as many times, after rebal's)
   bzfs      after rebal, before the bare prune, on the N + 2 snapshots a side rebal left:
             `bzfs SRC root@host:DST` after a new snapshot (planning over them, sending the newest);
             syncoid `--no-sync-snap` the same; zfs_autobackup `--other-snapshots --no-thinning` its
@@ -28,10 +30,11 @@ Pruning by the anchors is not timed: bzfs's --delete-dst-snapshots needs a filte
 and syncoid leaves pruning to sanoid; the bare comma-list destroy is the floor.
 Only ratios count: 2 vCPUs under TCG, where every process start costs many times a real server's.
 
-    python3 bench/snapshots_zfs.py [--counts 1000,10000] [--tools rebal,bzfs,syncoid,zfs_autobackup] [--wipe-disks /dev/vdb,/dev/vdc]
+    python3 bench/snapshots_zfs.py [--counts 1000,10000] [--tools rebal,bzfs,syncoid,zfs_autobackup] [--runs 3]
+        [--wipe-disks /dev/vdb,/dev/vdc]
 
 The lane runs it on two of its guest's disks: `scripts/test-openzfs.sh --guest-only --bench-only
---benches snapshots --snap-counts 10000 --disk-size 32G`; a smoke run: `--snap-counts 10,20` (making
+--benches snapshots --snap-counts 10000 --snap-runs 3 --disk-size 32G`; a smoke run: `--snap-counts 10,20` (making
 snapshots slows as they grow:
 the 1st, 2nd and 3rd thousand took 52, 94 and 144 s, and the pool's allocation grew with them).
 """
@@ -42,6 +45,7 @@ import argparse
 import json
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -132,7 +136,8 @@ def pipe(send: list[str], receive: list[str]) -> None:
 
 
 class Bench:
-    def __init__(self) -> None:
+    def __init__(self, runs: int = 1) -> None:
+        self.runs = runs  # the changed runs of rebal (with its record) and of each anchor, each timed
         self.ssh = start_sshd(BASE / "sshd")
         h = self.ssh
         self.remote = ["ssh", "-p", str(h.port), "-i", str(h.identity), "-o", f"UserKnownHostsFile={h.known_hosts}",
@@ -190,22 +195,31 @@ class Bench:
         cfg.write_text(f'state_db = "{BASE / "state.db"}"\n' + self.ssh.config_block(
             name=JOB, source=src, target=dst, retention_source=keep, retention_target=keep))
         (BASE / "state.db").unlink(missing_ok=True)
-        out = {}
-        for run in ("adopt", "again"):
+        out: dict = {}
+        agains: list[tuple[float, dict]] = []
+        for run in ["adopt"] + ["again"] * self.runs:
             with open(f"/{BASE.name}/{src}/f", "ab") as f:  # something to send: a run with nothing
                 f.write(b"y" * 4096)  # written since its base sends nothing and prunes nothing
             secs, text = self.timed("rebal", "--config", str(cfg), "replicate", JOB, "--json")
-            rep = json.loads(text)
-            out[f"{run}"] = secs
-            out[f"{run} phases"] = rep.get("phases", {})
-            out[f"{run} pruned"] = (len(rep.get("pruned_source", [])), len(rep.get("pruned_target", [])))
-            out[f"{run} commands"] = rep.get("remote_commands")
-            out[f"{run} backup"] = (f"{rep.get('backup_asked') or '-'} {rep.get('backup_listed', 0)}"
-                                      + (f", {rep['backup_recorded']} by record" if rep.get("backup_recorded") else ""))
+            if run == "adopt":
+                self.figures(out, "adopt", secs, json.loads(text))
+            else:
+                agains.append((secs, json.loads(text)))
+        out["again runs"] = [secs for secs, _ in agains]
+        self.figures(out, "again", *sorted(agains, key=lambda a: a[0])[(len(agains) - 1) // 2])  # the median (low)
         names[:] = sh("zfs", "list", "-H", "-t", "snapshot", "-o", "name", "-s", "createtxg", "-d", "1",
                       src).stdout.split()
         names[:] = [n.split("@", 1)[1] for n in names]
         return out
+
+    @staticmethod
+    def figures(out: dict, run: str, secs: float, rep: dict) -> None:
+        out[run] = secs
+        out[f"{run} phases"] = rep.get("phases", {})
+        out[f"{run} pruned"] = (len(rep.get("pruned_source", [])), len(rep.get("pruned_target", [])))
+        out[f"{run} commands"] = rep.get("remote_commands")
+        out[f"{run} backup"] = (f"{rep.get('backup_asked') or '-'} {rep.get('backup_listed', 0)}"
+                                + (f", {rep['backup_recorded']} by record" if rep.get("backup_recorded") else ""))
 
     def anchor(self, tool: str, src: str, dst: str, names: list[str]) -> float | str:
         """Seconds for ``tool`` to bring the backup up to the source's newest snapshot (bzfs and syncoid
@@ -220,7 +234,7 @@ class Bench:
                     "--no-progress", "--exclude-received", "--other-snapshots", "--no-thinning",
                     "--strip-path", "1", "sb", DST]
         else:
-            sh("zfs", "snapshot", f"{src}@{tool}-newest")
+            sh("zfs", "snapshot", f"{src}@{tool}-newest-{len(names)}")
             if tool == "bzfs":
                 argv = ["bzfs", src, f"root@{h.host}:{dst}", "--quiet", "--ssh-dst-config-file",
                         str(self.bzfs_config), "--log-dir", str(BASE / "bzfs-logs")]
@@ -246,6 +260,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--counts", default="1000,10000")
     ap.add_argument("--tools", default="rebal," + ",".join(ANCHORS))
+    ap.add_argument("--runs", type=int, default=1,
+                    help="how many times rebal's changed run and each anchor run at each count (the median is printed)")
     ap.add_argument("--json", default="/var/tmp/snapshots-zfs.json", help="where the figures are kept")
     ap.add_argument("--wipe-disks", default="", metavar="DISK,DISK",
                     help="two disks for the mirror, WHATEVER THEY HOLD IS DESTROYED (the lane's guest: /dev/vdb,/dev/vdc, "
@@ -268,7 +284,7 @@ def main() -> int:
         print(f"snapshots_zfs: not installed: {', '.join(missing)} (the lane's image and lane.py put them in)")
         return 2
     (BASE / "vdev").mkdir(parents=True, exist_ok=True)
-    bench = Bench()
+    bench = Bench(max(1, args.runs))
     figures: dict[int, dict] = {}
     try:
         for n in counts:
@@ -279,7 +295,11 @@ def main() -> int:
             row["anchors planned over"] = len(names)  # n + 2: rebal's prune left them
             for tool in ANCHORS:  # before the bare prune, which would leave them 2 snapshots at n=1,000
                 if tool in tools:
-                    row[tool] = bench.anchor(tool, src, dst, names)
+                    got = [bench.anchor(tool, src, dst, names) for _ in range(args.runs)]
+                    times = [t for t in got if not isinstance(t, str)]
+                    row[tool] = statistics.median_low(times) if len(times) == len(got) else next(
+                        t for t in got if isinstance(t, str))
+                    row[f"{tool} runs"] = got
             row["bare"].update(bench.bare_prune(src, dst, names, pruned(n)))
             figures[n] = row
             print(f"snapshots_zfs: N={n}: {json.dumps(row)}", flush=True)
@@ -333,6 +353,12 @@ def report(counts: list[int], figures: dict[int, dict]) -> None:
               ", ".join(f"N={n} {r[n]['adopt backup']}, {r[n]['again backup']}" for n in counts))
         print("  rebal remote commands (adopt, again): " +
               ", ".join(f"N={n} {r[n]['adopt commands']}, {r[n]['again commands']}" for n in counts))
+        print("  rebal's changed runs (s, the median above): " +
+              ", ".join(f"N={n} {r[n].get('again runs')}" for n in counts))
+    for tool in ANCHORS:
+        if tool in figures[base]:
+            print(f"  {tool}'s runs (s, the median above): " +
+                  ", ".join(f"N={n} {figures[n].get(f'{tool} runs')}" for n in counts))
 
 
 if __name__ == "__main__":

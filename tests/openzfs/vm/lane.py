@@ -290,7 +290,7 @@ def run_bench(args, g: Guest) -> int:
                "tree": (f"bench/replicate_tree.py --sizes {shlex.quote(args.tree_sizes)} "
                         f"--depths {shlex.quote(args.tree_depths)} --tools {shlex.quote(args.tree_tools)}", 14400),
                "snapshots": (f"bench/snapshots_zfs.py --counts {shlex.quote(args.snap_counts)} "
-                             f"--tools {shlex.quote(args.snap_tools)} --wipe-disks /dev/vdb,/dev/vdc", 14400),
+                             f"--tools {shlex.quote(args.snap_tools)} --runs {args.snap_runs} --wipe-disks /dev/vdb,/dev/vdc", 14400),
                "steer": ("bench/steer.py --runs 3", 7200)}
     for name, (command, limit) in benches.items():
         for i in range(args.bench_runs if name in args.benches else 0):
@@ -345,6 +345,8 @@ def main() -> int:
     ap.add_argument("--benches", default="rewrite,tree", help="which benches: steer (bench/steer.py), rewrite "
                     "(bench/openzfs_rewrite.py), tree (bench/replicate_tree.py), snapshots (bench/snapshots_zfs.py)")
     ap.add_argument("--snap-counts", default="1000,10000", help="snapshot counts of the many-snapshots bench")
+    ap.add_argument("--snap-runs", type=int, default=1,
+                    help="times rebal's changed run and each anchor run at each count of that bench (its median printed)")
     ap.add_argument("--disk-size", default="2G", help="size of the guest's eight data disks (sparse files on the "
                     "host; the tests need 2G, the many-snapshots bench at 10,000 some 32G)")
     ap.add_argument("--snap-tools", default="rebal,bzfs,syncoid,zfs_autobackup", help="the many-snapshots bench's tools")
