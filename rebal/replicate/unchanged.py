@@ -31,6 +31,7 @@ and the run lists both sides as always.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -126,17 +127,32 @@ def first_questions(rep: Replicating) -> tuple[Selection, dict[str, list[Snap]],
     """A run with a record begins with its questions at once: the backup's guids of what landed
     (recorded_names), asked first, travel while this side asks its own, one after another (two zfs
     listings at once took longer than one after the other, measured): `zpool sync`, then the
-    selection's listing with what was written since each recorded base as columns of it, then the
-    snapshots and bookmarks; by_record then reads the answers. (selection, the source's listing,
-    the plan or None.)"""
+    selection's listing with what was written since each recorded base as columns of it (and
+    `snapshots_changed` where source_record has a record), then the snapshots and bookmarks, unless
+    the source's record stands for them; by_record then reads the answers. (selection, the source's
+    listing, the plan or None.)"""
+    from . import source_record as SR
+
     names = sorted({snap for ds, snap in rep.landed.items() if ds == rep.job.source
                     or ds.startswith(rep.job.source + "/")})
     props = [p for n in names for p in (f"written@{n}", f"written#{n}")] if len(names) <= MANY_NAMES else []
+    rec = SR.load(rep) if props else None
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebal-bases") as ex:
         held = ex.submit(rep.target.guids, recorded_names(rep))  # the backup's answer, beside this side's work
         synced = rep.source.sync(rep.job.source.split("/", 1)[0])
-        both = rep.source.choices_written(rep.job.source, rep.job.recursive, props) if synced and props else None
+        read_at = time.time()
+        both = rep.source.choices_written(rep.job.source, rep.job.recursive,
+                                          props + ([SR.PROPERTY] if rec else [])) if synced and props else None
         rep.selection = select(rep.job, rep.source, both[0] if both else None)
+        included = rep.selection.included
+        kept = SR.stands(rep, rec, included, both[1]) if rec and both else None
+        if kept is not None and all_held(rep, kept, held.result()):
+            rep.report.source_recorded = len(kept)  # the source's listing not asked
+            return rep.selection, kept, by_record(rep, kept, held.result, lambda _: both[1] if both else None)
+        marks = SR.marks_in(both[1]) if rec and both else None
+        if marks is None and SR.worth_marking(rep, included, both[1] if both else None):
+            read_at = time.time()
+            marks = SR.marks_of(rep.source.snapshot_marks(included))
         tree = rep.source.listing(rep.job.source, rep.job.recursive)
 
         def written(bases: dict[str, Snap]) -> dict[tuple[str, str], int] | None:
@@ -144,7 +160,15 @@ def first_questions(rep: Replicating) -> tuple[Selection, dict[str, list[Snap]],
                 return None
             return both[1] if both else rep.source.written_since(rep.job.source, rep.job.recursive, props_of(bases))
 
-        return rep.selection, tree, by_record(rep, tree, held.result, written)
+        plan = by_record(rep, tree, held.result, written)
+        if marks and plan is not None:
+            SR.keep(rep, marks, read_at, plan.same, included)
+        return rep.selection, tree, plan
+
+
+def all_held(rep: Replicating, tree: dict[str, list[Snap]], guids: dict[str, int]) -> bool:
+    """Whether the backup holds each dataset's base in ``tree`` (its only point) by name and guid."""
+    return all(guids.get(f"{rep.target_of(ds)}@{snaps[-1].name}") == snaps[-1].guid for ds, snaps in tree.items())
 
 
 def by_record(rep: Replicating, tree: dict[str, list[Snap]], held: Callable[[], dict[str, int]],

@@ -56,6 +56,7 @@ class ZfsReport:
     backup_asked: str = ""
     backup_listed: int = 0  # datasets listed on the backup ("part": those asked; "whole": found)
     backup_recorded: int = 0  # datasets rebal's record stood for, their listing not asked (backup_record.py)
+    source_recorded: int = 0  # datasets of a no-change run whose source listing rebal's record stood for (source_record.py)
 
     @property
     def bytes(self) -> int:

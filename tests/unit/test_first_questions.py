@@ -53,7 +53,7 @@ def run(names: int):
         return {"backup/d@" + SNAP: 11, "backup/d/a@" + SNAP: 12}
 
     rep = SimpleNamespace(job=Job("j", "tank/d", "backup/d", recursive=True), landed=landed, source=src,
-                          target=SimpleNamespace(guids=guids), report=ZfsReport(), selection=Selection("tank/d"),
+                          target=SimpleNamespace(guids=guids), report=ZfsReport(), selection=Selection("tank/d"), cache=None, dry_run=False,
                           target_of=lambda ds: "backup/d" + ds[len("tank/d"):])
     selection, tree, plan = first_questions(rep)
     return src, selection, tree, plan
