@@ -89,22 +89,11 @@ def pytest_collection_modifyitems(config, items):
     """The OpenZFS lane's tests run only there: `bash scripts/test-openzfs.sh` (CI runs it too)."""
     skip_guest = pytest.mark.skip(reason="needs real OpenZFS: runs in the lane (bash scripts/test-openzfs.sh)")
     skip_host = pytest.mark.skip(reason="boots OpenZFS guests: runs in the lane (bash scripts/test-openzfs.sh)")
-    one_daemon = pytest.mark.xdist_group("zfs-fuse")
     for item in items:
-        if touches_zfs(item):
-            item.add_marker(one_daemon)
         if item.get_closest_marker("openzfs") and not IN_LANE:
             item.add_marker(skip_guest)
         if item.get_closest_marker("openzfs_vm") and not LANE_HOST:
             item.add_marker(skip_host)
-
-
-def touches_zfs(item) -> bool:
-    """A test that reaches the ZFS daemon (zfs-fuse on the host): not a unit test, or one asking for
-    real ZFS. scripts/test.sh runs all of these on one worker, one at a time (`--dist loadgroup`):
-    two or three at once deadlocked zfs-fuse (2026-12-07); the unit tests run beside them."""
-    return ("tests/unit/" not in item.nodeid or "zfs_ready" in item.fixturenames
-            or item.get_closest_marker("zfs") is not None)
 
 
 def fixture_text(name: str) -> str:
