@@ -27,8 +27,9 @@ snapshotter; rebal leaves none there, its cursor is a bookmark) and new snapshot
 Printed: seconds per tool and run, rebal's ratio to the fastest of the others (goals: at most 1.0
 on the no-change and 1% runs at N=300, at most 1.1 on the full run), the ssh connections and remote
 commands rebal made (goal: the no-change count does not grow with N), its time per phase, what it
-asked of the backup, a no-change run of a one-dataset job (goal: N=300 no-change within 2x of it,
-the backup checked), and the 1% run against the no-change run (goal: within 1.5x). For that goal
+asked of the backup, a no-change run of a one-dataset job (goal: N=300 no-change within 1.5x of it,
+the backup checked; issue 48's was 2x), and the 1% run against the no-change run (goal: within 1.3x;
+issue 48's 1.5x). For that goal
 rebal's tree and the one-dataset job run their no-change runs in turn, three rounds (tree, one, tree,
 one, ...), and their medians are compared: a lone baseline taken at the start moved 2.6-4.8 s from
 run to run on the same code, more than the margin the goal is judged by.
@@ -58,7 +59,9 @@ SRC, DST = "tbsrc", "tbdst"
 TOOLS = ("rebal", "bzfs", "syncoid", "zfs_autobackup")
 FORMS = ("nightly", "frequent")
 SNAPSHOTTER = ("bzfs:frequent", "syncoid:frequent")  # their snapshots come from a snapshotter
-ROUNDS = 3  # rebal's paired no-change rounds (tree, one dataset) for the 2x goal
+ROUNDS = 3  # rebal's paired no-change rounds (tree, one dataset) for the no-change goal
+GOAL_NO_CHANGE = 1.5  # issue 67: N=300's no-change run within this of a one-dataset job's (issue 48: 2x)
+GOAL_CHANGED = 1.3  # issue 67: its 1% changed run within this of its no-change run (issue 48: 1.5x)
 
 
 def sh(*argv: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
@@ -224,17 +227,20 @@ def one_tool(host: Host, tool: str, n: int, depth: int, kib: int, one: list[str]
 def paired(out: dict, first: float, tree: list[str], one: list[str]) -> float:
     """The tree's and the one-dataset job's no-change runs in turn, ROUNDS of each (``first``: the
     tree's first, timed already); their runs kept in ``out``; the tree's median."""
-    trees, ones = [first], [timed(one)[0]]
+    trees, ones, recorded = [first], [timed(one)[0]], []
     for _ in range(ROUNDS - 1):
-        trees.append(timed(tree)[0])
+        secs, stdout = timed(tree)
+        trees.append(secs)
+        recorded.append(json.loads(stdout).get("source_recorded", 0))
         ones.append(timed(one)[0])
     out["no change runs"] = [round(x, 2) for x in trees]
+    out["no change source recorded"] = recorded  # datasets whose source listing rebal's record stood for
     out["one dataset runs"] = [round(x, 2) for x in ones]
     return statistics.median(trees)
 
 
 def single_baseline(host: Host, kib: int) -> tuple[float, list[str]]:
-    """A no-change run of a one-dataset job (the goal: a 300-dataset tree's within 2x of it), and
+    """A no-change run of a one-dataset job (the goal: a 300-dataset tree's within 1.5x of it), and
     the job's argv."""
     destroy(f"{SRC}/one")
     destroy(f"{DST}/one")
@@ -324,9 +330,10 @@ def report(n: int, depth: int, rows: list[dict], baseline: float) -> None:
         if "one dataset runs" in r:  # the paired rounds' medians (the tree's is r['no change'])
             baseline = statistics.median(r["one dataset runs"])
             print(f"  rebal no change, {ROUNDS} rounds in turn: tree {r['no change runs']} s, one dataset "
-                  f"{r['one dataset runs']} s (medians {r['no change']:.2f} s, {baseline:.2f} s)")
-        print(f"  rebal no change vs one dataset: {r['no change'] / baseline:.2f}x (goal <= 2x)")
-        print(f"  rebal 1% changed vs no change: {r['1% changed'] / r['no change']:.2f}x (goal <= 1.5x)")
+                  f"{r['one dataset runs']} s (medians {r['no change']:.2f} s, {baseline:.2f} s); the tree's rounds "
+                  f"after the first with the source's listing from rebal's record: {r.get('no change source recorded')}")
+        print(f"  rebal no change vs one dataset: {r['no change'] / baseline:.2f}x (goal <= {GOAL_NO_CHANGE}x)")
+        print(f"  rebal 1% changed vs no change: {r['1% changed'] / r['no change']:.2f}x (goal <= {GOAL_CHANGED}x)")
 
 
 if __name__ == "__main__":
