@@ -63,6 +63,13 @@ def load(rep: Replicating) -> dict | None:
     return rec if time.time() - rec.get("listed", 0) <= RELIST else None
 
 
+def forget(rep: Replicating) -> None:
+    """The record goes where this zfs would not answer the selection's listing with the property (a
+    zfs without it since): the next runs ask without it."""
+    if rep.cache is not None:
+        rep.cache.forget(key(rep.job.name))
+
+
 def base(rec: dict, ds: str) -> Snap | None:
     b = rec["bases"].get(ds)
     if not isinstance(b, list) or len(b) != 4 or not all(isinstance(v, int) for v in b[1:3]):

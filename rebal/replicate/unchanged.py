@@ -143,6 +143,8 @@ def first_questions(rep: Replicating) -> tuple[Selection, dict[str, list[Snap]],
         read_at = time.time()
         both = rep.source.choices_written(rep.job.source, rep.job.recursive,
                                           props + ([SR.PROPERTY] if rec else [])) if synced and props else None
+        if rec and synced and both is None:
+            SR.forget(rep)
         rep.selection = select(rep.job, rep.source, both[0] if both else None)
         included = rep.selection.included
         kept = SR.stands(rep, rec, included, both[1]) if rec and both else None

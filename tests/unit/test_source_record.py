@@ -151,3 +151,7 @@ def test_a_zfs_that_lost_the_property_lists_and_still_finds_no_change(cache):
     rep, tree, plan = run(cache, src)
     assert src.calls[:3] == ["sync", "choices_written +snapshots_changed", "backup_choices"] and "listing" in src.calls
     assert plan is not None and set(plan.same) == set(DATASETS)
+    assert cache.get(SR.key("j")) is None  # the next runs ask without the property
+    src = Source(has_property=False)
+    run(cache, src)
+    assert src.calls[:2] == ["sync", "choices_written"], src.calls
