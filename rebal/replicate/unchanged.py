@@ -149,8 +149,10 @@ def first_questions(rep: Replicating) -> tuple[Selection, dict[str, list[Snap]],
         included = rep.selection.included
         kept = SR.stands(rep, rec, included, both[1]) if rec and both else None
         if kept is not None and all_held(rep, kept, held.result()):
-            rep.report.source_recorded = len(kept)  # the source's listing not asked
-            return rep.selection, kept, by_record(rep, kept, held.result, lambda _: both[1] if both else None)
+            plan = by_record(rep, kept, held.result, lambda _: both[1] if both else None)
+            if plan is not None and len(plan.same) == len(included):  # a run to send lists, always
+                rep.report.source_recorded = len(kept)  # the source's listing not asked
+                return rep.selection, kept, plan
         marks = SR.marks_in(both[1]) if rec and both else None
         if marks is None and SR.worth_marking(rep, included, both[1] if both else None):
             read_at = time.time()

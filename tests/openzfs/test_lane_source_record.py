@@ -91,14 +91,15 @@ def test_the_next_no_change_run_takes_the_bases_from_the_record_without_listing(
 @pytest.mark.lane_long  # a minute and a half under TCG; the quick set takes the record's way above
 def test_a_base_destroyed_in_the_second_the_record_cannot_see_is_not_taken_for_unchanged(recorded, tmp_path):
     """The one thing the marks cannot see: a change in the same second as their reading. Played by
-    destroying a dataset's base on the source and writing its new `snapshots_changed` into the
-    record: `written@` of a base that is gone answers nothing, the run lists, and the dataset is not
-    reported unchanged on the record's word."""
+    destroying a dataset's base on the source (a snapshot, or the bookmark that stands for it) and
+    writing its new `snapshots_changed` into the record: `written@`/`written#` of a base that is
+    gone answers nothing, the run lists, and the dataset is not reported unchanged on the record's
+    word."""
     root, cfg, _ = recorded
     rec = record_of(tmp_path)
     ds = f"{root}/c"
-    base = rec["bases"][ds][0]
-    sh("zfs", "destroy", f"{ds}@{base}")
+    name, _, _, bookmark = rec["bases"][ds]  # the base may be a bookmark (the source's cursor)
+    sh("zfs", "destroy", f"{ds}{'#' if bookmark else '@'}{name}")
     rec["marks"][ds] = snapshots_changed(ds)
     forge(tmp_path, rec)
     r = json.loads(rebal("replicate", JOB, "--json", config=cfg, check=False).stdout)

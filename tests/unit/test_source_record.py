@@ -155,3 +155,16 @@ def test_a_zfs_that_lost_the_property_lists_and_still_finds_no_change(cache):
     src = Source(has_property=False)
     run(cache, src)
     assert src.calls[:2] == ["sync", "choices_written"], src.calls
+
+
+def test_a_run_with_anything_to_send_lists_the_source_even_where_the_record_would_stand(cache, monkeypatch):
+    """The record is never the listing a send or a prune reads: were `stands` ever to let a changed
+    dataset through, the run still lists (in the lane, with that check taken out, the run went on
+    to send from the record's one-snapshot tree)."""
+    run(cache, Source())
+    monkeypatch.setattr(SR, "stands", lambda rep, rec, datasets, written: {
+        "tank/d": [Snap(SNAP, 11, 5)], "tank/d/a": [Snap(SNAP, 12, 5)]})
+    src = written(Source())
+    rep, tree, plan = run(cache, src)
+    assert "listing" in src.calls and rep.report.source_recorded == 0
+    assert tree["tank/d"] == [Snap("older", 9, 3), Snap(SNAP, 11, 5)]
