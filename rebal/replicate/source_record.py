@@ -60,7 +60,8 @@ def load(rep: Replicating) -> dict | None:
         return None
     if not isinstance(rec, dict) or not isinstance(rec.get("marks"), dict) or not isinstance(rec.get("bases"), dict):
         return None
-    return rec if time.time() - rec.get("listed", 0) <= RELIST else None
+    listed = rec.get("listed")
+    return rec if isinstance(listed, (int, float)) and time.time() - listed <= RELIST else None
 
 
 def forget(rep: Replicating) -> None:

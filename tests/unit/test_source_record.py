@@ -136,7 +136,9 @@ def test_no_record_for_a_pull_job_a_dry_run_a_zfs_without_the_property_or_a_chan
 
 
 @pytest.mark.parametrize("raw", ["not json", json.dumps({"marks": {}, "bases": {"tank/d": ["x", "y", 1, 0]}}),
-                                 json.dumps({"listed": 0, "marks": {}, "bases": {}})], ids=["text", "bad guid", "too old"])
+                                 json.dumps({"listed": 0, "marks": {}, "bases": {}}),
+                                 json.dumps({"listed": "today", "marks": {}, "bases": {}})],
+                         ids=["text", "bad guid", "too old", "no time"])
 def test_a_record_that_is_not_one_or_too_old_is_listed_past(cache, raw):
     cache.set(SR.key("j"), raw)
     src = Source()
