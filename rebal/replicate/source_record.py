@@ -30,6 +30,7 @@ import json
 import time
 from typing import TYPE_CHECKING
 
+from ..errors import HostError
 from .policy import Snap
 
 if TYPE_CHECKING:
@@ -100,8 +101,13 @@ def marks_in(written: dict[tuple[str, str], int]) -> dict[str, int]:
     return {ds: v for (ds, prop), v in written.items() if prop == PROPERTY}
 
 
-def marks_of(got: dict[str, tuple[int, str]] | None) -> dict[str, int] | None:
-    """ZfsHost.snapshot_marks's answer as marks (None: this zfs has no `snapshots_changed`)."""
+def marks_of(rep: Replicating, datasets: list[str]) -> dict[str, int] | None:
+    """The source's `snapshots_changed` of ``datasets`` (None: this zfs has none, or it would not
+    answer: a speed-up never fails a run, nothing is recorded then)."""
+    try:
+        got = rep.source.snapshot_marks(datasets)
+    except HostError:
+        return None
     return None if got is None else {ds: changed for ds, (changed, _) in got.items()}
 
 

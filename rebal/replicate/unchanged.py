@@ -156,7 +156,7 @@ def first_questions(rep: Replicating) -> tuple[Selection, dict[str, list[Snap]],
         marks = SR.marks_in(both[1]) if rec and both else None
         if marks is None and SR.worth_marking(rep, included, both[1] if both else None):
             read_at = time.time()
-            marks = SR.marks_of(rep.source.snapshot_marks(included))
+            marks = SR.marks_of(rep, included)
         tree = rep.source.listing(rep.job.source, rep.job.recursive)
 
         def written(bases: dict[str, Snap]) -> dict[tuple[str, str], int] | None:

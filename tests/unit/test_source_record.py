@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from rebal import state
+from rebal.errors import HostError
 from rebal.replicate import source_record as SR
 from rebal.replicate.policy import Snap
 from rebal.replicate.select import Selection
@@ -30,6 +31,7 @@ class Source:
     def __init__(self, changed=OLD, written=0, has_property=True) -> None:
         self.changed = {ds: changed for ds in DATASETS}
         self.written, self.has_property = written, has_property
+        self.marks_fail = False
         self.calls: list[str] = []
 
     def sync(self, pool):
@@ -54,6 +56,8 @@ class Source:
 
     def snapshot_marks(self, datasets):
         self.calls.append("snapshot_marks")
+        if self.marks_fail:
+            raise HostError("localhost: cannot open 'tank/d/a': dataset does not exist")
         return {ds: (self.changed[ds], "") for ds in datasets} if self.has_property else None
 
     def listing(self, root, recursive):
@@ -170,3 +174,11 @@ def test_a_run_with_anything_to_send_lists_the_source_even_where_the_record_woul
     rep, tree, plan = run(cache, src)
     assert "listing" in src.calls and rep.report.source_recorded == 0
     assert tree["tank/d"] == [Snap("older", 9, 3), Snap(SNAP, 11, 5)]
+
+
+def test_marks_that_cannot_be_read_record_nothing_and_the_no_change_run_goes_on(cache):
+    src = Source()
+    src.marks_fail = True
+    rep, tree, plan = run(cache, src)
+    assert src.calls == ["sync", "choices_written", "snapshot_marks", "listing"]
+    assert plan is not None and set(plan.same) == set(DATASETS) and cache.get(SR.key("j")) is None
